@@ -1,0 +1,80 @@
+/*
+Which query-key pairs of two blocks can see each other, decided per sub-block.
+
+Ring attention meets a visiting K/V block at every step. Whether a query sees a key
+depends only on the two tokens' global coordinates:
+
+    visible(q, k)  =  index_k <= index_q  and  document_k == document_q
+
+(index = position in the padded row, document = document id, one value for all
+tokens when documents are not masked). Each side is cut into RING_SUBBLOCKS
+sub-blocks (halves); for a pair of sub-blocks the ranges of index and document
+decide at once whether
+
+    BLOCK_SKIP    no pair is visible: nothing is computed
+    BLOCK_FULL    every pair is visible: no mask is evaluated
+    BLOCK_MASKED  some pairs are: the mask is evaluated per pair
+
+With round_robin the halves are exactly the two chunks a rank owns, so this is the
+classic zigzag skipping; with contiguous it skips the upper triangle of blocks. No
+layout is named here: the ranges come from the indices alone.
+*/
+#ifndef CP_BLOCK_MASK_H
+#define CP_BLOCK_MASK_H
+
+#define RING_SUBBLOCKS 2
+
+typedef enum { BLOCK_SKIP = 0, BLOCK_FULL = 1, BLOCK_MASKED = 2 } BlockVisibility;
+
+typedef struct {
+    int start, end;         // token range [start, end) within the block
+    int index_lo, index_hi; // min and max global index
+    int doc_lo, doc_hi;     // min and max document id
+} SubBlock;
+
+// sub-block s of a block of T tokens: [s*T/n, (s+1)*T/n)
+static SubBlock sub_block_of(const int *index, const int *document, int T, int s) {
+    SubBlock sb;
+    sb.start = s * T / RING_SUBBLOCKS;
+    sb.end = (s + 1) * T / RING_SUBBLOCKS;
+    sb.index_lo = sb.doc_lo = 0x7fffffff;
+    sb.index_hi = sb.doc_hi = -0x7fffffff;
+    for (int i = sb.start; i < sb.end; i++) {
+        if (index[i] < sb.index_lo) { sb.index_lo = index[i]; }
+        if (index[i] > sb.index_hi) { sb.index_hi = index[i]; }
+        if (document[i] < sb.doc_lo) { sb.doc_lo = document[i]; }
+        if (document[i] > sb.doc_hi) { sb.doc_hi = document[i]; }
+    }
+    return sb;
+}
+
+static BlockVisibility block_visibility(const SubBlock *q, const SubBlock *k) {
+    if (q->end == q->start || k->end == k->start) { return BLOCK_SKIP; }
+    if (q->index_hi < k->index_lo) { return BLOCK_SKIP; } // every key lies after every query
+    if (q->doc_hi < k->doc_lo || k->doc_hi < q->doc_lo) { return BLOCK_SKIP; } // no document in common
+    int one_document = q->doc_lo == q->doc_hi && k->doc_lo == k->doc_hi && q->doc_lo == k->doc_lo;
+    if (one_document && q->index_lo >= k->index_hi) { return BLOCK_FULL; }
+    return BLOCK_MASKED;
+}
+
+static int pair_visible(int q_index, int q_doc, int k_index, int k_doc) {
+    return k_index <= q_index && k_doc == q_doc;
+}
+
+// The visibility of every (query sub-block, key sub-block) pair of one row.
+// vis: (RING_SUBBLOCKS, RING_SUBBLOCKS), [query sub-block][key sub-block]
+static void block_visibility_table(const int *q_index, const int *q_doc, const int *k_index, const int *k_doc,
+                                   int T, BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS],
+                                   SubBlock qs[RING_SUBBLOCKS], SubBlock ks[RING_SUBBLOCKS]) {
+    for (int s = 0; s < RING_SUBBLOCKS; s++) {
+        qs[s] = sub_block_of(q_index, q_doc, T, s);
+        ks[s] = sub_block_of(k_index, k_doc, T, s);
+    }
+    for (int a = 0; a < RING_SUBBLOCKS; a++) {
+        for (int b = 0; b < RING_SUBBLOCKS; b++) {
+            vis[a][b] = block_visibility(&qs[a], &ks[b]);
+        }
+    }
+}
+
+#endif // CP_BLOCK_MASK_H

@@ -1,0 +1,55 @@
+/*
+The transport: a small closed set of verbs with open implementations.
+
+    ring_start / ring_wait   send a buffer to rank+1 and receive one from rank-1,
+                             without blocking, so that compute overlaps the exchange
+    all_reduce_sum           elementwise sum over the ranks, in place
+    all_gather               every rank's buffer, concatenated in rank order
+    broadcast                root's buffer to every rank
+    barrier
+
+Implementations (each fills a Comm):
+    cp/comm_mpi.h            MPI on host memory (the CPU twin)
+    cp/comm_nccl.cuh         NCCL on device memory (the GPU trainer)
+    cp/comm_mpi_staged.cuh   MPI on device memory through host copies, for several
+                             ranks sharing one GPU (NCCL refuses that)
+
+A Comm spans one group of ranks: the CP group of a data-parallel replica (for the
+ring and the token gather) or the whole world (for gradients and the loss). The
+buffers are in whatever memory the implementation works on.
+*/
+#ifndef CP_COMM_H
+#define CP_COMM_H
+
+#include <stddef.h>
+
+typedef enum { COMM_FLOAT, COMM_DOUBLE, COMM_INT32 } CommType;
+
+typedef struct Comm Comm;
+struct Comm {
+    int rank;  // this rank's index in the group
+    int size;  // ranks in the group
+    void *impl; // the implementation's own state
+    // Posts one ring step as a single group: send `bytes` of send_buf to rank+1,
+    // receive `bytes` into recv_buf from rank-1 (both mod size). Returns a handle
+    // for ring_wait; the buffers must not be touched until then.
+    void *(*ring_start)(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes);
+    void (*ring_wait)(Comm *comm, void *exchange);
+    void (*all_reduce_sum)(Comm *comm, void *buf, size_t count, CommType type);
+    // recv_buf holds size * bytes_per_rank bytes, rank i's part at i * bytes_per_rank
+    void (*all_gather)(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank);
+    void (*broadcast)(Comm *comm, void *buf, size_t bytes, int root);
+    void (*barrier)(Comm *comm);
+    void (*destroy)(Comm *comm);
+};
+
+static size_t comm_type_size(CommType type) {
+    switch (type) {
+    case COMM_FLOAT: return sizeof(float);
+    case COMM_DOUBLE: return sizeof(double);
+    case COMM_INT32: return sizeof(int);
+    }
+    return 0;
+}
+
+#endif // CP_COMM_H

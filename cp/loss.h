@@ -1,0 +1,44 @@
+/*
+The loss of a sharded batch.
+
+Each rank holds the per-token losses of its own tokens. The mean loss of the step
+is the sum over every valid target of the global batch (all dp replicas) divided
+by the number of valid targets. The shards of one replica are disjoint and pad
+slots carry the ignore target, so summing every rank's local sum and local count
+counts each real token exactly once.
+*/
+#ifndef CP_LOSS_H
+#define CP_LOSS_H
+
+#include "comm.h"
+#include "../llmc/classifier.h"
+
+typedef struct {
+    double loss_sum;     // sum of the losses of the valid targets
+    double valid_count;  // number of valid targets
+} LossStats;
+
+// losses, targets: (n) local tokens
+static LossStats local_loss_stats(const float *losses, const int *targets, size_t n) {
+    LossStats s = {0.0, 0.0};
+    for (size_t i = 0; i < n; i++) {
+        if (targets[i] == IGNORE_INDEX) { continue; }
+        s.loss_sum += losses[i];
+        s.valid_count += 1.0;
+    }
+    return s;
+}
+
+// Sums the stats over `comm` (the whole world for a training step).
+static LossStats global_loss_stats(Comm *comm, LossStats local) {
+    double buf[2] = {local.loss_sum, local.valid_count};
+    comm->all_reduce_sum(comm, buf, 2, COMM_DOUBLE);
+    LossStats s = {buf[0], buf[1]};
+    return s;
+}
+
+static float mean_loss(LossStats s) {
+    return s.valid_count > 0 ? (float)(s.loss_sum / s.valid_count) : 0.0f;
+}
+
+#endif // CP_LOSS_H

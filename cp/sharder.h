@@ -1,0 +1,247 @@
+/*
+The sharder: splits a batch along time for one CP rank, and brings token tensors
+back to global order. The C translation of NeMo AutoModel's ContextParallelSharder.
+
+A sharder is built per step. Its shard_batch applies the layout (cp/layout.h) to
+the step's batch and records what it learned in a ShardLayout; the token verbs then
+take and give tensors in the caller's coordinates:
+
+    cp_shard_batch    inputs, targets (B, T)  ->  local inputs, targets (B, Tl)
+                      and the layout: global index, position id, document of each
+                      local token
+    cp_shard_tokens   any (B, T) or (B, P) token tensor -> (B, Tl), exactly like
+                      the inputs were sharded
+    cp_gather_tokens  (B, Tl) from every rank -> (B, P) in global order, or (B, T)
+                      with trim
+
+Length rules of the token verbs: a tensor of the original length T is padded with an
+explicit fill, one of the padded length P is sharded as is, any other length is an
+error; before the first cp_shard_batch there is no layout and every token verb
+fails. Errors are returned (CP_OK / CP_ERROR) with the reason in sharder->error, so
+that a caller can report them its own way.
+
+Pad rules: pad slots sit after every real token of the row (their global index is
+>= T), take input token 0 and the ignore target IGNORE_INDEX, so they add
+nothing to the loss or the gradients, and get a position id inside
+[0, max_positions) so the position embedding lookup stays in range.
+*/
+#ifndef CP_SHARDER_H
+#define CP_SHARDER_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "comm.h"
+#include "layout.h"
+#include "../llmc/classifier.h"
+#include "../llmc/utils.h"
+
+
+enum { CP_OK = 0, CP_ERROR = 1 };
+
+// What a shard_batch learned about the layout it applied.
+typedef struct {
+    int B;
+    int original_seq_len; // T: the caller's row length
+    int padded_seq_len;   // P: the row length after padding
+    int local_len;        // Tl = P / cp: tokens per row on this rank
+    int *global_index;    // (B, Tl) index of each local token in its padded row
+    int *original_index;  // (B, Tl) index in the caller's row of length T, -1 for a pad slot
+    int *position;        // (B, Tl) position id for the position embedding, in [0, max_positions)
+    int *document;        // (B, Tl) document id; all 0 when documents are not masked, -1 for pad
+} ShardLayout;
+
+// The sharded batch this rank trains on.
+typedef struct {
+    int *inputs;  // (B, Tl)
+    int *targets; // (B, Tl)
+} LocalBatch;
+
+typedef struct {
+    CpLayoutKind kind;
+    int cp_rank, cp_size;
+    int max_positions;   // the model's max_seq_len
+    int document_token;  // a token that opens a new document (EOT), or -1: one document per row
+    int has_layout;      // set by the first cp_shard_batch
+    ShardLayout layout;
+    LocalBatch local;
+    char error[256];
+} CpSharder;
+
+static void cp_sharder_init(CpSharder *sh, CpLayoutKind kind, int cp_rank, int cp_size,
+                            int max_positions, int document_token) {
+    memset(sh, 0, sizeof(*sh));
+    sh->kind = kind;
+    sh->cp_rank = cp_rank;
+    sh->cp_size = cp_size;
+    sh->max_positions = max_positions;
+    sh->document_token = document_token;
+}
+
+static void cp_sharder_free(CpSharder *sh) {
+    free(sh->layout.global_index);
+    free(sh->layout.original_index);
+    free(sh->layout.position);
+    free(sh->layout.document);
+    free(sh->local.inputs);
+    free(sh->local.targets);
+    memset(&sh->layout, 0, sizeof(sh->layout));
+    memset(&sh->local, 0, sizeof(sh->local));
+    sh->has_layout = 0;
+}
+
+__attribute__((format(printf, 2, 3)))
+static int cp_fail(CpSharder *sh, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(sh->error, sizeof(sh->error), fmt, args);
+    va_end(args);
+    return CP_ERROR;
+}
+
+// Whether (kind, cp, T) is a valid configuration: every rank must own a real token.
+static int cp_check_config(CpSharder *sh, int T) {
+    if (sh->cp_size < 1) { return cp_fail(sh, "cp size %d must be at least 1", sh->cp_size); }
+    if (sh->kind == CP_LAYOUT_IDENTITY && sh->cp_size != 1) {
+        return cp_fail(sh, "layout identity needs cp 1, got cp %d", sh->cp_size);
+    }
+    if (T < 1) { return cp_fail(sh, "sequence length %d must be at least 1", T); }
+    int P = cp_padded_len(sh->kind, T, sh->cp_size);
+    int Tl = P / sh->cp_size;
+    int *indices = (int *)mallocCheck((size_t)Tl * sizeof(int));
+    int empty_rank = -1;
+    for (int r = 0; r < sh->cp_size && empty_rank < 0; r++) {
+        cp_local_indices(sh->kind, P, sh->cp_size, r, indices);
+        int real = 0;
+        for (int i = 0; i < Tl; i++) { real |= indices[i] < T; }
+        if (!real) { empty_rank = r; }
+    }
+    free(indices);
+    if (empty_rank >= 0) {
+        return cp_fail(sh, "sequence length %d with layout %s at cp %d leaves rank %d without a real token",
+                       T, cp_layout_names[sh->kind], sh->cp_size, empty_rank);
+    }
+    return CP_OK;
+}
+
+// Document id of every token of one row: an EOT token opens a new document (llm.c
+// puts EOT before each document), so it belongs to the document it precedes.
+static void cp_row_documents(const int *inputs, int T, int document_token, int *docs) {
+    int doc = 0;
+    for (int t = 0; t < T; t++) {
+        if (document_token >= 0 && inputs[t] == document_token && t > 0) { doc++; }
+        docs[t] = doc;
+    }
+}
+
+// Applies the layout to the batch: records the ShardLayout and fills sh->local.
+// inputs, targets: (B, T)
+static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, int B, int T) {
+    if (cp_check_config(sh, T) != CP_OK) { return CP_ERROR; }
+    cp_sharder_free(sh);
+    int P = cp_padded_len(sh->kind, T, sh->cp_size);
+    int Tl = P / sh->cp_size;
+    ShardLayout *lay = &sh->layout;
+    lay->B = B;
+    lay->original_seq_len = T;
+    lay->padded_seq_len = P;
+    lay->local_len = Tl;
+    size_t n = (size_t)B * Tl;
+    lay->global_index = (int *)mallocCheck(n * sizeof(int));
+    lay->original_index = (int *)mallocCheck(n * sizeof(int));
+    lay->position = (int *)mallocCheck(n * sizeof(int));
+    lay->document = (int *)mallocCheck(n * sizeof(int));
+    sh->local.inputs = (int *)mallocCheck(n * sizeof(int));
+    sh->local.targets = (int *)mallocCheck(n * sizeof(int));
+    int *row_docs = (int *)mallocCheck((size_t)T * sizeof(int));
+    int *rank_indices = (int *)mallocCheck((size_t)Tl * sizeof(int));
+    cp_local_indices(sh->kind, P, sh->cp_size, sh->cp_rank, rank_indices);
+    for (int b = 0; b < B; b++) {
+        cp_row_documents(inputs + (size_t)b * T, T, sh->document_token, row_docs);
+        for (int i = 0; i < Tl; i++) {
+            size_t li = (size_t)b * Tl + i;
+            int g = rank_indices[i];
+            int real = g < T;
+            lay->global_index[li] = g;
+            lay->original_index[li] = real ? g : -1;
+            lay->position[li] = g < sh->max_positions ? g : sh->max_positions - 1;
+            lay->document[li] = real ? row_docs[g] : (sh->document_token >= 0 ? -1 : 0);
+            sh->local.inputs[li] = real ? inputs[(size_t)b * T + g] : 0;
+            sh->local.targets[li] = real ? targets[(size_t)b * T + g] : IGNORE_INDEX;
+        }
+    }
+    free(row_docs);
+    free(rank_indices);
+    sh->has_layout = 1;
+    return CP_OK;
+}
+
+// Shards a token tensor like the batch was sharded.
+// x: (B, len) of elem_size-byte elements, len = T (padded with *fill) or P
+// out: (B, Tl)
+static int cp_shard_tokens(CpSharder *sh, const void *x, size_t elem_size, int B, int len,
+                           const void *fill, void *out) {
+    if (!sh->has_layout) { return cp_fail(sh, "shard_tokens before shard_batch: no layout yet"); }
+    const ShardLayout *lay = &sh->layout;
+    if (B != lay->B) { return cp_fail(sh, "shard_tokens: batch size %d, the layout has %d", B, lay->B); }
+    int T = lay->original_seq_len, P = lay->padded_seq_len;
+    int padded_input = (len == P); // already in padded coordinates
+    if (!padded_input && len != T) {
+        return cp_fail(sh, "shard_tokens: length %d is neither the original length %d nor the padded length %d",
+                       len, T, P);
+    }
+    if (!padded_input && fill == NULL) {
+        return cp_fail(sh, "shard_tokens: a tensor of the original length %d needs a fill for its %d pad slots",
+                       T, P - T);
+    }
+    const char *src = (const char *)x;
+    char *dst = (char *)out;
+    for (int b = 0; b < B; b++) {
+        for (int i = 0; i < lay->local_len; i++) {
+            size_t li = (size_t)b * lay->local_len + i;
+            int g = lay->global_index[li];
+            int o = lay->original_index[li];
+            const void *elem;
+            if (padded_input) { elem = src + ((size_t)b * P + g) * elem_size; }
+            else if (o >= 0) { elem = src + ((size_t)b * T + o) * elem_size; }
+            else { elem = fill; }
+            memcpy(dst + li * elem_size, elem, elem_size);
+        }
+    }
+    return CP_OK;
+}
+
+// Gathers the local (B, Tl) shards of the CP group back to global order:
+// out is (B, P) by global index, or with trim (B, T) in the caller's coordinates.
+static int cp_gather_tokens(CpSharder *sh, Comm *comm, const void *local, size_t elem_size, int trim, void *out) {
+    if (!sh->has_layout) { return cp_fail(sh, "gather_tokens before shard_batch: no layout yet"); }
+    if (comm->size != sh->cp_size) {
+        return cp_fail(sh, "gather_tokens: the group has %d ranks, the layout %d", comm->size, sh->cp_size);
+    }
+    const ShardLayout *lay = &sh->layout;
+    int B = lay->B, Tl = lay->local_len;
+    int row_len = trim ? lay->original_seq_len : lay->padded_seq_len;
+    size_t n = (size_t)B * Tl;
+    // where each local token goes: its original index when trimming, else its global one
+    const int *targets_of_local = trim ? lay->original_index : lay->global_index;
+    int *all_index = (int *)mallocCheck(n * comm->size * sizeof(int));
+    char *all_data = (char *)mallocCheck(n * comm->size * elem_size);
+    comm->all_gather(comm, targets_of_local, all_index, n * sizeof(int));
+    comm->all_gather(comm, local, all_data, n * elem_size);
+    char *dst = (char *)out;
+    for (int r = 0; r < comm->size; r++) {
+        for (int b = 0; b < B; b++) {
+            for (int i = 0; i < Tl; i++) {
+                size_t gi = (size_t)r * n + (size_t)b * Tl + i;
+                int where = all_index[gi];
+                if (where < 0) { continue; } // a pad slot, trimmed away
+                memcpy(dst + ((size_t)b * row_len + where) * elem_size, all_data + gi * elem_size, elem_size);
+            }
+        }
+    }
+    free(all_index);
+    free(all_data);
+    return CP_OK;
+}
+
+#endif // CP_SHARDER_H

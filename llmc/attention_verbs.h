@@ -1,0 +1,19 @@
+/*
+The attention verbs: the one place where tokens meet other tokens, so the one
+layer the model does not compute itself. Whoever splits the sequence supplies
+them (cp/ring_attention.h over the ranks of a CP group; with one rank it is plain
+causal attention). T below is the number of tokens this rank holds.
+*/
+#ifndef LLMC_ATTENTION_VERBS_H
+#define LLMC_ATTENTION_VERBS_H
+
+typedef struct {
+    void *ctx;
+    // out: (B, T, C)   lse: (B, NH, T) log-sum-exp of each query row   qkv: (B, T, 3C)
+    void (*forward)(void *ctx, float *out, float *lse, const float *qkv);
+    // dqkv: (B, T, 3C), overwritten   dout, out: (B, T, C)   lse: (B, NH, T)
+    void (*backward)(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                     const float *lse);
+} AttentionVerbs;
+
+#endif // LLMC_ATTENTION_VERBS_H

@@ -1,0 +1,158 @@
+/*
+The data loader: llm.c token files, read in order.
+
+A token file ("shard"): 256 int32 header, [0] = 20240520, [1] = 1, [2] = ntok,
+then ntok uint16 tokens; its size is exactly 1024 + 2 * ntok bytes. A glob pattern
+names the shards; they are read in sorted order and the loader wraps around
+after the last one.
+
+At every step data-parallel replica k of dp reads the window of B*T+1 tokens that
+starts k*B*T tokens into the step's span of dp*B*T tokens. Every CP rank of a
+replica reads the same window; the sharder then keeps each rank's part. Inputs are
+tokens [0, B*T) of the window and targets tokens [1, B*T+1): the targets are
+shifted here, before sharding, so no rank needs its neighbour's first token.
+*/
+#ifndef LLMC_DATALOADER_H
+#define LLMC_DATALOADER_H
+
+#include <glob.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include "utils.h"
+
+#define TOKENS_MAGIC 20240520
+#define TOKENS_VERSION 1
+#define TOKENS_HEADER_BYTES (256 * sizeof(int))
+
+typedef struct {
+    int B, T;
+    int dp_rank, dp_size;
+    int vocab_size;
+    glob_t files;
+    size_t shard_index;    // the shard being read
+    size_t position;       // start of this step's span, in tokens of the shard
+    size_t shard_tokens;   // tokens in the current shard
+    size_t total_tokens;   // tokens in all shards
+    size_t epoch_steps;    // steps in one pass over all shards
+    FILE *fp;
+    uint16_t *window;      // (B*T + 1)
+    int *inputs;           // (B, T)
+    int *targets;          // (B, T)
+} DataLoader;
+
+// Validates a shard: header, exact size, every token below the vocabulary size.
+// Returns the number of tokens. Every rank opens the same shards, so a bad file is
+// an error every rank sees.
+static size_t tokens_file_validate(const char *path, int vocab_size) {
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) { fatal_everywhere("cannot open token file '%s'", path); }
+    long size = file_size_of(fp, path);
+    int header[256];
+    if (size < (long)TOKENS_HEADER_BYTES) {
+        fatal_everywhere("token file '%s': %ld bytes, shorter than its %zu-byte header", path, size, TOKENS_HEADER_BYTES);
+    }
+    freadCheck(header, sizeof(int), 256, fp, path);
+    if (header[0] != TOKENS_MAGIC) {
+        fatal_everywhere("token file '%s': bad magic %d (expected %d)", path, header[0], TOKENS_MAGIC);
+    }
+    if (header[1] != TOKENS_VERSION) {
+        fatal_everywhere("token file '%s': version %d, only %d is supported", path, header[1], TOKENS_VERSION);
+    }
+    if (header[2] < 0) { fatal_everywhere("token file '%s': negative token count %d", path, header[2]); }
+    size_t ntok = (size_t)header[2];
+    long expected = (long)TOKENS_HEADER_BYTES + 2 * (long)ntok;
+    if (size != expected) {
+        fatal_everywhere("token file '%s': %ld bytes, but its header promises %zu tokens (%ld bytes)",
+                         path, size, ntok, expected);
+    }
+    uint16_t chunk[4096];
+    size_t done = 0;
+    while (done < ntok) {
+        size_t n = ntok - done < 4096 ? ntok - done : 4096;
+        freadCheck(chunk, sizeof(uint16_t), n, fp, path);
+        for (size_t i = 0; i < n; i++) {
+            if (chunk[i] >= vocab_size) {
+                fatal_everywhere("token file '%s': token %u at index %zu is not below the vocabulary size %d",
+                                 path, chunk[i], done + i, vocab_size);
+            }
+        }
+        done += n;
+    }
+    fclose(fp);
+    return ntok;
+}
+
+static void dataloader_open_shard(DataLoader *dl, size_t index) {
+    if (dl->fp) { fclose(dl->fp); }
+    const char *path = dl->files.gl_pathv[index];
+    dl->fp = fopenCheck(path, "rb");
+    int header[256];
+    freadCheck(header, sizeof(int), 256, dl->fp, path);
+    dl->shard_index = index;
+    dl->shard_tokens = (size_t)header[2];
+    dl->position = 0;
+}
+
+// pattern: a glob; what: the flag that named it, for messages
+static void dataloader_init(DataLoader *dl, const char *pattern, const char *what, int B, int T,
+                            int dp_rank, int dp_size, int vocab_size) {
+    memset(dl, 0, sizeof(*dl));
+    dl->B = B; dl->T = T;
+    dl->dp_rank = dp_rank; dl->dp_size = dp_size;
+    dl->vocab_size = vocab_size;
+    if (glob(pattern, 0, NULL, &dl->files) != 0 || dl->files.gl_pathc == 0) {
+        fatal_everywhere("%s '%s': no file matches", what, pattern);
+    }
+    size_t span = (size_t)dp_size * B * T + 1;
+    for (size_t i = 0; i < dl->files.gl_pathc; i++) {
+        const char *path = dl->files.gl_pathv[i];
+        size_t ntok = tokens_file_validate(path, vocab_size);
+        if (ntok < span) {
+            fatal_everywhere("token file '%s': %zu tokens, fewer than one step needs (dp %d x B %d x T %d + 1 = %zu)",
+                             path, ntok, dp_size, B, T, span);
+        }
+        dl->total_tokens += ntok;
+        // a shard serves whole spans, with one token to spare for the last target
+        dl->epoch_steps += (ntok - 1) / (span - 1);
+    }
+    dl->window = (uint16_t *)mallocCheck(((size_t)B * T + 1) * sizeof(uint16_t));
+    dl->inputs = (int *)mallocCheck((size_t)B * T * sizeof(int));
+    dl->targets = (int *)mallocCheck((size_t)B * T * sizeof(int));
+    dataloader_open_shard(dl, 0);
+}
+
+static void dataloader_reset(DataLoader *dl) {
+    dataloader_open_shard(dl, 0);
+}
+
+// Loads the next step's window into inputs and targets.
+static void dataloader_next_batch(DataLoader *dl) {
+    size_t BT = (size_t)dl->B * dl->T;
+    size_t span = (size_t)dl->dp_size * BT;
+    if (dl->position + span + 1 > dl->shard_tokens) {
+        dataloader_open_shard(dl, (dl->shard_index + 1) % dl->files.gl_pathc);
+    }
+    const char *path = dl->files.gl_pathv[dl->shard_index];
+    size_t start = dl->position + (size_t)dl->dp_rank * BT;
+    if (fseek(dl->fp, (long)(TOKENS_HEADER_BYTES + start * sizeof(uint16_t)), SEEK_SET) != 0) {
+        fatal("cannot seek in token file '%s'", path);
+    }
+    freadCheck(dl->window, sizeof(uint16_t), BT + 1, dl->fp, path);
+    for (size_t i = 0; i < BT; i++) {
+        dl->inputs[i] = dl->window[i];
+        dl->targets[i] = dl->window[i + 1];
+    }
+    dl->position += span;
+}
+
+static void dataloader_free(DataLoader *dl) {
+    if (dl->fp) { fclose(dl->fp); }
+    globfree(&dl->files);
+    free(dl->window);
+    free(dl->inputs);
+    free(dl->targets);
+    memset(dl, 0, sizeof(*dl));
+}
+
+#endif // LLMC_DATALOADER_H

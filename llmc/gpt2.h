@@ -1,0 +1,459 @@
+/*
+GPT-2, exactly as llm.c defines it: tied token embedding and lm head, learned
+position embedding, pre-layernorm blocks (eps 1e-5), tanh-GELU MLP, vocabulary
+padded to Vp for fast matmuls. CPU, fp32, OpenMP.
+
+The model knows nothing about ranks. A forward pass gets the tokens it holds,
+the position id of each token and the attention verbs; whoever splits the
+sequence (cp/) chooses what those are. Every activation is sized by the tokens
+this rank holds, T here, so activation memory scales with the local share.
+
+The backward pass needs a gradient only for the residual stream and a few
+scratch buffers that every layer reuses, like llm.c's GPU trainer.
+*/
+#ifndef LLMC_GPT2_H
+#define LLMC_GPT2_H
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+#include "adamw.h"
+#include "attention_verbs.h"
+#include "classifier.h"
+#include "encoder.h"
+#include "gelu.h"
+#include "layernorm.h"
+#include "matmul.h"
+#include "rand.h"
+#include "residual.h"
+#include "utils.h"
+
+#define CHECKPOINT_MAGIC 20240326
+#define CHECKPOINT_VERSION_FP32 3
+#define CHECKPOINT_VERSION_BF16 5
+#define GPT2_EOT 50256
+
+typedef struct {
+    int max_seq_len;       // maxT, e.g. 1024
+    int vocab_size;        // V, e.g. 50257
+    int padded_vocab_size; // Vp, e.g. 50304
+    int num_layers;        // L
+    int num_heads;         // NH
+    int channels;          // C
+} GPT2Config;
+
+// ----------------------------------------------------------------------------
+// parameters
+
+#define NUM_PARAMETER_TENSORS 16
+typedef struct {
+    float *wte;      // (Vp, C)
+    float *wpe;      // (maxT, C)
+    float *ln1w;     // (L, C)
+    float *ln1b;     // (L, C)
+    float *qkvw;     // (L, 3C, C)
+    float *qkvb;     // (L, 3C)
+    float *attprojw; // (L, C, C)
+    float *attprojb; // (L, C)
+    float *ln2w;     // (L, C)
+    float *ln2b;     // (L, C)
+    float *fcw;      // (L, 4C, C)
+    float *fcb;      // (L, 4C)
+    float *fcprojw;  // (L, C, 4C)
+    float *fcprojb;  // (L, C)
+    float *lnfw;     // (C)
+    float *lnfb;     // (C)
+} ParameterTensors;
+
+
+// weight decay applies to the 2-D tensors: the embeddings and the matmul weights
+static int parameter_is_2d(int i) {
+    return i == 0 || i == 1 || i == 4 || i == 6 || i == 10 || i == 12;
+}
+
+static void fill_in_parameter_sizes(size_t *sizes, GPT2Config c) {
+    size_t C = c.channels, L = c.num_layers;
+    sizes[0] = (size_t)c.padded_vocab_size * C;
+    sizes[1] = (size_t)c.max_seq_len * C;
+    sizes[2] = L * C;
+    sizes[3] = L * C;
+    sizes[4] = L * 3 * C * C;
+    sizes[5] = L * 3 * C;
+    sizes[6] = L * C * C;
+    sizes[7] = L * C;
+    sizes[8] = L * C;
+    sizes[9] = L * C;
+    sizes[10] = L * 4 * C * C;
+    sizes[11] = L * 4 * C;
+    sizes[12] = L * C * 4 * C;
+    sizes[13] = L * C;
+    sizes[14] = C;
+    sizes[15] = C;
+}
+
+// points the tensors of `params` into one buffer of all parameters
+static void point_parameters(ParameterTensors *params, float *memory, const size_t *sizes) {
+    float **ptrs[NUM_PARAMETER_TENSORS] = {
+        &params->wte, &params->wpe, &params->ln1w, &params->ln1b, &params->qkvw, &params->qkvb,
+        &params->attprojw, &params->attprojb, &params->ln2w, &params->ln2b, &params->fcw, &params->fcb,
+        &params->fcprojw, &params->fcprojb, &params->lnfw, &params->lnfb};
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        *(ptrs[i]) = memory;
+        memory += sizes[i];
+    }
+}
+
+// ----------------------------------------------------------------------------
+// activations, for B rows of T local tokens
+
+#define NUM_ACTIVATION_TENSORS 20
+typedef struct {
+    float *encoded;   // (B, T, C)
+    float *ln1;       // (L, B, T, C)
+    float *ln1_mean;  // (L, B, T)
+    float *ln1_rstd;  // (L, B, T)
+    float *qkv;       // (L, B, T, 3C)
+    float *atty;      // (L, B, T, C)
+    float *att_lse;   // (L, B, NH, T) log-sum-exp of each query's attention row
+    float *attproj;   // (L, B, T, C)
+    float *residual2; // (L, B, T, C)
+    float *ln2;       // (L, B, T, C)
+    float *ln2_mean;  // (L, B, T)
+    float *ln2_rstd;  // (L, B, T)
+    float *fch;       // (L, B, T, 4C)
+    float *fch_gelu;  // (L, B, T, 4C)
+    float *fcproj;    // (L, B, T, C)
+    float *residual3; // (L, B, T, C)
+    float *lnf;       // (B, T, C)
+    float *lnf_mean;  // (B, T)
+    float *lnf_rstd;  // (B, T)
+    float *logits;    // (B, T, Vp): logits, then probabilities, then their gradient
+    float *losses;    // (B, T) per-token loss, 0 for ignored targets
+    // backward scratch, reused by every layer
+    float *dresidual; // (B, T, C) gradient of the residual stream
+    float *dbtc;      // (B, T, C)
+    float *dbt4c;     // (B, T, 4C), also holds dqkv (B, T, 3C)
+} ActivationTensors;
+
+typedef struct {
+    int B, T;
+    size_t num_floats;
+    float *memory;
+    ActivationTensors t;
+} Activations;
+
+static void activations_init(Activations *acts, GPT2Config c, int B, int T) {
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    size_t sizes[] = {
+        BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C, L * B * NH * T, L * BT * C,
+        L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C, L * BT * 4 * C, L * BT * C, L * BT * C,
+        BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C};
+    ActivationTensors *t = &acts->t;
+    float **ptrs[] = {
+        &t->encoded, &t->ln1, &t->ln1_mean, &t->ln1_rstd, &t->qkv, &t->atty, &t->att_lse, &t->attproj,
+        &t->residual2, &t->ln2, &t->ln2_mean, &t->ln2_rstd, &t->fch, &t->fch_gelu, &t->fcproj, &t->residual3,
+        &t->lnf, &t->lnf_mean, &t->lnf_rstd, &t->logits, &t->losses, &t->dresidual, &t->dbtc, &t->dbt4c};
+    int n = (int)(sizeof(sizes) / sizeof(sizes[0]));
+    acts->B = B;
+    acts->T = T;
+    acts->num_floats = 0;
+    for (int i = 0; i < n; i++) { acts->num_floats += sizes[i]; }
+    acts->memory = (float *)callocCheck(acts->num_floats, sizeof(float));
+    float *p = acts->memory;
+    for (int i = 0; i < n; i++) {
+        *(ptrs[i]) = p;
+        p += sizes[i];
+    }
+}
+
+static void activations_free(Activations *acts) {
+    free(acts->memory);
+    memset(acts, 0, sizeof(*acts));
+}
+
+// ----------------------------------------------------------------------------
+// the model
+
+typedef struct {
+    GPT2Config config;
+    size_t param_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_parameters;
+    ParameterTensors params;
+    float *params_memory;
+    ParameterTensors grads;
+    float *grads_memory;
+    float *m_memory; // AdamW first moment
+    float *v_memory; // AdamW second moment
+} GPT2;
+
+static void gpt2_allocate(GPT2 *model, GPT2Config config) {
+    model->config = config;
+    fill_in_parameter_sizes(model->param_sizes, config);
+    model->num_parameters = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    size_t n = model->num_parameters;
+    model->params_memory = (float *)callocCheck(n, sizeof(float));
+    model->grads_memory = (float *)callocCheck(n, sizeof(float));
+    model->m_memory = (float *)callocCheck(n, sizeof(float));
+    model->v_memory = (float *)callocCheck(n, sizeof(float));
+    point_parameters(&model->params, model->params_memory, model->param_sizes);
+    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+}
+
+static void gpt2_free(GPT2 *model) {
+    free(model->params_memory);
+    free(model->grads_memory);
+    free(model->m_memory);
+    free(model->v_memory);
+    memset(model, 0, sizeof(*model));
+}
+
+// llm.c's model sizes for -e dN: the GPT-2 family at depths 6..48, otherwise
+// 64 channels per layer with one head per 64 channels.
+static GPT2Config gpt2_config_for_depth(int depth) {
+    GPT2Config c;
+    c.max_seq_len = 1024;
+    c.vocab_size = 50257;
+    c.padded_vocab_size = 50304;
+    c.num_layers = depth;
+    switch (depth) {
+    case 6: c.channels = 384; c.num_heads = 6; break;
+    case 12: c.channels = 768; c.num_heads = 12; break;
+    case 24: c.channels = 1024; c.num_heads = 16; break;
+    case 36: c.channels = 1280; c.num_heads = 20; break;
+    case 48: c.channels = 1600; c.num_heads = 25; break;
+    default: c.channels = 64 * depth; c.num_heads = depth; break;
+    }
+    return c;
+}
+
+// GPT-2's initialisation: weights N(0, 0.02), the two projections into the
+// residual stream scaled by 1/sqrt(2L), biases 0, layernorm weights 1. The padded
+// vocabulary rows stay 0. Same seed on every rank, same weights.
+static void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed) {
+    gpt2_allocate(model, config);
+    Rng rng;
+    rng_seed(&rng, seed);
+    ParameterTensors *p = &model->params;
+    size_t C = config.channels, L = config.num_layers;
+    float residual_std = 0.02f / sqrtf(2.0f * L);
+    rng_normal(&rng, p->wte, (size_t)config.vocab_size * C, 0.0f, 0.02f);
+    rng_normal(&rng, p->wpe, model->param_sizes[1], 0.0f, 0.02f);
+    rng_normal(&rng, p->qkvw, model->param_sizes[4], 0.0f, 0.02f);
+    rng_normal(&rng, p->attprojw, model->param_sizes[6], 0.0f, residual_std);
+    rng_normal(&rng, p->fcw, model->param_sizes[10], 0.0f, 0.02f);
+    rng_normal(&rng, p->fcprojw, model->param_sizes[12], 0.0f, residual_std);
+    for (size_t i = 0; i < L * C; i++) { p->ln1w[i] = 1.0f; p->ln2w[i] = 1.0f; }
+    for (size_t i = 0; i < C; i++) { p->lnfw[i] = 1.0f; }
+}
+
+// Checks a model configuration read from a file or built from flags.
+static void gpt2_validate_config(GPT2Config c, const char *source) {
+    if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.channels <= 0) {
+        fatal_everywhere("%s: every size must be positive (maxT %d, V %d, L %d, NH %d, C %d)", source,
+                         c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels);
+    }
+    if (c.padded_vocab_size < c.vocab_size) {
+        fatal_everywhere("%s: padded vocabulary %d is smaller than the vocabulary %d", source,
+                         c.padded_vocab_size, c.vocab_size);
+    }
+    if (c.channels % c.num_heads != 0) {
+        fatal_everywhere("%s: channels %d are not divisible by heads %d", source, c.channels, c.num_heads);
+    }
+    if (c.vocab_size > 65536) {
+        fatal_everywhere("%s: vocabulary %d does not fit the uint16 token files", source, c.vocab_size);
+    }
+}
+
+// Reads an llm.c fp32 checkpoint: 256 int32 header ([0] magic, [1] version, [2]
+// maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp), then the parameters in order.
+static void gpt2_load_checkpoint(GPT2 *model, const char *path) {
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) { fatal_everywhere("cannot open checkpoint '%s'", path); }
+    long size = file_size_of(fp, path);
+    int header[256];
+    if (size < (long)sizeof(header)) {
+        fatal_everywhere("checkpoint '%s': %ld bytes, shorter than its header", path, size);
+    }
+    freadCheck(header, sizeof(int), 256, fp, path);
+    if (header[0] != CHECKPOINT_MAGIC) {
+        fatal_everywhere("checkpoint '%s': bad magic %d (expected %d)", path, header[0], CHECKPOINT_MAGIC);
+    }
+    if (header[1] == CHECKPOINT_VERSION_BF16) {
+        fatal_everywhere("checkpoint '%s': version 5 is bf16; this trainer reads fp32 checkpoints (version 3)", path);
+    }
+    if (header[1] != CHECKPOINT_VERSION_FP32) {
+        fatal_everywhere("checkpoint '%s': version %d, only %d (fp32) is supported", path, header[1], CHECKPOINT_VERSION_FP32);
+    }
+    GPT2Config c;
+    c.max_seq_len = header[2];
+    c.vocab_size = header[3];
+    c.num_layers = header[4];
+    c.num_heads = header[5];
+    c.channels = header[6];
+    c.padded_vocab_size = header[7];
+    char source[1100];
+    snprintf(source, sizeof(source), "checkpoint '%s'", path);
+    gpt2_validate_config(c, source);
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    fill_in_parameter_sizes(sizes, c);
+    size_t n = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    long expected = (long)sizeof(header) + (long)(n * sizeof(float));
+    if (size != expected) {
+        fatal_everywhere("checkpoint '%s': %ld bytes, but its header describes %zu parameters (%ld bytes)",
+                         path, size, n, expected);
+    }
+    gpt2_allocate(model, c);
+    freadCheck(model->params_memory, sizeof(float), n, fp, path);
+    fclose(fp);
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(model->params_memory[i])) {
+            fatal_everywhere("checkpoint '%s': parameter %zu is not a finite number", path, i);
+        }
+    }
+}
+
+static void gpt2_write_checkpoint_header(const GPT2 *model, int header[256]) {
+    memset(header, 0, 256 * sizeof(int));
+    header[0] = CHECKPOINT_MAGIC;
+    header[1] = CHECKPOINT_VERSION_FP32;
+    header[2] = model->config.max_seq_len;
+    header[3] = model->config.vocab_size;
+    header[4] = model->config.num_layers;
+    header[5] = model->config.num_heads;
+    header[6] = model->config.channels;
+    header[7] = model->config.padded_vocab_size;
+}
+
+static void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
+    int header[256];
+    gpt2_write_checkpoint_header(model, header);
+    FILE *fp = fopenCheck(path, "wb");
+    fwriteCheck(header, sizeof(int), 256, fp, path);
+    fwriteCheck(model->params_memory, sizeof(float), model->num_parameters, fp, path);
+    fcloseCheck(fp, path);
+}
+
+// ----------------------------------------------------------------------------
+// forward, backward, update
+
+// Computes the activations of B rows of T local tokens. With targets, also the
+// per-token losses (acts->t.losses) and the probabilities (acts->t.logits).
+// inputs, positions, targets: (B, T); targets may be NULL (inference)
+static void gpt2_forward(GPT2 *model, Activations *acts, const int *inputs, const int *positions,
+                         const int *targets, const AttentionVerbs *attn) {
+    GPT2Config c = model->config;
+    int B = acts->B, T = acts->T;
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    ParameterTensors p = model->params;
+    ActivationTensors a = acts->t;
+    encoder_forward(a.encoded, inputs, positions, p.wte, p.wpe, B, T, C);
+    for (size_t l = 0; l < L; l++) {
+        float *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+        float *ln1 = a.ln1 + l * BT * C;
+        float *qkv = a.qkv + l * BT * 3 * C;
+        float *atty = a.atty + l * BT * C;
+        float *attproj = a.attproj + l * BT * C;
+        float *residual2 = a.residual2 + l * BT * C;
+        float *ln2 = a.ln2 + l * BT * C;
+        float *fch = a.fch + l * BT * 4 * C;
+        float *fch_gelu = a.fch_gelu + l * BT * 4 * C;
+        float *fcproj = a.fcproj + l * BT * C;
+        layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual,
+                          p.ln1w + l * C, p.ln1b + l * C, B, T, C);
+        matmul_forward(qkv, ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
+        attn->forward(attn->ctx, atty, a.att_lse + l * B * NH * T, qkv);
+        matmul_forward(attproj, atty, p.attprojw + l * C * C, p.attprojb + l * C, B, T, C, C);
+        residual_forward(residual2, residual, attproj, BT * C);
+        layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2,
+                          p.ln2w + l * C, p.ln2b + l * C, B, T, C);
+        matmul_forward(fch, ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
+        gelu_forward(fch_gelu, fch, BT * 4 * C);
+        matmul_forward(fcproj, fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
+        residual_forward(a.residual3 + l * BT * C, residual2, fcproj, BT * C);
+    }
+    float *last = a.residual3 + (L - 1) * BT * C;
+    layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, B, T, C);
+    matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);
+    if (targets != NULL) {
+        softmax_crossentropy_forward(a.logits, a.losses, targets, B, T, c.vocab_size, Vp);
+    }
+}
+
+static void gpt2_zero_grad(GPT2 *model) {
+    memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
+}
+
+// Accumulates the gradient of (sum of this rank's token losses) * dloss into the
+// parameter gradients. dloss = 1 / (valid targets in the global batch), so that
+// summing the gradients of all ranks gives the gradient of the mean loss.
+// Needs the forward pass with targets just before.
+static void gpt2_backward(GPT2 *model, Activations *acts, const int *inputs, const int *positions,
+                          const int *targets, float dloss, const AttentionVerbs *attn) {
+    GPT2Config c = model->config;
+    int B = acts->B, T = acts->T;
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    ParameterTensors p = model->params;
+    ParameterTensors g = model->grads;
+    ActivationTensors a = acts->t;
+    // the lm head and the final layernorm
+    softmax_crossentropy_backward(a.logits, targets, dloss, B, T, Vp);
+    memset(a.dbtc, 0, BT * C * sizeof(float));
+    matmul_backward(a.dbtc, g.wte, NULL, a.logits, a.lnf, p.wte, B, T, C, Vp);
+    memset(a.dresidual, 0, BT * C * sizeof(float));
+    float *last = a.residual3 + (L - 1) * BT * C;
+    layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbtc, last, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
+    // the blocks, last to first; dresidual is the gradient of each block's output,
+    // and both branches of a residual add receive it unchanged
+    for (int l = (int)L - 1; l >= 0; l--) {
+        float *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+        float *ln1 = a.ln1 + l * BT * C;
+        float *qkv = a.qkv + l * BT * 3 * C;
+        float *atty = a.atty + l * BT * C;
+        float *residual2 = a.residual2 + l * BT * C;
+        float *ln2 = a.ln2 + l * BT * C;
+        float *fch = a.fch + l * BT * 4 * C;
+        float *fch_gelu = a.fch_gelu + l * BT * 4 * C;
+        float *dfch = a.dbt4c;  // (B, T, 4C)
+        float *dqkv = a.dbt4c;  // (B, T, 3C), once the MLP is done with the buffer
+        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+        memset(dfch, 0, BT * 4 * C * sizeof(float));
+        matmul_backward(dfch, g.fcprojw + l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
+                        p.fcprojw + l * C * 4 * C, B, T, 4 * C, C);
+        gelu_backward(dfch, fch, dfch, BT * 4 * C);
+        memset(a.dbtc, 0, BT * C * sizeof(float));
+        matmul_backward(a.dbtc, g.fcw + l * 4 * C * C, g.fcb + l * 4 * C, dfch, ln2, p.fcw + l * 4 * C * C,
+                        B, T, C, 4 * C);
+        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbtc, residual2, p.ln2w + l * C,
+                           a.ln2_mean + l * BT, a.ln2_rstd + l * BT, B, T, C);
+        // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+        memset(a.dbtc, 0, BT * C * sizeof(float));
+        matmul_backward(a.dbtc, g.attprojw + l * C * C, g.attprojb + l * C, a.dresidual, atty,
+                        p.attprojw + l * C * C, B, T, C, C);
+        attn->backward(attn->ctx, dqkv, a.dbtc, qkv, atty, a.att_lse + l * B * NH * T);
+        memset(a.dbtc, 0, BT * C * sizeof(float));
+        matmul_backward(a.dbtc, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1, p.qkvw + l * 3 * C * C,
+                        B, T, C, 3 * C);
+        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, residual, p.ln1w + l * C,
+                           a.ln1_mean + l * BT, a.ln1_rstd + l * BT, B, T, C);
+    }
+    encoder_backward(g.wte, g.wpe, a.dresidual, inputs, positions, B, T, C);
+}
+
+// AdamW over every tensor, weight decay on the 2-D ones. t counts from 1.
+static void gpt2_update(GPT2 *model, float lr, float weight_decay, float grad_scale, int t) {
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = model->param_sizes[i];
+        float wd = parameter_is_2d(i) ? weight_decay : 0.0f;
+        adamw_update(model->params_memory + offset, model->grads_memory + offset, model->m_memory + offset,
+                     model->v_memory + offset, n, lr, wd, grad_scale, t);
+        offset += n;
+    }
+}
+
+#endif // LLMC_GPT2_H
