@@ -24,6 +24,13 @@ layout is named here: the ranges come from the indices alone.
 
 #define RING_SUBBLOCKS 2
 
+// the same functions serve the CPU loops and the CUDA kernels
+#ifdef __CUDACC__
+#define CP_HOST_DEVICE __host__ __device__
+#else
+#define CP_HOST_DEVICE
+#endif
+
 typedef enum { BLOCK_SKIP = 0, BLOCK_FULL = 1, BLOCK_MASKED = 2 } BlockVisibility;
 
 typedef struct {
@@ -33,7 +40,7 @@ typedef struct {
 } SubBlock;
 
 // sub-block s of a block of T tokens: [s*T/n, (s+1)*T/n)
-static SubBlock sub_block_of(const int *index, const int *document, int T, int s) {
+CP_HOST_DEVICE static SubBlock sub_block_of(const int *index, const int *document, int T, int s) {
     SubBlock sb;
     sb.start = s * T / RING_SUBBLOCKS;
     sb.end = (s + 1) * T / RING_SUBBLOCKS;
@@ -48,7 +55,7 @@ static SubBlock sub_block_of(const int *index, const int *document, int T, int s
     return sb;
 }
 
-static BlockVisibility block_visibility(const SubBlock *q, const SubBlock *k) {
+CP_HOST_DEVICE static BlockVisibility block_visibility(const SubBlock *q, const SubBlock *k) {
     if (q->end == q->start || k->end == k->start) { return BLOCK_SKIP; }
     if (q->index_hi < k->index_lo) { return BLOCK_SKIP; } // every key lies after every query
     if (q->doc_hi < k->doc_lo || k->doc_hi < q->doc_lo) { return BLOCK_SKIP; } // no document in common
@@ -57,13 +64,13 @@ static BlockVisibility block_visibility(const SubBlock *q, const SubBlock *k) {
     return BLOCK_MASKED;
 }
 
-static int pair_visible(int q_index, int q_doc, int k_index, int k_doc) {
+CP_HOST_DEVICE static int pair_visible(int q_index, int q_doc, int k_index, int k_doc) {
     return k_index <= q_index && k_doc == q_doc;
 }
 
 // The visibility of every (query sub-block, key sub-block) pair of one row.
 // vis: (RING_SUBBLOCKS, RING_SUBBLOCKS), [query sub-block][key sub-block]
-static void block_visibility_table(const int *q_index, const int *q_doc, const int *k_index, const int *k_doc,
+CP_HOST_DEVICE static void block_visibility_table(const int *q_index, const int *q_doc, const int *k_index, const int *k_doc,
                                    int T, BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS],
                                    SubBlock qs[RING_SUBBLOCKS], SubBlock ks[RING_SUBBLOCKS]) {
     for (int s = 0; s < RING_SUBBLOCKS; s++) {
