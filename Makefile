@@ -55,5 +55,9 @@ test:
 run:
 	bash scripts/run_default.sh
 
+# dev tool: which tokens each CP rank owns and its attention work (no MPI needed)
+cp_layout: dev/cp_layout.c $(DEPS)
+	$(CC) -O2 -Wall -Wextra -Wno-unused-function -Wno-unknown-pragmas -std=c11 $< -o $@ -lm
+
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout $(BUILD_DIR)

@@ -23,7 +23,10 @@ that a caller can report them its own way.
 Pad rules: pad slots sit after every real token of the row (their global index is
 >= T), take input token 0 and the ignore target IGNORE_INDEX, so they add
 nothing to the loss or the gradients, and get a position id inside
-[0, max_positions) so the position embedding lookup stays in range.
+[0, max_positions) so the position embedding lookup stays in range. They also get
+document -1 of their own: no real query could see them anyway (they come after
+every real token), and this way pad queries see only pad keys, so attention
+spends almost nothing on rows whose loss is ignored.
 */
 #ifndef CP_SHARDER_H
 #define CP_SHARDER_H
@@ -48,7 +51,7 @@ typedef struct {
     int *global_index;    // (B, Tl) index of each local token in its padded row
     int *original_index;  // (B, Tl) index in the caller's row of length T, -1 for a pad slot
     int *position;        // (B, Tl) position id for the position embedding, in [0, max_positions)
-    int *document;        // (B, Tl) document id; all 0 when documents are not masked, -1 for pad
+    int *document;        // (B, Tl) document id of a real token (0 when documents are not masked), -1 for pad
 } ShardLayout;
 
 // The sharded batch this rank trains on.
@@ -106,6 +109,9 @@ static int cp_check_config(CpSharder *sh, int T) {
         return cp_fail(sh, "layout identity needs cp 1, got cp %d", sh->cp_size);
     }
     if (T < 1) { return cp_fail(sh, "sequence length %d must be at least 1", T); }
+    if (T > sh->max_positions) {
+        return cp_fail(sh, "sequence length %d exceeds the %d positions of the model", T, sh->max_positions);
+    }
     int P = cp_padded_len(sh->kind, T, sh->cp_size);
     int Tl = P / sh->cp_size;
     int *indices = (int *)mallocCheck((size_t)Tl * sizeof(int));
@@ -137,8 +143,8 @@ static void cp_row_documents(const int *inputs, int T, int document_token, int *
 // Applies the layout to the batch: records the ShardLayout and fills sh->local.
 // inputs, targets: (B, T)
 static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, int B, int T) {
+    cp_sharder_free(sh); // a rejected batch leaves no layout behind either
     if (cp_check_config(sh, T) != CP_OK) { return CP_ERROR; }
-    cp_sharder_free(sh);
     int P = cp_padded_len(sh->kind, T, sh->cp_size);
     int Tl = P / sh->cp_size;
     ShardLayout *lay = &sh->layout;
@@ -165,7 +171,7 @@ static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, 
             lay->global_index[li] = g;
             lay->original_index[li] = real ? g : -1;
             lay->position[li] = g < sh->max_positions ? g : sh->max_positions - 1;
-            lay->document[li] = real ? row_docs[g] : (sh->document_token >= 0 ? -1 : 0);
+            lay->document[li] = real ? row_docs[g] : -1;
             sh->local.inputs[li] = real ? inputs[(size_t)b * T + g] : 0;
             sh->local.targets[li] = real ? targets[(size_t)b * T + g] : IGNORE_INDEX;
         }

@@ -1,0 +1,446 @@
+/*
+cp_layout: which global tokens each context-parallel rank owns, and how much causal
+attention work each rank does, for one (T, cp, layout). Optionally draws it as a PNG.
+
+    make cp_layout
+    ./cp_layout -t 16 -cp 4 -cl round_robin
+    ./cp_layout -t 1024 -cp 4 -cl contiguous -png docs/contiguous.png
+
+Every number comes from the same cp/ code the trainers run: each rank's tokens from
+a CpSharder (cp_sharder_init + cp_shard_batch on a dummy batch of one row, as the
+trainer shards each step), the work from block_visibility_table and pair_visible
+(cp/block_mask.h), over the same ring schedule as cp/ring_attention.h: at step s
+rank r attends its queries to the K/V block that started on rank (r - s) mod cp.
+Queries never move, so a pair (q, k) is computed by the rank that owns q.
+
+Work of one rank, summed over the ring, in query-key pairs:
+    computed  pairs inside (query half, key half) tiles that are not BLOCK_SKIP:
+              what a tiled kernel computes (BLOCK_MASKED tiles count in full)
+    visible   pairs that pass pair_visible: what the mask keeps. Pad queries (global
+              index >= T) see keys too, so this counts their wasted rows
+    useful    visible pairs of a real query (< T): the work of cp 1; summed over the
+              ranks it is T*(T+1)/2 for every cp and layout
+
+Output: one line per rank and footer lines, with fixed columns so that
+awk '$1 == "rank" {print $5}' picks the computed column of every rank:
+    $1 rank|max|mean|imbalance|total|cp1  $2 rank id  $3 real  $4 pad
+    $5 computed  $6 visible  $7 useful  $8.. owned global indices as ranges
+The imbalance of a column is max/mean over the ranks (1.000 = perfectly balanced);
+cp1 is the same count for one rank holding the whole row (layout identity).
+
+The counts touch every pair: O(T^2) time, so T is capped at MAX_T.
+*/
+#define _POSIX_C_SOURCE 200809L // mkdtemp
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <limits.h>
+#include <unistd.h>
+#include "../cp/layout.h"
+#include "../cp/sharder.h"
+#include "../cp/block_mask.h"
+
+#define MAX_T 65536
+// up to this many tokens per side the picture shows every pair; beyond, cells of
+// ceil(P / MAX_CELLS) x ceil(P / MAX_CELLS) pairs
+#define MAX_CELLS 64
+
+// ----------------------------------------------------------------------------
+// work counting
+
+typedef struct {
+    long long computed; // pairs in tiles that are not BLOCK_SKIP
+    long long visible;  // pairs that pass pair_visible
+    long long useful;   // visible pairs with a real query
+} Work;
+
+#define NUM_WORK_COLUMNS 3
+
+static long long work_column(const Work *w, int c) {
+    return c == 0 ? w->computed : c == 1 ? w->visible : w->useful;
+}
+
+// The attention matrix in cells of bin x bin pairs, for the picture.
+typedef struct {
+    int bin;             // tokens per cell side
+    int cells;           // cells per side: ceil(P / bin)
+    int cp;
+    long long *visible;  // (cells, cells, cp) visible pairs per cell and computing rank
+    long long *computed; // (cells, cells) computed pairs per cell
+} PairGrid;
+
+// Shards a dummy batch of one row for every rank, as the trainer does each step.
+// sh: (cp,) sharders, freed by the caller. Returns CP_ERROR with the reason in
+// sh[0].error when (T, cp, layout) is not a valid configuration.
+static int shard_all_ranks(CpSharder *sh, CpLayoutKind kind, int T, int cp) {
+    // token 0 everywhere, no document token: one document per row, like the
+    // trainer's -1; max_positions = T keeps every position id in range
+    int *dummy = (int *)callocCheck((size_t)T, sizeof(int));
+    int status = CP_OK;
+    for (int r = 0; r < cp; r++) { cp_sharder_init(&sh[r], kind, r, cp, T, -1); }
+    for (int r = 0; r < cp && status == CP_OK; r++) {
+        status = cp_shard_batch(&sh[r], dummy, dummy, 1, T);
+        if (status != CP_OK && r != 0) { memcpy(sh[0].error, sh[r].error, sizeof(sh[0].error)); }
+    }
+    free(dummy);
+    return status;
+}
+
+static const char *visibility_name(BlockVisibility v) {
+    return v == BLOCK_SKIP ? "BLOCK_SKIP" : v == BLOCK_FULL ? "BLOCK_FULL" : "BLOCK_MASKED";
+}
+
+// Walks the ring schedule and counts every rank's work; fills grid when given.
+// work: (cp,)
+static void ring_work(const CpSharder *sh, int cp, Work *work, PairGrid *grid) {
+    int T = sh[0].layout.original_seq_len;
+    int Tl = sh[0].layout.local_len;
+    for (int r = 0; r < cp; r++) {
+        const ShardLayout *q = &sh[r].layout;
+        Work w = {0, 0, 0};
+        for (int s = 0; s < cp; s++) {
+            // the K/V block this rank holds at step s
+            const ShardLayout *k = &sh[(r - s + cp) % cp].layout;
+            BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS];
+            SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
+            block_visibility_table(q->global_index, q->document, k->global_index, k->document, Tl, vis, qs, ks);
+            for (int a = 0; a < RING_SUBBLOCKS; a++) {
+                for (int c = 0; c < RING_SUBBLOCKS; c++) {
+                    int computed = vis[a][c] != BLOCK_SKIP;
+                    for (int i = qs[a].start; i < qs[a].end; i++) {
+                        int qi = q->global_index[i];
+                        for (int j = ks[c].start; j < ks[c].end; j++) {
+                            int kj = k->global_index[j];
+                            int visible = pair_visible(qi, q->document[i], kj, k->document[j]);
+                            // a tile decision that disagrees with its own pairs would
+                            // make these numbers (and the trainers) silently wrong
+                            if ((visible && !computed) || (!visible && vis[a][c] == BLOCK_FULL)) {
+                                fatal("cp/block_mask.h: rank %d step %d tile (%d, %d) is %s but pair (q %d, k %d) is %s",
+                                      r, s, a, c, visibility_name(vis[a][c]), qi, kj,
+                                      visible ? "visible" : "masked");
+                            }
+                            w.computed += computed;
+                            w.visible += visible;
+                            w.useful += visible && qi < T;
+                            if (grid) {
+                                size_t cell = (size_t)(qi / grid->bin) * grid->cells + kj / grid->bin;
+                                grid->computed[cell] += computed;
+                                grid->visible[cell * cp + r] += visible;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        work[r] = w;
+    }
+}
+
+// ----------------------------------------------------------------------------
+// the table
+
+// Runs of consecutive global indices, in local order: "0-1 14-15".
+// indices: (n,)
+static void format_ranges(const int *indices, int n, char *out, size_t size) {
+    size_t used = 0;
+    out[0] = '\0';
+    for (int i = 0; i < n && used < size; ) {
+        int j = i;
+        while (j + 1 < n && indices[j + 1] == indices[j] + 1) { j++; }
+        int written = j > i ? snprintf(out + used, size - used, "%s%d-%d", i ? " " : "", indices[i], indices[j])
+                            : snprintf(out + used, size - used, "%s%d", i ? " " : "", indices[i]);
+        used += (size_t)written;
+        i = j + 1;
+    }
+}
+
+typedef struct {
+    long long max[NUM_WORK_COLUMNS];
+    long long total[NUM_WORK_COLUMNS];
+    double mean[NUM_WORK_COLUMNS];
+    double imbalance[NUM_WORK_COLUMNS]; // max / mean
+} WorkStats;
+
+static WorkStats work_stats(const Work *work, int cp) {
+    WorkStats st;
+    for (int c = 0; c < NUM_WORK_COLUMNS; c++) {
+        st.max[c] = st.total[c] = 0;
+        for (int r = 0; r < cp; r++) {
+            long long v = work_column(&work[r], c);
+            if (v > st.max[c]) { st.max[c] = v; }
+            st.total[c] += v;
+        }
+        st.mean[c] = (double)st.total[c] / cp;
+        // every rank owns a real token (cp_check_config), which sees itself: mean > 0
+        st.imbalance[c] = st.max[c] / st.mean[c];
+    }
+    return st;
+}
+
+#define ROW_LABEL "%-9s %4s %7s %7s"
+
+static void print_table(const CpSharder *sh, int cp, const Work *work, const WorkStats *st, const Work *cp1) {
+    const ShardLayout *lay0 = &sh[0].layout;
+    int T = lay0->original_seq_len, P = lay0->padded_seq_len, Tl = lay0->local_len;
+    printf("# cp_layout T %d cp %d layout %s: padded to P %d, %d tokens per rank, %d sub-blocks per block\n",
+           T, cp, cp_layout_names[sh[0].kind], P, Tl, RING_SUBBLOCKS);
+    printf("# computed: pairs in tiles not skipped; visible: pairs the mask keeps (pad queries too); "
+           "useful: visible pairs of real queries\n");
+    printf("#" ROW_LABEL " %14s %14s %14s  %s\n", "", "rank", "real", "pad", "computed", "visible", "useful",
+           "tokens (global indices; >= T are pad)");
+    char *ranges = (char *)mallocCheck((size_t)Tl * 24 + 1);
+    for (int r = 0; r < cp; r++) {
+        const ShardLayout *lay = &sh[r].layout;
+        int real = 0;
+        for (int i = 0; i < Tl; i++) { real += lay->original_index[i] >= 0; }
+        format_ranges(lay->global_index, Tl, ranges, (size_t)Tl * 24 + 1);
+        printf("%-9s %4d %7d %7d %14lld %14lld %14lld  %s\n", "rank", r, real, Tl - real,
+               work[r].computed, work[r].visible, work[r].useful, ranges);
+    }
+    free(ranges);
+    printf(ROW_LABEL " %14lld %14lld %14lld\n", "max", "-", "-", "-", st->max[0], st->max[1], st->max[2]);
+    printf(ROW_LABEL " %14.1f %14.1f %14.1f\n", "mean", "-", "-", "-", st->mean[0], st->mean[1], st->mean[2]);
+    printf(ROW_LABEL " %14.3f %14.3f %14.3f\n", "imbalance", "-", "-", "-",
+           st->imbalance[0], st->imbalance[1], st->imbalance[2]);
+    printf(ROW_LABEL " %14lld %14lld %14lld\n", "total", "-", "-", "-", st->total[0], st->total[1], st->total[2]);
+    // one rank, the whole row, the same tile skipping; useful = T*(T+1)/2
+    printf(ROW_LABEL " %14lld %14lld %14lld\n", "cp1", "-", "-", "-", cp1->computed, cp1->visible, cp1->useful);
+}
+
+// ----------------------------------------------------------------------------
+// the picture (gnuplot)
+
+// tableau-10 without its grey, which marks the masked pairs; rank 9 and up reuse colours
+static const unsigned rank_colors[] = {0x4e79a7, 0xf28e2b, 0xe15759, 0x76b7b2, 0x59a14f,
+                                       0xedc948, 0xb07aa1, 0xff9da7, 0x9c755f};
+#define NUM_RANK_COLORS (int)(sizeof(rank_colors) / sizeof(rank_colors[0]))
+#define MASKED_COLOR 0xdddddd  // computed, masked out
+#define SKIPPED_COLOR 0xffffff // skipped tile or above the diagonal
+static const unsigned work_colors[NUM_WORK_COLUMNS] = {0xaaaaaa, 0x4e79a7, 0x59a14f};
+
+static int gnuplot_found(void) {
+    return system("command -v gnuplot > /dev/null 2>&1") == 0;
+}
+
+static FILE *open_in(const char *dir, const char *name, char *path, size_t size) {
+    snprintf(path, size, "%s/%s", dir, name);
+    return fopenCheck(path, "w");
+}
+
+// A cell's colour: the rank with the most visible pairs in it, else masked grey when
+// something was computed there, else white.
+static unsigned cell_color(const PairGrid *g, size_t cell) {
+    int best = -1;
+    long long best_count = 0;
+    for (int r = 0; r < g->cp; r++) {
+        if (g->visible[cell * g->cp + r] > best_count) { best_count = g->visible[cell * g->cp + r]; best = r; }
+    }
+    if (best >= 0) { return rank_colors[best % NUM_RANK_COLORS]; }
+    return g->computed[cell] ? MASKED_COLOR : SKIPPED_COLOR;
+}
+
+// Writes the data and the script into a fresh temporary directory, runs gnuplot, and
+// removes the temporary files. Left: the P x P attention matrix, each visible pair in
+// the colour of the rank that computes it, with the tile boundaries; right: the work
+// per rank.
+static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *work, const WorkStats *st,
+                     const PairGrid *g) {
+    const ShardLayout *lay0 = &sh[0].layout;
+    int T = lay0->original_seq_len, P = lay0->padded_seq_len, Tl = lay0->local_len;
+    char dir[] = "/tmp/cp_layout.XXXXXX";
+    if (mkdtemp(dir) == NULL) { fatal("cannot create a temporary directory for gnuplot"); }
+    char matrix_path[64], work_path[64], script_path[64];
+
+    // matrix.dat: one line "x y colour" per cell at its centre, every cell a box (unlike
+    // gnuplot's images, boxes also draw a matrix of a single cell)
+    FILE *f = open_in(dir, "matrix.dat", matrix_path, sizeof(matrix_path));
+    for (int y = 0; y < g->cells; y++) {
+        for (int x = 0; x < g->cells; x++) {
+            fprintf(f, "%g %g %u\n", (x + 0.5) * g->bin, (y + 0.5) * g->bin, cell_color(g, (size_t)y * g->cells + x));
+        }
+    }
+    fcloseCheck(f, matrix_path);
+
+    // work.dat: "rank computed visible useful"
+    f = open_in(dir, "work.dat", work_path, sizeof(work_path));
+    for (int r = 0; r < cp; r++) {
+        fprintf(f, "r%d %lld %lld %lld\n", r, work[r].computed, work[r].visible, work[r].useful);
+    }
+    fcloseCheck(f, work_path);
+
+    int extent = g->cells * g->bin;
+    f = open_in(dir, "layout.gp", script_path, sizeof(script_path));
+    fprintf(f, "if (strstrt(GPVAL_TERMINALS, 'pngcairo') > 0) {\n"
+               "  set terminal pngcairo size 1600,760 font ',11' noenhanced\n"
+               "} else {\n"
+               "  set terminal png size 1600,760 noenhanced\n"
+               "}\n"
+               "set output '%s'\n", png);
+    fprintf(f, "set multiplot layout 1,2 title \"T %d, cp %d, layout %s (padded to %d): imbalance max/mean "
+               "computed %.3f, visible %.3f, useful %.3f\" font ',14'\n",
+            T, cp, cp_layout_names[sh[0].kind], P, st->imbalance[0], st->imbalance[1], st->imbalance[2]);
+    // left: the matrix, query rows downward, key columns rightward
+    if (g->bin == 1) {
+        fprintf(f, "set title 'query-key pairs: colour = rank that computes the pair'\n");
+    } else {
+        fprintf(f, "set title 'query-key pairs in cells of %dx%d: colour = rank with the most visible pairs'\n",
+                g->bin, g->bin);
+    }
+    fprintf(f, "set size ratio -1\nset xrange [0:%d]\nset yrange [%d:0]\n", extent, extent);
+    fprintf(f, "set xlabel 'key (global index)'\nset ylabel 'query (global index)'\n"
+               "set xtics out nomirror\nset ytics out nomirror\n"
+               "set key outside right top box opaque samplen 1.5\n");
+    // tile boundaries: where the (rank, sub-block) that owns a global index changes
+    int *tile_of = (int *)mallocCheck((size_t)P * sizeof(int));
+    for (int r = 0; r < cp; r++) {
+        for (int s = 0; s < RING_SUBBLOCKS; s++) {
+            SubBlock sb = sub_block_of(sh[r].layout.global_index, sh[r].layout.document, Tl, s);
+            for (int i = sb.start; i < sb.end; i++) { tile_of[sh[r].layout.global_index[i]] = r * RING_SUBBLOCKS + s; }
+        }
+    }
+    for (int i = 1; i < P; i++) {
+        if (tile_of[i] == tile_of[i - 1]) { continue; }
+        fprintf(f, "set arrow from %d,0 to %d,%d nohead front lw 0.6 lc rgb '#808080'\n", i, i, extent);
+        fprintf(f, "set arrow from 0,%d to %d,%d nohead front lw 0.6 lc rgb '#808080'\n", i, extent, i);
+    }
+    free(tile_of);
+    if (P > T) { // where the pad slots start
+        fprintf(f, "set arrow from %d,0 to %d,%d nohead front lw 2 dt 2 lc rgb 'black'\n", T, T, extent);
+        fprintf(f, "set arrow from 0,%d to %d,%d nohead front lw 2 dt 2 lc rgb 'black'\n", T, extent, T);
+    }
+    fprintf(f, "plot '%s' using 1:2:(%g):(%g):3 with boxxyerror fs solid 1.0 noborder lc rgb variable notitle",
+            matrix_path, g->bin / 2.0, g->bin / 2.0);
+    for (int r = 0; r < cp; r++) {
+        fprintf(f, ", \\\n  NaN with boxes fs solid 1.0 lc rgb '#%06x' title 'rank %d'", rank_colors[r % NUM_RANK_COLORS], r);
+    }
+    fprintf(f, ", \\\n  NaN with boxes fs solid 1.0 lc rgb '#%06x' title 'computed, masked'", MASKED_COLOR);
+    fprintf(f, ", \\\n  NaN with boxes fs empty lc rgb '#808080' title 'not computed'");
+    fprintf(f, ", \\\n  NaN with lines lc rgb '#808080' title 'tile edges'");
+    if (P > T) { fprintf(f, ", \\\n  NaN with lines lw 2 dt 2 lc rgb 'black' title 'pad from %d'", T); }
+    fprintf(f, "\n");
+
+    // right: the work per rank, three bars per rank at offsets -1/4, 0, +1/4 (clustered
+    // histogram of 3 columns with gap 1), each labelled with its count
+    fprintf(f, "unset arrow\nset size noratio\nset autoscale\nunset xlabel\n"
+               "set title 'work per rank (query-key pairs, summed over the ring)'\n"
+               "set ylabel 'pairs'\nset key outside center bottom horizontal box\n"
+               "set style data histogram\nset style histogram clustered gap 1\n"
+               "set style fill solid 0.9 border -1\nset grid ytics\n");
+    fprintf(f, "set xrange [-0.6:%g]\nset yrange [0:%lld]\n", cp - 0.4, st->max[0] + st->max[0] / 5 + 1);
+    fprintf(f, "set arrow from graph 0, first %.1f to graph 1, first %.1f nohead dt 2 lw 1.5 lc rgb '#333333' front\n",
+            st->mean[0], st->mean[0]);
+    fprintf(f, "plot '%s' using 2:xtic(1) title 'computed (tiles not skipped)' lc rgb '#%06x'", work_path, work_colors[0]);
+    fprintf(f, ", \\\n  '' using 3 title 'visible (pass the mask)' lc rgb '#%06x'", work_colors[1]);
+    fprintf(f, ", \\\n  '' using 4 title 'useful (real queries)' lc rgb '#%06x'", work_colors[2]);
+    for (int c = 0; c < NUM_WORK_COLUMNS; c++) {
+        fprintf(f, ", \\\n  '' using ($0%+g):%d:%d with labels rotate by 90 left offset 0,0.4 font ',9' notitle",
+                (c - 1) * 0.25, c + 2, c + 2);
+    }
+    fprintf(f, ", \\\n  NaN with lines dt 2 lw 1.5 lc rgb '#333333' title 'mean computed'\n");
+    fprintf(f, "unset multiplot\n");
+    fcloseCheck(f, script_path);
+
+    char command[128];
+    snprintf(command, sizeof(command), "gnuplot '%s'", script_path);
+    int status = system(command);
+    remove(matrix_path);
+    remove(work_path);
+    remove(script_path);
+    rmdir(dir);
+    if (status != 0) { fatal("gnuplot failed drawing '%s' (its message is above)", png); }
+    FILE *out = fopen(png, "rb");
+    int first = out ? fgetc(out) : EOF;
+    if (out) { fclose(out); }
+    if (first == EOF) { fatal("gnuplot wrote no picture to '%s'", png); }
+}
+
+// ----------------------------------------------------------------------------
+// CLI
+
+__attribute__((format(printf, 1, 2), noreturn))
+static void usage_error(const char *fmt, ...) {
+    fprintf(stderr, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|identity [-png FILE]\n"
+                    "  -t    sequence length T (1..%d)\n"
+                    "  -cp   context-parallel size (ranks in the ring, >= 1)\n"
+                    "  -cl   layout (cp/layout.h); identity needs -cp 1\n"
+                    "  -png  also draw the attention matrix and the work per rank (needs gnuplot)\n", MAX_T);
+    va_list args;
+    va_start(args, fmt);
+    fprintf(stderr, "error: ");
+    vfprintf(stderr, fmt, args);
+    fprintf(stderr, "\n");
+    va_end(args);
+    exit(1);
+}
+
+static int parse_int(const char *flag, const char *value) {
+    char *end;
+    long v = strtol(value, &end, 10);
+    if (*value == '\0' || *end != '\0' || v < INT_MIN || v > INT_MAX) {
+        usage_error("%s needs an integer, got '%s'", flag, value);
+    }
+    return (int)v;
+}
+
+int main(int argc, char **argv) {
+    int T = 0, cp = 0, kind = -1, have_T = 0, have_cp = 0;
+    const char *png = NULL;
+    for (int i = 1; i < argc; i++) {
+        const char *flag = argv[i];
+        int known = strcmp(flag, "-t") == 0 || strcmp(flag, "-cp") == 0 || strcmp(flag, "-cl") == 0
+                    || strcmp(flag, "-png") == 0;
+        if (!known) { usage_error("unknown flag '%s'", flag); }
+        if (i + 1 >= argc) { usage_error("%s needs a value", flag); }
+        const char *value = argv[++i];
+        if (strcmp(flag, "-t") == 0) { T = parse_int(flag, value); have_T = 1; }
+        else if (strcmp(flag, "-cp") == 0) { cp = parse_int(flag, value); have_cp = 1; }
+        else if (strcmp(flag, "-cl") == 0) {
+            kind = cp_layout_from_name(value);
+            if (kind < 0) { usage_error("unknown layout '%s'", value); }
+        } else { png = value; }
+    }
+    if (!have_T) { usage_error("-t is required"); }
+    if (!have_cp) { usage_error("-cp is required"); }
+    if (kind < 0) { usage_error("-cl is required"); }
+    if (T < 1 || T > MAX_T) { usage_error("-t %d: must be in 1..%d (the counts visit every pair)", T, MAX_T); }
+    if (cp < 1) { usage_error("-cp %d: must be at least 1", cp); }
+    if (png && strchr(png, '\'')) { usage_error("-png '%s': a file name with a single quote is not supported", png); }
+    if (png && !gnuplot_found()) { fatal("-png needs gnuplot, which is not on the PATH (Debian: apt-get install gnuplot-nox)"); }
+
+    // the sharder's own checks decide which layouts are valid (identity at cp 1 only,
+    // no rank without a real token), with the trainer's error message
+    CpSharder *sh = (CpSharder *)callocCheck((size_t)cp, sizeof(CpSharder));
+    if (shard_all_ranks(sh, (CpLayoutKind)kind, T, cp) != CP_OK) { usage_error("%s", sh[0].error); }
+
+    PairGrid grid = {0};
+    if (png) {
+        int P = sh[0].layout.padded_seq_len;
+        grid.bin = (P + MAX_CELLS - 1) / MAX_CELLS;
+        grid.cells = (P + grid.bin - 1) / grid.bin;
+        grid.cp = cp;
+        grid.visible = (long long *)callocCheck((size_t)grid.cells * grid.cells * cp, sizeof(long long));
+        grid.computed = (long long *)callocCheck((size_t)grid.cells * grid.cells, sizeof(long long));
+    }
+    Work *work = (Work *)mallocCheck((size_t)cp * sizeof(Work));
+    ring_work(sh, cp, work, png ? &grid : NULL);
+    WorkStats st = work_stats(work, cp);
+
+    // the reference: one rank, the whole row
+    CpSharder whole;
+    Work cp1;
+    if (shard_all_ranks(&whole, CP_LAYOUT_IDENTITY, T, 1) != CP_OK) { fatal("%s", whole.error); }
+    ring_work(&whole, 1, &cp1, NULL);
+    cp_sharder_free(&whole);
+
+    print_table(sh, cp, work, &st, &cp1);
+    fflush(stdout);
+    if (png) {
+        draw_png(png, sh, cp, work, &st, &grid);
+        free(grid.visible);
+        free(grid.computed);
+    }
+    for (int r = 0; r < cp; r++) { cp_sharder_free(&sh[r]); }
+    free(sh);
+    free(work);
+    return 0;
+}

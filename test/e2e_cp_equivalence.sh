@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# End to end: the CPU trainer at cp {2, 3, 4} x {contiguous, round_robin} reproduces
+# the cp 1 (identity) run, step losses and gathered per-token losses (DESIGN 5),
+# and a checkpoint written with -x 0 loads back into the same run.
+#
+#   bash test/e2e_cp_equivalence.sh COMPARE_RUNS
+#
+# COMPARE_RUNS: the compare_runs binary (test/compare_runs.c). Env: MPIRUN,
+# BUILD_DIR (scratch), REPO_ROOT (the trainer is REPO_ROOT/train_gpt2cp_cpu).
+set -euo pipefail
+
+COMPARE=${1:?usage: e2e_cp_equivalence.sh COMPARE_RUNS}
+REPO_ROOT=${REPO_ROOT:-$(pwd)}
+MPIRUN=${MPIRUN:-mpirun}
+BUILD_DIR=${BUILD_DIR:-$REPO_ROOT/build}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+TRAINER=$REPO_ROOT/train_gpt2cp_cpu
+WORK=$BUILD_DIR/e2e_cp_equivalence
+
+if [[ ! -x $TRAINER ]]; then
+    echo "FAIL: $TRAINER is missing: build it first with 'make train_gpt2cp_cpu' at the repo root" >&2
+    exit 1
+fi
+if [[ ! -x $COMPARE ]]; then
+    echo "FAIL: compare tool '$COMPARE' is missing (cmake --build the test dir)" >&2
+    exit 1
+fi
+cd "$REPO_ROOT"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+
+STEPS=20
+T=100
+# -e d1 random init, a learning rate that moves the loss (about 10.85 -> 9.5 in 20 steps)
+COMMON=(-e d1 -t $T -x $STEPS -l 1e-3 -v 0 -s 0)
+
+# train NAME NP B [flags...]: one run, its output in $WORK/NAME (main.log) and $WORK/NAME.tl
+train() {
+    local name=$1 np=$2 b=$3
+    shift 3
+    local start=$SECONDS
+    if ! timeout 300 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
+        "$TRAINER" "${COMMON[@]}" -b "$b" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@" \
+        >"$WORK/$name.out" 2>&1; then
+        echo "FAIL: run $name (np $np, -b $b $*) exited non-zero; its output:" >&2
+        tail -n 30 "$WORK/$name.out" >&2
+        exit 1
+    fi
+    echo "run $name: $((SECONDS - start)) s"
+}
+
+# ---- cp 1 reference and the six cp > 1 configurations, B = 2
+train ref_b2 1 2 -cp 1 -cl identity
+args=()
+for cp in 2 3 4; do
+    for layout in contiguous round_robin; do
+        name=cp${cp}_${layout}_b2
+        train "$name" "$cp" 2 -cp "$cp" -cl "$layout"
+        args+=("$name" "$WORK/$name/main.log" "$WORK/$name.tl")
+    done
+done
+echo
+echo "== B = 2, T = $T, $STEPS steps: cp > 1 against cp 1"
+"$COMPARE" $STEPS $((2 * T)) "$WORK/ref_b2/main.log" "$WORK/ref_b2.tl" "${args[@]}"
+
+# ---- an odd batch with padding: B = 3, T = 100 at cp 3 (padded to 102 / 108)
+train ref_b3 1 3 -cp 1 -cl identity
+train cp3_contiguous_b3 3 3 -cp 3 -cl contiguous
+train cp3_round_robin_b3 3 3 -cp 3 -cl round_robin
+echo
+echo "== B = 3, T = $T, $STEPS steps: cp 3 against cp 1"
+"$COMPARE" $STEPS $((3 * T)) "$WORK/ref_b3/main.log" "$WORK/ref_b3.tl" \
+    cp3_contiguous_b3 "$WORK/cp3_contiguous_b3/main.log" "$WORK/cp3_contiguous_b3.tl" \
+    cp3_round_robin_b3 "$WORK/cp3_round_robin_b3/main.log" "$WORK/cp3_round_robin_b3.tl"
+
+# ---- checkpoint round trip: -x 0 writes the initial weights, which load back
+echo
+echo "== checkpoint round trip"
+CKPT_DIR=$WORK/ckpt
+if ! timeout 120 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 1 \
+    "$TRAINER" -e d1 -b 2 -t $T -x 0 -v 0 -s 0 -o "$CKPT_DIR" >"$WORK/ckpt.out" 2>&1; then
+    echo "FAIL: the -x 0 run exited non-zero; its output:" >&2
+    tail -n 30 "$WORK/ckpt.out" >&2
+    exit 1
+fi
+CKPT=$CKPT_DIR/model_00000000.bin
+if [[ ! -f $CKPT ]]; then
+    echo "FAIL: -x 0 -o $CKPT_DIR wrote no $CKPT; the directory holds: $(ls "$CKPT_DIR")" >&2
+    exit 1
+fi
+# d1: maxT 1024, V 50257 (Vp 50304), L 1, NH 1, C 64; llm.c's parameter count
+maxT=1024 V=50257 Vp=50304 L=1 NH=1 C=64
+params=$((Vp * C + maxT * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C))
+expected_bytes=$((1024 + 4 * params))
+actual_bytes=$(stat -c %s "$CKPT")
+echo "checkpoint $CKPT: $actual_bytes bytes, expected 1024 + 4 * $params = $expected_bytes"
+if [[ $actual_bytes -ne $expected_bytes ]]; then
+    echo "FAIL: checkpoint size $actual_bytes != $expected_bytes" >&2
+    exit 1
+fi
+header=$(od -A n -t d4 -N 32 "$CKPT" | tr -s ' \n' ' ' | sed 's/^ //; s/ $//')
+expected_header="20240326 3 $maxT $V $L $NH $C $Vp"
+echo "checkpoint header: $header"
+if [[ $header != "$expected_header" ]]; then
+    echo "FAIL: checkpoint header '$header', expected '$expected_header'" >&2
+    exit 1
+fi
+# the reloaded run must be the d1 run: same losses at every step, bit for bit in
+# main.log (same binary, same rank count, same weights)
+train reload_b2 1 2 -cp 1 -cl identity -e "$CKPT"
+first_ref=$(grep -m1 '^s:0 trl:' "$WORK/ref_b2/main.log")
+first_reload=$(grep -m1 '^s:0 trl:' "$WORK/reload_b2/main.log")
+echo "first step from -e d1: '$first_ref'; from the checkpoint: '$first_reload'"
+if [[ -z $first_ref || $first_ref != "$first_reload" ]]; then
+    echo "FAIL: the reloaded checkpoint does not reproduce the first-step loss" >&2
+    exit 1
+fi
+"$COMPARE" $STEPS $((2 * T)) "$WORK/ref_b2/main.log" "$WORK/ref_b2.tl" \
+    reload_from_checkpoint "$WORK/reload_b2/main.log" "$WORK/reload_b2.tl"
+echo
+echo "PASS e2e_cp_equivalence ($SECONDS s)"

@@ -1,0 +1,258 @@
+#!/usr/bin/env bash
+# dev/cp_layout against cases worked out by hand, plus properties that hold for every
+# (T, cp, layout): the ranks own each padded position once, their useful work sums to
+# T*(T+1)/2, and round_robin balances T = 1024 at cp 4 better than contiguous.
+# Run from the repo root (CTest does); builds the tool with make.
+set -euo pipefail
+
+make -s cp_layout > /dev/null
+tool=./cp_layout
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+
+# The tool's table without its comment lines, blanks squeezed: "rank 0 4 0 20 18 18 0-1 6-7"
+table() { "$tool" "$@" | awk '!/^#/ { $1 = $1; print }'; }
+
+# expect "ARGS" LINE...: the table of `cp_layout ARGS` is exactly LINE...
+expect() {
+    local args=$1; shift
+    local got want
+    # shellcheck disable=SC2086 # ARGS are flags, split on purpose
+    got=$(table $args)
+    want=$(printf '%s\n' "$@")
+    [ "$got" = "$want" ] || fail "cp_layout $args"$'\n'"got:"$'\n'"$got"$'\n'"want:"$'\n'"$want"
+}
+
+# ----------------------------------------------------------------------------
+# Hand-computed cases. Each rank splits its tokens into two halves; a tile is a
+# (query half, key half) pair, met at the ring step where the key half's block
+# visits. With q and k the tiles' index ranges:
+#   SKIP    max q < min k             0 computed, 0 visible
+#   FULL    min q >= max k            n*n computed, n*n visible
+#   MASKED  otherwise (the diagonal)  n*n computed, n(n+1)/2 visible
+# computed = sum over tiles not SKIP; visible = sum over own queries of (q + 1),
+# since real query q sees keys 0..q; useful = the same over real queries (q < T).
+# Pads carry document -1: a pad sees only the pads at or before it.
+# The cp1 line is one rank (layout identity) with halves of T/2: two MASKED tiles
+# and one FULL, 3 (T/2)^2 computed, T(T+1)/2 visible.
+
+# T 8, cp 2, round_robin: P 8, chunks of 2; r0 owns chunks 0 and 3 = {0,1} {6,7},
+# r1 owns chunks 1 and 2 = {2,3} {4,5}.
+#   r0 step 0 (own block): {0,1}x{0,1} MASKED 4 (3 visible), {0,1}x{6,7} SKIP,
+#      {6,7}x{0,1} FULL 4, {6,7}x{6,7} MASKED 4 (3)                -> 12 computed
+#      step 1 (r1's block): {0,1}x{2,3}, {0,1}x{4,5} SKIP,
+#      {6,7}x{2,3}, {6,7}x{4,5} FULL 4 + 4                         ->  8 computed
+#      computed 20, visible 1+2+7+8 = 18
+#   r1 step 0: {2,3}x{2,3} MASKED 4, {2,3}x{4,5} SKIP, {4,5}x{2,3} FULL 4,
+#      {4,5}x{4,5} MASKED 4 -> 12; step 1 (r0's): {2,3}x{0,1} and {4,5}x{0,1}
+#      FULL 4 + 4, both x{6,7} SKIP -> 8; computed 20, visible 3+4+5+6 = 18
+#   balanced: imbalance 20/20 = 18/18 = 1.000; totals 40, 36 = 8*9/2;
+#   cp1: 3*4*4 = 48 computed, 36 visible
+expect "-t 8 -cp 2 -cl round_robin" \
+    "rank 0 4 0 20 18 18 0-1 6-7" \
+    "rank 1 4 0 20 18 18 2-5" \
+    "max - - - 20 18 18" \
+    "mean - - - 20.0 18.0 18.0" \
+    "imbalance - - - 1.000 1.000 1.000" \
+    "total - - - 40 36 36" \
+    "cp1 - - - 48 36 36"
+
+# T 8, cp 2, contiguous: r0 = {0,1} {2,3}, r1 = {4,5} {6,7}.
+#   r0 step 0: MASKED 4 (3), SKIP, FULL 4, MASKED 4 (3) -> 12 computed, 10 visible;
+#      step 1: every key of r1 is after every query of r0 -> all SKIP, 0
+#   r1 step 0: the same shape, 12 computed, 10 visible; step 1: all four tiles
+#      FULL, 16 computed, 16 visible -> 28 computed, 26 visible (= 5+6+7+8)
+#   computed: max 28, mean 20, imbalance 1.400; visible: max 26, mean 18,
+#   imbalance 26/18 = 1.444
+expect "-t 8 -cp 2 -cl contiguous" \
+    "rank 0 4 0 12 10 10 0-3" \
+    "rank 1 4 0 28 26 26 4-7" \
+    "max - - - 28 26 26" \
+    "mean - - - 20.0 18.0 18.0" \
+    "imbalance - - - 1.400 1.444 1.444" \
+    "total - - - 40 36 36" \
+    "cp1 - - - 48 36 36"
+
+# T 8, cp 1, identity: one rank, halves {0..3} {4..7}: MASKED 16 (10 visible),
+# SKIP, FULL 16, MASKED 16 (10) -> 48 computed, 36 visible: the same as cp1
+expect "-t 8 -cp 1 -cl identity" \
+    "rank 0 8 0 48 36 36 0-7" \
+    "max - - - 48 36 36" \
+    "mean - - - 48.0 36.0 36.0" \
+    "imbalance - - - 1.000 1.000 1.000" \
+    "total - - - 48 36 36" \
+    "cp1 - - - 48 36 36"
+
+# T 10, cp 2, round_robin (padding): P 12, chunks of 3; r0 = {0,1,2} {9,10,11}
+# (10 and 11 are pad: 4 real, 2 pad), r1 = {3,4,5} {6,7,8} (6 real). Pads carry
+# document -1, real tokens document 0: a pad query sees only pad keys at or
+# before it, a real query never sees a pad.
+#   r0 step 0: {0,1,2}x{0,1,2} MASKED 9 (6), x{9..11} SKIP (keys after queries),
+#      {9..11}x{0,1,2} MASKED 9 (documents {-1,0} vs {0}: query 9 sees 3),
+#      {9..11}x{9..11} MASKED 9 (9 sees 9, pad 10 sees 10, pad 11 sees 10 and 11:
+#      4) -> 27 computed, 13 visible; step 1: {0,1,2} skips both halves of r1,
+#      {9..11} x {3,4,5} and x {6,7,8} MASKED 9 each, query 9 sees 3 + 3
+#      -> 18 computed, 6 visible. Total 45 computed, 19 visible, useful
+#      (queries 0,1,2,9) 1+2+3+10 = 16
+#   r1 step 0: 27 computed, 21 visible; step 1: {3,4,5}x{0,1,2} and
+#      {6,7,8}x{0,1,2} FULL 9 + 9, x{9..11} SKIP -> 45 computed,
+#      visible = useful = 4+5+6+7+8+9 = 39
+#   computed balanced (1.000); visible max 39, mean 29, 39/29 = 1.345; useful
+#   max 39, mean 55/2 = 27.5, 39/27.5 = 1.418 (rank 0 holds all the padding).
+#   Totals: visible 58 = 10*11/2 real + 1+2 pad, useful 55 = 10*11/2;
+#   cp1: halves of 5, 3*25 = 75 computed
+expect "-t 10 -cp 2 -cl round_robin" \
+    "rank 0 4 2 45 19 16 0-2 9-11" \
+    "rank 1 6 0 45 39 39 3-8" \
+    "max - - - 45 39 39" \
+    "mean - - - 45.0 29.0 27.5" \
+    "imbalance - - - 1.000 1.345 1.418" \
+    "total - - - 90 58 55" \
+    "cp1 - - - 75 55 55"
+
+# T 10, cp 2, contiguous: r0 = {0,1,2} {3,4,5} (6 real), r1 = {6,7,8} {9,10,11}
+# (4 real, 2 pad, document -1).
+#   r0: step 0 27 computed, 21 visible (1+..+6); step 1 all SKIP
+#   r1: step 0 {6,7,8}x{6,7,8} MASKED 9 (6), x{9..11} SKIP, {9..11}x{6,7,8}
+#      MASKED 9 (query 9 sees 3), {9..11}x{9..11} MASKED 9 (4) -> 27 computed,
+#      13 visible; step 1 {6,7,8} x both halves of r0 FULL 18 (18 visible),
+#      {9..11} x each half MASKED 9 (query 9 sees 3 + 3) -> 36 computed,
+#      24 visible. Total 63 computed, 37 visible, useful (queries 6..9)
+#      7+8+9+10 = 34
+#   computed 63/45 = 1.400, visible 37/29 = 1.276, useful 34/27.5 = 1.236
+expect "-t 10 -cp 2 -cl contiguous" \
+    "rank 0 6 0 27 21 21 0-5" \
+    "rank 1 4 2 63 37 34 6-11" \
+    "max - - - 63 37 34" \
+    "mean - - - 45.0 29.0 27.5" \
+    "imbalance - - - 1.400 1.276 1.236" \
+    "total - - - 90 58 55" \
+    "cp1 - - - 75 55 55"
+
+# T 16, cp 4: chunks of 2 = the halves, every tile 4 pairs. Over the ring a rank
+# meets all 8 chunks as keys; its query chunk i computes the key chunks j <= i
+# (j = i MASKED with 3 visible, j < i FULL with 4).
+#   round_robin: rank r owns chunks r and 7-r: (r+1) + (8-r) = 9 tiles = 36
+#      computed, 2 masked + 7 full = 34 visible on every rank (0+1 and 14+15 ->
+#      1+2+15+16 = 34); imbalance 1.000
+#   contiguous: rank r owns chunks 2r and 2r+1: (2r+1) + (2r+2) = 4r+3 tiles =
+#      12, 28, 44, 60 computed (mean 36, 60/36 = 1.667), visible 4r+3 tiles
+#      minus 2 = 10, 26, 42, 58 (mean 34, 58/34 = 1.706)
+#   cp1: 3*8*8 = 192 computed, 16*17/2 = 136 visible
+expect "-t 16 -cp 4 -cl round_robin" \
+    "rank 0 4 0 36 34 34 0-1 14-15" \
+    "rank 1 4 0 36 34 34 2-3 12-13" \
+    "rank 2 4 0 36 34 34 4-5 10-11" \
+    "rank 3 4 0 36 34 34 6-9" \
+    "max - - - 36 34 34" \
+    "mean - - - 36.0 34.0 34.0" \
+    "imbalance - - - 1.000 1.000 1.000" \
+    "total - - - 144 136 136" \
+    "cp1 - - - 192 136 136"
+expect "-t 16 -cp 4 -cl contiguous" \
+    "rank 0 4 0 12 10 10 0-3" \
+    "rank 1 4 0 28 26 26 4-7" \
+    "rank 2 4 0 44 42 42 8-11" \
+    "rank 3 4 0 60 58 58 12-15" \
+    "max - - - 60 58 58" \
+    "mean - - - 36.0 34.0 34.0" \
+    "imbalance - - - 1.667 1.706 1.706" \
+    "total - - - 144 136 136" \
+    "cp1 - - - 192 136 136"
+
+# ----------------------------------------------------------------------------
+# Properties over many (T, cp, layout): the owned ranges cover 0..P-1 exactly once,
+# real + pad = P and real sums to T, computed >= visible >= useful on every rank,
+# useful sums to T*(T+1)/2 and visible to P*(P+1)/2. A configuration that leaves a
+# rank without a real token must be refused with that reason, nothing else.
+checked=0
+for T in 1 2 3 5 8 10 17 31 64 100 257 1000; do
+    for cp in 1 2 3 4 8; do
+        for cl in contiguous round_robin identity; do
+            [ "$cl" = identity ] && [ "$cp" != 1 ] && continue
+            if ! "$tool" -t "$T" -cp "$cp" -cl "$cl" > "$tmp/out" 2> "$tmp/err"; then
+                grep -q "without a real token" "$tmp/err" || fail "-t $T -cp $cp -cl $cl: $(tail -1 "$tmp/err")"
+                continue
+            fi
+            awk -v T="$T" -v cp="$cp" '
+                /^# cp_layout/ { for (i = 1; i < NF; i++) if ($i == "P") P = $(i + 1) + 0 }
+                $1 == "rank" {
+                    ranks++; real += $3
+                    if ($3 + $4 != P / cp) { print "rank " $2 ": real + pad != P/cp"; bad = 1 }
+                    if (!($5 >= $6 && $6 >= $7)) { print "rank " $2 ": not computed >= visible >= useful"; bad = 1 }
+                    visible += $6; useful += $7
+                    for (i = 8; i <= NF; i++) {
+                        n = split($i, ab, "-"); lo = ab[1]; hi = n == 2 ? ab[2] : ab[1]
+                        for (g = lo; g <= hi; g++) { owned[g]++; count++ }
+                    }
+                }
+                END {
+                    if (ranks != cp) { print "rank lines " ranks " != cp"; bad = 1 }
+                    if (real != T) { print "real tokens " real " != T"; bad = 1 }
+                    if (count != P) { print "owned tokens " count " != P " P; bad = 1 }
+                    for (g = 0; g < P; g++) if (owned[g] != 1) { print "token " g " owned " owned[g] + 0 " times"; bad = 1 }
+                    if (useful != T * (T + 1) / 2) { print "useful sum " useful " != T(T+1)/2"; bad = 1 }
+                    # pads (document -1) see only the pads at or before them
+                    pads = P - T
+                    if (visible != T * (T + 1) / 2 + pads * (pads + 1) / 2) {
+                        print "visible sum " visible " != T(T+1)/2 + pads(pads+1)/2"; bad = 1
+                    }
+                    exit bad
+                }' "$tmp/out" > "$tmp/why" || fail "-t $T -cp $cp -cl $cl: $(cat "$tmp/why")"
+            checked=$((checked + 1))
+        done
+    done
+done
+[ "$checked" -ge 100 ] || fail "only $checked configurations were valid"
+
+# round_robin balances T 1024, cp 4 (imbalance 1.000) where contiguous does not
+# (1.667 computed, 1.749 useful)
+imbalance() { table -t 1024 -cp 4 -cl "$1" | awk -v c="$2" '$1 == "imbalance" { print $c }'; }
+for col in 5 7; do
+    rr=$(imbalance round_robin $col); co=$(imbalance contiguous $col)
+    awk -v a="$rr" -v b="$co" 'BEGIN { exit !(a < b && a == 1.0) }' \
+        || fail "T 1024 cp 4 column $col: round_robin imbalance $rr, contiguous $co"
+done
+
+# ----------------------------------------------------------------------------
+# Bad flags: the usage, then exactly one error line, and a non-zero exit.
+bad_flags() {
+    local reason=$1; shift
+    if "$tool" "$@" > "$tmp/out" 2> "$tmp/err"; then fail "'$*' was accepted"; fi
+    grep -q '^usage: cp_layout' "$tmp/err" || fail "'$*' printed no usage"
+    [ "$(grep -c '^error: ' "$tmp/err")" = 1 ] || fail "'$*' did not print one error line"
+    grep -q "^error: .*$reason" "$tmp/err" || fail "'$*': expected '$reason', got '$(tail -1 "$tmp/err")'"
+    [ ! -s "$tmp/out" ] || fail "'$*' printed a table"
+}
+bad_flags "-t is required"
+bad_flags "-cl is required" -t 8 -cp 2
+bad_flags "unknown layout 'zigzag'" -t 8 -cp 2 -cl zigzag
+bad_flags "needs an integer" -t 8x -cp 2 -cl contiguous
+bad_flags "needs a value" -t 8 -cp 2 -cl contiguous -png
+bad_flags "unknown flag" -t 8 -cp 2 -cl contiguous -x 1
+bad_flags "must be at least 1" -t 8 -cp 0 -cl contiguous
+bad_flags "identity needs cp 1" -t 8 -cp 2 -cl identity
+bad_flags "leaves rank 3 without a real token" -t 3 -cp 4 -cl round_robin
+
+# ----------------------------------------------------------------------------
+# -png: without gnuplot on the PATH a clear error and no file; with gnuplot (when
+# installed) a PNG file. The pixels are not checked.
+if PATH=/nonexistent "$tool" -t 16 -cp 4 -cl round_robin -png "$tmp/none.png" > /dev/null 2> "$tmp/err"; then
+    fail "-png without gnuplot succeeded"
+fi
+grep -q "^error: -png needs gnuplot" "$tmp/err" || fail "-png without gnuplot: '$(cat "$tmp/err")'"
+[ ! -e "$tmp/none.png" ] || fail "-png without gnuplot left a file"
+if command -v gnuplot > /dev/null; then
+    for T in 16 1000; do
+        "$tool" -t "$T" -cp 4 -cl round_robin -png "$tmp/layout.png" > /dev/null
+        magic=$(head -c 8 "$tmp/layout.png" | od -An -tx1 | tr -d ' \n')
+        [ "$magic" = 89504e470d0a1a0a ] || fail "-t $T -png wrote no PNG (magic '$magic')"
+        rm "$tmp/layout.png"
+    done
+    echo "png: drawn with gnuplot"
+else
+    echo "png: gnuplot not installed, checked the error only (apt-get install gnuplot-nox)"
+fi
+echo "OK: hand-computed cases, $checked configurations, bad flags, png"

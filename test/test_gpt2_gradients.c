@@ -1,0 +1,177 @@
+/*
+Unit test of the model's backward pass (llmc/gpt2.h with ring attention over one
+rank): the parameter gradients of the mean loss, from gpt2_forward + gpt2_backward,
+against finite differences of the mean loss itself.
+
+A tiny GPT-2 (V 37, Vp 40, maxT 16, L 2, NH 2, C 8), B = 2, T = 7, random inputs
+and targets with two IGNORE_INDEX targets. Attention is a RingAttention over an
+MPI_COMM_SELF Comm with the identity layout, as the trainer runs at cp 1.
+The loss is sum of valid token losses / valid count; backward gets dloss = 1/valid.
+Checked: 10 random entries of every parameter tensor, all of lnfw and lnfb, and
+entries whose gradient must be 0 (a padded vocabulary row, a position row >= T).
+
+The model computes in fp32, so the finite difference is of an fp32 loss. It uses
+the fourth-order central stencil
+    g ~ (8 (L(x+h) - L(x-h)) - (L(x+2h) - L(x-2h))) / (12 h),  h = 1e-2,
+whose truncation error h^4/30 |L^(5)| ~ 3e-10 |L^(5)| is negligible, so the error
+is the rounding noise d of the loss amplified by 18/12 / h = 150. The per-token
+losses (~4) carry a few 1e-7 of fp32 rounding, averaged in double over 12
+targets: d ~ 1e-7, error ~ 1.5e-5 (1e-5 is what one sees). Tolerance:
+1e-4 + 1e-3 |g|. Each tensor must also have a sampled gradient above 1e-3 (ten
+times the absolute tolerance), so that a wrong gradient cannot hide under the
+tolerance. With llm.c's init (std 0.02) the gradients of the inner layers are
+~1e-4 and would fail that, so the parameters from gpt2_init_random are widened
+(weights x 10) and the biases and layernorm parameters moved off 0 and 1, which
+also makes the point generic.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cp/comm_mpi.h"
+#include "cp/ring_attention.h"
+#include "cp/sharder.h"
+#include "llmc/gpt2.h"
+#include "test/test_utils.h"
+
+#define B 2
+#define T 7
+#define SAMPLES 10
+#define FD_H 1e-2
+#define ATOL 1e-4
+#define RTOL 1e-3
+
+static const char *tensor_names[NUM_PARAMETER_TENSORS] = {
+    "wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw", "attprojb",
+    "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb", "lnfw", "lnfb"};
+
+typedef struct {
+    GPT2 model;
+    Activations acts;
+    CpSharder sharder;
+    RingAttention ring;
+    AttentionVerbs attn;
+    int valid; // targets that count
+} Setup;
+
+// the mean loss at the current parameters
+static double mean_loss(Setup *s) {
+    const ShardLayout *lay = &s->sharder.layout;
+    gpt2_forward(&s->model, &s->acts, s->sharder.local.inputs, lay->position, s->sharder.local.targets, &s->attn);
+    double sum = 0.0;
+    for (int i = 0; i < B * T; i++) { sum += s->acts.t.losses[i]; }
+    return sum / s->valid;
+}
+
+static double finite_difference(Setup *s, float *param) {
+    float saved = *param;
+    double l[4];
+    const double offsets[4] = {1, -1, 2, -2};
+    for (int k = 0; k < 4; k++) {
+        *param = (float)(saved + offsets[k] * FD_H);
+        l[k] = mean_loss(s);
+    }
+    *param = saved;
+    // x + k h rounded to float moves the step by at most ulp(x) / h ~ 1e-5 of itself
+    return (8.0 * (l[0] - l[1]) - (l[2] - l[3])) / (12.0 * FD_H);
+}
+
+int main(int argc, char **argv) {
+    mpi_runtime_init(&argc, &argv); // a singleton: no mpirun needed
+    MPI_Comm self;
+    MPI_Comm_dup(MPI_COMM_SELF, &self);
+    Comm *comm = comm_mpi_create(self);
+
+    Setup s;
+    GPT2Config config = {.max_seq_len = 16, .vocab_size = 37, .padded_vocab_size = 40,
+                         .num_layers = 2, .num_heads = 2, .channels = 8};
+    gpt2_init_random(&s.model, config, 1337);
+    Rng rng;
+    rng_seed(&rng, 7);
+    // widen the weights and move the rest off their special values (see the header)
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        float *p = s.model.params_memory;
+        for (int k = 0; k < i; k++) { p += s.model.param_sizes[k]; }
+        for (size_t j = 0; j < s.model.param_sizes[i]; j++) {
+            if (parameter_is_2d(i)) { p[j] *= 10.0f; }
+            else { p[j] += 0.2f * (rng_uniform(&rng) - 0.5f); }
+        }
+    }
+    // the padded vocabulary rows must stay 0, as gpt2_init_random leaves them
+    for (size_t j = (size_t)config.vocab_size * config.channels; j < s.model.param_sizes[0]; j++) {
+        CHECK(s.model.params.wte[j] == 0.0f, "wte padded entry %zu is %g, expected 0", j, s.model.params.wte[j]);
+    }
+
+    int inputs[B * T], targets[B * T];
+    for (int i = 0; i < B * T; i++) {
+        inputs[i] = rand_below(&rng, config.vocab_size);
+        targets[i] = rand_below(&rng, config.vocab_size);
+    }
+    targets[3] = IGNORE_INDEX;
+    targets[B * T - 1] = IGNORE_INDEX;
+    s.valid = B * T - 2;
+
+    cp_sharder_init(&s.sharder, CP_LAYOUT_IDENTITY, 0, 1, config.max_seq_len, -1);
+    CHECK(cp_shard_batch(&s.sharder, inputs, targets, B, T) == CP_OK, "shard_batch: %s", s.sharder.error);
+    ring_attention_init(&s.ring, comm, B, T, config.channels, config.num_heads);
+    s.ring.layout = &s.sharder.layout;
+    s.attn = ring_attention_verbs(&s.ring);
+    activations_init(&s.acts, config, B, T);
+
+    // the analytic gradient of the mean loss
+    double loss = mean_loss(&s);
+    gpt2_zero_grad(&s.model);
+    gpt2_backward(&s.model, &s.acts, s.sharder.local.inputs, s.sharder.layout.position, s.sharder.local.targets,
+                  1.0f / s.valid, &s.attn);
+    printf("mean loss %.6f over %d valid targets\n", loss, s.valid);
+
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = s.model.param_sizes[i];
+        float *param = s.model.params_memory + offset;
+        const float *grad = s.model.grads_memory + offset;
+        // which entries: all of the final layernorm, else SAMPLES random ones, plus
+        // for the embeddings an entry whose gradient must be 0
+        size_t picks[64];
+        int num_picks = 0;
+        if (i == 14 || i == 15) {
+            for (size_t j = 0; j < n; j++) { picks[num_picks++] = j; }
+        } else {
+            for (int k = 0; k < SAMPLES; k++) { picks[num_picks++] = (size_t)rand_below(&rng, (int)n); }
+        }
+        if (i == 0) { picks[num_picks++] = (size_t)config.vocab_size * config.channels + 3; } // padded vocab row
+        if (i == 1) { picks[num_picks++] = (size_t)T * config.channels + 5; } // position T: no token there
+        CloseCheck cc;
+        close_begin(&cc, ATOL, RTOL, "d loss / d %s (index within the tensor)", tensor_names[i]);
+        double largest = 0.0, worst = 0.0;
+        for (int k = 0; k < num_picks; k++) {
+            size_t j = picks[k];
+            double fd = finite_difference(&s, param + j);
+            close_add(&cc, j, grad[j], fd);
+            if (fabs(grad[j]) > largest) { largest = fabs(grad[j]); }
+            if (fabs(grad[j] - fd) > worst) { worst = fabs(grad[j] - fd); }
+        }
+        close_end(&cc);
+        CHECK(largest > 10 * ATOL, "%s: the largest sampled gradient is %g, too small for the tolerance to test it",
+              tensor_names[i], largest);
+        if (i == 0) {
+            size_t j = picks[num_picks - 1];
+            CHECK(grad[j] == 0.0f, "wte padded row entry %zu: gradient %g, expected 0", j, grad[j]);
+        }
+        if (i == 1) {
+            size_t j = picks[num_picks - 1];
+            CHECK(grad[j] == 0.0f, "wpe row %d entry %zu: gradient %g, expected 0", T, j, grad[j]);
+        }
+        printf("%-9s %2d entries match finite differences: largest |g| %.4f, worst |g - fd| %.2g\n",
+               tensor_names[i], num_picks, largest, worst);
+        offset += n;
+    }
+
+    activations_free(&s.acts);
+    ring_attention_free(&s.ring);
+    cp_sharder_free(&s.sharder);
+    gpt2_free(&s.model);
+    comm->destroy(comm);
+    MPI_Finalize();
+    printf("test_gpt2_gradients: OK\n");
+    return 0;
+}

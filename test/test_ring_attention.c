@@ -1,0 +1,269 @@
+/*
+MPI test of ring attention (cp/ring_attention.h) against the single-process
+reference (test/reference_attention.h, itself checked by finite differences in
+test_attention_reference.c).
+
+Every rank draws the same Q, K, V and dO for the whole (B, T) sequence, computes
+the reference on its own copy in double, then shards them with the layout
+(cp_shard_batch, cp_shard_tokens with zero fills), runs the ring forward and
+backward over a Comm of all ranks, gathers O, LSE, dQ, dK, dV back to global order
+(cp_gather_tokens, trim) and compares element by element, for layouts identity
+(np 1), contiguous and round_robin, T = 3, 7, 16, 37, 100 (most need padding), and
+with document masking (an EOT token opens a new document, as in cp_row_documents).
+
+Tolerance |ring - ref| <= 1e-5 + 1e-5 |ref|. The ring runs in fp32: each output is
+a sum of at most T = 100 terms of size O(1) (inputs U(-1, 1), HS = 8, so scores are
+below ~3 and LSE below ~8), whose rounding error is ~ sqrt(T) * 6e-8 * O(1) ~ 1e-6,
+and the block-wise log-sum-exp merges add a few ulps of LSE. The absolute part
+covers the many O(1) values, the relative part the few larger dK, dV and LSE.
+
+It also checks, without running anything, that the sub-block visibility tables
+skip what the layouts say must be skipped (cp/block_mask.h), see
+check_block_skipping.
+*/
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include "cp/comm_mpi.h"
+#include "cp/ring_attention.h"
+#include "cp/sharder.h"
+#include "test/reference_attention.h"
+#include "test/test_utils.h"
+
+#define B 2
+#define NH 2
+#define HS 8
+#define C (NH * HS)
+#define MAX_SEQ_LEN 128
+#define DOC_TOKEN 3
+#define ATOL 1e-5
+#define RTOL 1e-5
+
+// the worst |ring - ref| of each quantity over all cases, for the log
+static double worst_diff[5];
+static const char *quantity_names[5] = {"O", "LSE", "dQ", "dK", "dV"};
+
+// Document of every token of a row, counted here: the number of document tokens at
+// positions 1..t (one at t = 0 opens document 0, which is open anyway).
+static void count_documents(const int *row, int T, int *doc) {
+    for (int t = 0; t < T; t++) {
+        int n = 0;
+        for (int s = 1; s <= t; s++) { n += row[s] == DOC_TOKEN; }
+        doc[t] = n;
+    }
+}
+
+// Random tokens that are never the document token; with documents, a few document
+// tokens at fixed places: at t = 0, two adjacent ones, one at the very end.
+static void make_inputs(Rng *rng, int *inputs, int T, int with_documents) {
+    for (int i = 0; i < B * T; i++) { inputs[i] = DOC_TOKEN + 1 + rand_below(rng, 40); }
+    if (!with_documents) { return; }
+    int row0[] = {0, 9, 10, 23}, row1[] = {4, T / 2, T - 1};
+    for (int k = 0; k < 4; k++) { if (row0[k] < T) { inputs[row0[k]] = DOC_TOKEN; } }
+    for (int k = 0; k < 3; k++) { inputs[T + row1[k]] = DOC_TOKEN; }
+}
+
+static void compare(const float *got, const double *expected, size_t n, int quantity, const char *layout, int T,
+                    int documents) {
+    CloseCheck cc;
+    close_begin(&cc, ATOL, RTOL, "%s T %d%s: %s", layout, T, documents ? " documents" : "", quantity_names[quantity]);
+    for (size_t i = 0; i < n; i++) {
+        close_add(&cc, i, got[i], expected[i]);
+        double d = fabs(got[i] - expected[i]);
+        if (d > worst_diff[quantity]) { worst_diff[quantity] = d; }
+    }
+    close_end(&cc);
+}
+
+static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
+    int np = comm->size;
+    const char *name = cp_layout_names[kind];
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    // the same data on every rank
+    Rng rng;
+    rng_seed(&rng, 1000 + T + 7 * with_documents);
+    float *qkv = (float *)mallocCheck(nqkv * sizeof(float));
+    float *dout = (float *)mallocCheck(nout * sizeof(float));
+    int *inputs = (int *)mallocCheck((size_t)B * T * sizeof(int));
+    int *targets = (int *)callocCheck((size_t)B * T, sizeof(int));
+    fill_uniform(&rng, qkv, nqkv, -1.0f, 1.0f);
+    fill_uniform(&rng, dout, nout, -1.0f, 1.0f);
+    make_inputs(&rng, inputs, T, with_documents);
+
+    // the reference, in double, on this rank's copy of the whole sequence
+    double *qkv_d = (double *)mallocCheck(nqkv * sizeof(double));
+    double *dout_d = (double *)mallocCheck(nout * sizeof(double));
+    double *ref_out = (double *)mallocCheck(nout * sizeof(double));
+    double *ref_lse = (double *)mallocCheck(nlse * sizeof(double));
+    double *ref_dqkv = (double *)mallocCheck(nqkv * sizeof(double));
+    int *doc = NULL;
+    for (size_t i = 0; i < nqkv; i++) { qkv_d[i] = qkv[i]; }
+    for (size_t i = 0; i < nout; i++) { dout_d[i] = dout[i]; }
+    if (with_documents) {
+        doc = (int *)mallocCheck((size_t)B * T * sizeof(int));
+        for (int b = 0; b < B; b++) { count_documents(inputs + b * T, T, doc + b * T); }
+    }
+    ref_attention_forward(ref_out, ref_lse, qkv_d, doc, B, T, C, NH);
+    ref_attention_backward(ref_dqkv, dout_d, qkv_d, doc, B, T, C, NH);
+
+    // shard, run the ring, gather
+    CpSharder sh;
+    cp_sharder_init(&sh, kind, comm->rank, np, MAX_SEQ_LEN, with_documents ? DOC_TOKEN : -1);
+    CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "%s T %d: shard_batch: %s", name, T, sh.error);
+    int Tl = sh.layout.local_len;
+    size_t lqkv = (size_t)B * Tl * 3 * C, lout = (size_t)B * Tl * C, llse = (size_t)B * NH * Tl;
+    float *qkv_l = (float *)mallocCheck(lqkv * sizeof(float));
+    float *dout_l = (float *)mallocCheck(lout * sizeof(float));
+    float *out_l = (float *)mallocCheck(lout * sizeof(float));
+    float *lse_l = (float *)mallocCheck(llse * sizeof(float));
+    float *lse_tok = (float *)mallocCheck(llse * sizeof(float));
+    float *dqkv_l = (float *)mallocCheck(lqkv * sizeof(float));
+    float zeros[3 * C] = {0};
+    CHECK(cp_shard_tokens(&sh, qkv, 3 * C * sizeof(float), B, T, zeros, qkv_l) == CP_OK, "shard qkv: %s", sh.error);
+    CHECK(cp_shard_tokens(&sh, dout, C * sizeof(float), B, T, zeros, dout_l) == CP_OK, "shard dout: %s", sh.error);
+    RingAttention ra;
+    ring_attention_init(&ra, comm, B, Tl, C, NH);
+    ra.layout = &sh.layout;
+    ring_attention_forward(&ra, out_l, lse_l, qkv_l);
+    ring_attention_backward(&ra, dqkv_l, dout_l, qkv_l, out_l, lse_l);
+    // lse is (B, NH, Tl): make it token-major (B, Tl, NH) so that it gathers like a token tensor
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < Tl; t++) { lse_tok[((size_t)b * Tl + t) * NH + h] = lse_l[((size_t)b * NH + h) * Tl + t]; }
+        }
+    }
+    float *out = (float *)mallocCheck(nout * sizeof(float));
+    float *lse_g = (float *)mallocCheck(nlse * sizeof(float));
+    float *lse = (float *)mallocCheck(nlse * sizeof(float));
+    float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
+    CHECK(cp_gather_tokens(&sh, comm, out_l, C * sizeof(float), 1, out) == CP_OK, "gather out: %s", sh.error);
+    CHECK(cp_gather_tokens(&sh, comm, lse_tok, NH * sizeof(float), 1, lse_g) == CP_OK, "gather lse: %s", sh.error);
+    CHECK(cp_gather_tokens(&sh, comm, dqkv_l, 3 * C * sizeof(float), 1, dqkv) == CP_OK, "gather dqkv: %s", sh.error);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) { lse[((size_t)b * NH + h) * T + t] = lse_g[((size_t)b * T + t) * NH + h]; }
+        }
+    }
+
+    compare(out, ref_out, nout, 0, name, T, with_documents);
+    compare(lse, ref_lse, nlse, 1, name, T, with_documents);
+    // dqkv holds dQ | dK | dV in each token's 3C: split them to name the one that differs
+    float *part = (float *)mallocCheck(nout * sizeof(float));
+    double *part_ref = (double *)mallocCheck(nout * sizeof(double));
+    for (int which = 0; which < 3; which++) {
+        for (size_t bt = 0; bt < (size_t)B * T; bt++) {
+            for (int c = 0; c < C; c++) {
+                part[bt * C + c] = dqkv[bt * 3 * C + which * C + c];
+                part_ref[bt * C + c] = ref_dqkv[bt * 3 * C + which * C + c];
+            }
+        }
+        compare(part, part_ref, nout, 2 + which, name, T, with_documents);
+    }
+
+    ring_attention_free(&ra);
+    cp_sharder_free(&sh);
+    free(qkv); free(dout); free(inputs); free(targets); free(qkv_d); free(dout_d); free(ref_out); free(ref_lse);
+    free(ref_dqkv); free(doc); free(qkv_l); free(dout_l); free(out_l); free(lse_l); free(lse_tok); free(dqkv_l);
+    free(out); free(lse_g); free(lse); free(dqkv); free(part); free(part_ref);
+}
+
+// ----------------------------------------------------------------------------
+// block skipping, structurally
+
+// What must be skipped, derived from the layouts (one document). The local tokens
+// split into halves; the ring meets the block of rank src:
+//   src == rank  the diagonal: the first half of queries lies before the second
+//                half of keys (SKIP), the second half of queries after the whole
+//                first half of keys (FULL), the halves against themselves are
+//                triangles (MASKED; FULL when a half is one token)
+//   contiguous   src < rank: every key before every query, all FULL;
+//                src > rank: every key after every query, all SKIP
+//   round_robin  halves are chunks: queries r, 2cp-1-r; keys s, 2cp-1-s
+//                s < r: chunk r sees chunk s, not chunk 2cp-1-s > r:  [FULL SKIP; FULL SKIP]
+//                s > r: chunk r sees neither; 2cp-1-r sees both:      [SKIP SKIP; FULL FULL]
+// So round_robin computes half of every off-diagonal block, and contiguous all or
+// nothing.
+static void expected_visibility(CpLayoutKind kind, int rank, int src, int half, BlockVisibility e[2][2]) {
+    if (src == rank) {
+        BlockVisibility triangle = half == 1 ? BLOCK_FULL : BLOCK_MASKED;
+        e[0][0] = triangle; e[0][1] = BLOCK_SKIP;
+        e[1][0] = BLOCK_FULL; e[1][1] = triangle;
+        return;
+    }
+    for (int a = 0; a < 2; a++) {
+        for (int c = 0; c < 2; c++) {
+            if (kind == CP_LAYOUT_CONTIGUOUS) { e[a][c] = src < rank ? BLOCK_FULL : BLOCK_SKIP; }
+            else if (src < rank) { e[a][c] = c == 0 ? BLOCK_FULL : BLOCK_SKIP; }
+            else { e[a][c] = a == 1 ? BLOCK_FULL : BLOCK_SKIP; }
+        }
+    }
+}
+
+static void check_block_skipping(CpLayoutKind kind, int T, int rank, int np) {
+    CHECK(RING_SUBBLOCKS == 2, "the expected tables are written for halves, RING_SUBBLOCKS is %d", RING_SUBBLOCKS);
+    int P = cp_padded_len(kind, T, np), Tl = P / np;
+    int *q_index = (int *)mallocCheck((size_t)Tl * sizeof(int));
+    int *k_index = (int *)mallocCheck((size_t)Tl * sizeof(int));
+    int *docs = (int *)callocCheck((size_t)Tl, sizeof(int));
+    cp_local_indices(kind, P, np, rank, q_index);
+    int skipped = 0;
+    for (int step = 0; step < np; step++) {
+        int src = (rank - step + np) % np;
+        cp_local_indices(kind, P, np, src, k_index);
+        BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS], e[2][2];
+        SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
+        block_visibility_table(q_index, docs, k_index, docs, Tl, vis, qs, ks);
+        expected_visibility(kind, rank, src, Tl / 2, e);
+        for (int a = 0; a < 2; a++) {
+            for (int c = 0; c < 2; c++) {
+                CHECK(vis[a][c] == e[a][c], "%s T %d rank %d, block of rank %d: sub-blocks (q %d, k %d) are %d, "
+                      "expected %d (0 skip, 1 full, 2 masked)", cp_layout_names[kind], T, rank, src, a, c,
+                      vis[a][c], e[a][c]);
+                skipped += vis[a][c] == BLOCK_SKIP;
+            }
+        }
+    }
+    // the diagonal skips one of 4; round_robin half of every other block
+    if (kind == CP_LAYOUT_ROUND_ROBIN) {
+        CHECK(skipped == 1 + 2 * (np - 1), "round_robin T %d rank %d: %d sub-block pairs skipped, expected %d",
+              T, rank, skipped, 1 + 2 * (np - 1));
+    }
+    free(q_index); free(k_index); free(docs);
+}
+
+int main(int argc, char **argv) {
+    mpi_runtime_init(&argc, &argv);
+    MPI_Comm dup;
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    Comm *comm = comm_mpi_create(dup);
+    int np = comm->size;
+    int Ts[] = {3, 7, 16, 37, 100}; // 3 and 7 (at np 4): sub-blocks of one token
+    int num_T = (int)(sizeof(Ts) / sizeof(Ts[0]));
+    int tested = 0;
+    for (int kind = 0; kind < CP_NUM_LAYOUTS; kind++) {
+        if (kind == CP_LAYOUT_IDENTITY && np != 1) { continue; }
+        for (int i = 0; i < num_T; i++) {
+            CpSharder probe;
+            cp_sharder_init(&probe, (CpLayoutKind)kind, comm->rank, np, MAX_SEQ_LEN, -1);
+            if (cp_check_config(&probe, Ts[i]) != CP_OK) { continue; } // a rank without a real token
+            run_case(comm, (CpLayoutKind)kind, Ts[i], 0);
+            tested++;
+            if (Ts[i] >= 37) { // the document tokens are placed up to t = 23
+                run_case(comm, (CpLayoutKind)kind, Ts[i], 1);
+                tested++;
+            }
+            if (np >= 2) { check_block_skipping((CpLayoutKind)kind, Ts[i], comm->rank, np); }
+        }
+    }
+    // configs that leave a rank without a real token: np 3 contiguous T 3 and 7,
+    // np 4 T 3 in both layouts
+    CHECK(tested >= 2 * (num_T + 2) - 2, "only %d cases ran", tested);
+    if (comm->rank == 0) {
+        printf("test_ring_attention np %d: OK, %d cases; worst |ring - ref|:", np, tested);
+        for (int q = 0; q < 5; q++) { printf(" %s %.2g", quantity_names[q], worst_diff[q]); }
+        printf("\n");
+    }
+    comm->destroy(comm);
+    MPI_Finalize();
+    return 0;
+}
