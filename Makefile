@@ -38,6 +38,28 @@ ifeq ($(SAN),1)
   CFLAGS += -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 
+# ---------------------------------------------------------------------------
+# the GPU trainer: nvcc, MPI's flags from its compiler wrapper, cuBLAS, NCCL.
+# NCCL_HOME: where include/nccl.h and lib64/ or lib/ libnccl.so.2 are (default the
+# CUDA toolkit; e.g. python3's site-packages/nvidia/nccl of the pip package
+# nvidia-nccl-cu13). GPU_ARCH: the compute capability to build for (90: H100/H200).
+GPU_ARCH ?= 90
+NCCL_HOME ?= $(CUDA_HOME)
+NCCL_LIBDIR ?= $(patsubst %/,%,$(dir $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so.2 $(NCCL_HOME)/lib/libnccl.so.2) $(NCCL_HOME)/lib64/)))
+HAVE_NVCC := $(shell command -v $(NVCC) > /dev/null 2>&1 && echo yes)
+MPI_COMPILE_FLAGS ?= $(shell $(MPICC) --showme:compile 2>/dev/null)
+MPI_LINK_FLAGS ?= $(shell $(MPICC) --showme:link 2>/dev/null)
+# nvcc takes -I, -L and -l itself; anything else (-pthread, -Wl,...) goes to the host compiler
+nvcc_pass = $(foreach f,$(1),$(if $(filter -I% -L% -l%,$(f)),$(f),-Xcompiler $(f)))
+# NO_BLAS: the CPU headers' matmuls (never called on the GPU) need no OpenBLAS;
+# OMPI_SKIP_MPICXX: mpi.h without Open MPI's C++ bindings, whose names clash with ours
+NVCC_FLAGS = -O3 -std=c++17 -arch=sm_$(GPU_ARCH) -DNO_BLAS -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
+	-Xcompiler -Wall,-Wno-unused-function,-Wno-unknown-pragmas -I$(NCCL_HOME)/include
+CUDA_LDLIBS = -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -L$(NCCL_LIBDIR) -l:libnccl.so.2 \
+	-Xlinker -rpath,$(CUDA_HOME)/lib64 -Xlinker -rpath,$(NCCL_LIBDIR)
+CUDA_DEPS = $(wildcard cp/*.h cp/*.cuh llmc/*.h llmc/*.cuh) train_common.h
+CMAKE_CUDA_ARGS = $(if $(HAVE_NVCC),-DCMAKE_CUDA_COMPILER=$(shell command -v $(NVCC)) -DGPU_ARCH=$(GPU_ARCH))
+
 .PHONY: all test run clean
 
 all: train_gpt2cp_cpu
@@ -45,10 +67,19 @@ all: train_gpt2cp_cpu
 train_gpt2cp_cpu: train_gpt2cp_cpu.c $(DEPS)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
+train_gpt2cp: train_gpt2cp.cu $(CUDA_DEPS)
+	$(NVCC) $(NVCC_FLAGS) $(call nvcc_pass,$(MPI_COMPILE_FLAGS)) $< -o $@ $(call nvcc_pass,$(MPI_LINK_FLAGS)) $(CUDA_LDLIBS)
+
+# the GPU tests without CMake (scripts/gpu_check.sh); CTest builds the same files
+$(BUILD_DIR)/gpu/%: test/%.cu test/gpu_test_utils.cuh test/test_utils.h $(CUDA_DEPS)
+	@mkdir -p $(@D)
+	$(NVCC) $(NVCC_FLAGS) -I. $(call nvcc_pass,$(MPI_COMPILE_FLAGS)) $< -o $@ $(call nvcc_pass,$(MPI_LINK_FLAGS)) $(CUDA_LDLIBS)
+
 test:
 	bash scripts/install_deps.sh
 	$(MAKE) train_gpt2cp_cpu
-	cmake -S test -B $(BUILD_DIR)/test -DCMAKE_BUILD_TYPE=Release -DSAN=$(SAN) -DNO_BLAS=$(NO_BLAS) > /dev/null
+	$(if $(HAVE_NVCC),$(MAKE) train_gpt2cp,@echo "note: no nvcc at $(NVCC): train_gpt2cp and the GPU tests are not built (set CUDA_HOME)")
+	cmake -S test -B $(BUILD_DIR)/test -DCMAKE_BUILD_TYPE=Release -DSAN=$(SAN) -DNO_BLAS=$(NO_BLAS) $(CMAKE_CUDA_ARGS) > /dev/null
 	cmake --build $(BUILD_DIR)/test -j 2
 	cd $(BUILD_DIR)/test && ctest --output-on-failure -j 2
 

@@ -1,7 +1,10 @@
 /*
 What the two trainers (train_gpt2cp_cpu.c and train_gpt2cp.cu) share: the command
-line, its checks, the start-up table and the progress line. Both take the same
-flags with the same meaning, llm.c's flags plus the context-parallel ones.
+line, its checks, the start-up table and the progress line, and the host side of
+a run: the model's initialisation on the host, the mesh's MPI communicators, the
+data, logs and schedule (TrainRun), the per-token loss gather, checkpoints and
+sampling. Both take the same flags with the same meaning, llm.c's flags plus the
+context-parallel ones; the trainers differ only in where the model runs.
 */
 #ifndef TRAIN_COMMON_H
 #define TRAIN_COMMON_H
@@ -12,8 +15,18 @@ flags with the same meaning, llm.c's flags plus the context-parallel ones.
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include "cp/comm_mpi.h"
 #include "cp/layout.h"
+#include "cp/loss.h"
+#include "cp/mesh.h"
+#include "cp/sharder.h"
+#include "llmc/dataloader.h"
 #include "llmc/gpt2.h"
+#include "llmc/logger.h"
+#include "llmc/rand.h"
+#include "llmc/sampler.h"
+#include "llmc/schedulers.h"
+#include "llmc/tokenizer.h"
 #include "llmc/utils.h"
 
 typedef struct {
@@ -237,7 +250,7 @@ static void validate_against_model(const TrainConfig *cfg, GPT2Config c) {
     if (cfg->T > c.max_seq_len) {
         fatal_everywhere("-t %d exceeds the model's max_seq_len %d", cfg->T, c.max_seq_len);
     }
-    if (cfg->gen_tokens > c.max_seq_len) {
+    if (cfg->sample_every > 0 && cfg->gen_tokens > c.max_seq_len) {
         fatal_everywhere("-g %d exceeds the model's max_seq_len %d", cfg->gen_tokens, c.max_seq_len);
     }
 }
@@ -314,6 +327,221 @@ static void print_progress(int step, int steps, float loss, float grad_norm, flo
     printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | eta %s\n",
            step + 1, steps, loss, grad_norm, lr, step_seconds * 1000.0, tokens_per_step / step_seconds, eta);
     fflush(stdout);
+}
+
+// ----------------------------------------------------------------------------
+// the host side of a run, shared by both trainers
+
+#define RANDOM_INIT_SEED 42
+#define SAMPLE_SEED 1337
+
+// -e into host memory: an llm.c checkpoint, or dN for a random init of depth N.
+// Every rank builds the same weights (the trainers broadcast rank 0's all the same).
+static void init_model_host(GPT2 *model, const char *init) {
+    int depth = random_init_depth(init);
+    if (depth > 0) {
+        GPT2Config c = gpt2_config_for_depth(depth);
+        char why[256];
+        if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", init, why); }
+        gpt2_init_random(model, c, RANDOM_INIT_SEED);
+    } else {
+        gpt2_load_checkpoint(model, init);
+    }
+}
+
+// The mesh's MPI communicators: world, this replica's CP group, the DP group of
+// this CP rank, and this rank alone. The caller owns (wraps) all four.
+static Mesh mesh_split_mpi(int cp_size, MPI_Comm *world, MPI_Comm *cp, MPI_Comm *dp, MPI_Comm *self) {
+    int world_rank, world_size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    Mesh m = mesh_init(world_rank, world_size, cp_size);
+    MPI_Comm_dup(MPI_COMM_WORLD, world);
+    MPI_Comm_split(MPI_COMM_WORLD, m.dp_rank, m.cp_rank, cp);
+    MPI_Comm_split(MPI_COMM_WORLD, m.cp_rank, m.dp_rank, dp);
+    MPI_Comm_dup(MPI_COMM_SELF, self);
+    return m;
+}
+
+// Loads the loader's next batch and shards it for this rank into sh, the step's
+// sharder (built here, freed by the caller); ends the job if the layout cannot.
+static void next_sharded_batch(CpSharder *sh, DataLoader *dl, CpLayoutKind layout, const Mesh *m, int max_seq_len) {
+    dataloader_next_batch(dl);
+    cp_sharder_init(sh, layout, m->cp_rank, m->cp_size, max_seq_len, -1);
+    if (cp_shard_batch(sh, dl->inputs, dl->targets, dl->B, dl->T) != CP_OK) {
+        fatal_everywhere("%s", sh->error);
+    }
+}
+
+// What a run needs besides the model: sizes, data, tokenizer, logs, the -tl file,
+// the schedule, the sampling RNG and the step timer.
+typedef struct {
+    CpLayoutKind layout;
+    int padded_T, local_T;  // the row after padding, and this rank's share of it
+    int steps, val_batches;
+    DataLoader train_loader, val_loader;
+    Tokenizer tokenizer;
+    Logger logger;
+    FILE *token_loss_fp;    // -tl, open on the master only
+    float *loss_rows;       // (B, T) this replica's gathered per-token losses
+    float *loss_all_rows;   // (dp * B, T) every replica's
+    CosineSchedule schedule;
+    Rng sample_rng;
+    double tokens_per_step;
+    double total_step_seconds;
+} TrainRun;
+
+// Checks the run against the model, opens the data and the outputs.
+static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind layout, const Mesh *mesh,
+                           GPT2Config c) {
+    memset(run, 0, sizeof(*run));
+    int master = mesh->world_rank == 0;
+    run->layout = layout;
+    validate_against_model(cfg, c);
+    CpSharder probe; // checks (T, cp, layout) before anything is allocated for it
+    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, -1);
+    if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
+    run->padded_T = cp_padded_len(layout, cfg->T, cfg->cp_size);
+    run->local_T = run->padded_T / cfg->cp_size;
+    dataloader_init(&run->train_loader, cfg->train_pattern, "-i", cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
+                    c.vocab_size);
+    if (cfg->val_every > 0) {
+        dataloader_init(&run->val_loader, cfg->val_pattern, "-j", cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
+                        c.vocab_size);
+        int epoch = (int)run->val_loader.epoch_steps;
+        run->val_batches = cfg->val_batches < epoch ? cfg->val_batches : epoch;
+    }
+    run->steps = cfg->steps >= 0 ? cfg->steps : (int)run->train_loader.epoch_steps;
+    tokenizer_init(&run->tokenizer, cfg->tokenizer_path, c.vocab_size);
+    if (cfg->output_dir) { make_output_dir(cfg->output_dir); }
+    logger_init(&run->logger, cfg->output_dir, master, 0);
+    if (cfg->token_loss_path && master) { run->token_loss_fp = fopenCheck(cfg->token_loss_path, "wb"); }
+    if (cfg->token_loss_path) {
+        run->loss_rows = (float *)mallocCheck((size_t)cfg->B * cfg->T * sizeof(float));
+        run->loss_all_rows = (float *)mallocCheck((size_t)mesh->dp_size * cfg->B * cfg->T * sizeof(float));
+    }
+    CosineSchedule schedule = {cfg->learning_rate, cfg->warmup, run->steps, cfg->final_lr_fraction};
+    run->schedule = schedule;
+    rng_seed(&run->sample_rng, SAMPLE_SEED);
+    run->tokens_per_step = (double)mesh->dp_size * cfg->B * cfg->T;
+}
+
+static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
+    if (run->token_loss_fp) { fcloseCheck(run->token_loss_fp, cfg->token_loss_path); }
+    free(run->loss_rows);
+    free(run->loss_all_rows);
+    logger_free(&run->logger);
+    tokenizer_free(&run->tokenizer);
+    dataloader_free(&run->train_loader);
+    if (cfg->val_every > 0) { dataloader_free(&run->val_loader); }
+}
+
+// The start-up table (master only), and a note when samples will print token ids.
+static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg, GPT2Config c, const Mesh *mesh,
+                                    const char *trainer, const char *transport, size_t num_parameters) {
+    if (mesh->world_rank != 0) { return; }
+    StartupFacts facts = {trainer, transport, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
+                          num_parameters, run->steps, run->val_batches};
+    print_startup_table(cfg, c, &facts);
+    if (run->tokenizer.token_table == NULL) { printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path); }
+}
+
+// The forward pass of the loader's next batch on this rank's shard (the trainer's
+// own); returns the loss statistics of the global batch. The sharder is built by
+// it and freed by the caller.
+typedef LossStats (*ForwardStep)(void *trainer, DataLoader *dl, CpSharder *sh);
+
+// The mean loss over the first `batches` batches of the validation data.
+static float validation_loss(ForwardStep forward_step, void *trainer, DataLoader *val_loader, int batches) {
+    dataloader_reset(val_loader);
+    LossStats total = {0.0, 0.0};
+    for (int i = 0; i < batches; i++) {
+        CpSharder sh;
+        LossStats s = forward_step(trainer, val_loader, &sh);
+        cp_sharder_free(&sh);
+        total.loss_sum += s.loss_sum;
+        total.valid_count += s.valid_count;
+    }
+    return mean_loss(total);
+}
+
+// what happens before the training step `step` (the last "step" only evaluates)
+static int run_validates(const TrainConfig *cfg, int step, int last_step) {
+    return cfg->val_every > 0 && (step % cfg->val_every == 0 || last_step);
+}
+
+static int run_samples(const TrainConfig *cfg, int step, int last_step) {
+    return cfg->sample_every > 0 && ((step > 0 && step % cfg->sample_every == 0) || last_step);
+}
+
+static int run_checkpoints(const TrainConfig *cfg, int step, int last_step) {
+    return cfg->output_dir != NULL &&
+           (last_step || (cfg->checkpoint_every > 0 && step > 0 && step % cfg->checkpoint_every == 0));
+}
+
+// After a training step: the progress line (master) and the log.
+static void train_run_end_step(TrainRun *run, int master, int step, float loss, float grad_norm, float lr,
+                               double seconds) {
+    run->total_step_seconds += seconds;
+    if (master) {
+        print_progress(step, run->steps, loss, grad_norm, lr, seconds, run->tokens_per_step,
+                       run->total_step_seconds / (step + 1));
+    }
+    logger_log_train(&run->logger, step, loss);
+}
+
+// Gathers the step's per-token losses to global order: the CP group's shards into
+// (B, T) rows, then the replicas' rows into (dp * B, T); the master appends them.
+// losses: (B, Tl) host; cp, dp: host-memory transports of the CP and DP groups.
+static void write_token_losses(TrainRun *run, const TrainConfig *cfg, CpSharder *sh, Comm *cp, Comm *dp,
+                               const float *losses) {
+    int B = sh->layout.B, T = sh->layout.original_seq_len;
+    if (cp_gather_tokens(sh, cp, losses, sizeof(float), 1, run->loss_rows) != CP_OK) {
+        fatal("%s", sh->error);
+    }
+    dp->all_gather(dp, run->loss_rows, run->loss_all_rows, (size_t)B * T * sizeof(float));
+    if (run->token_loss_fp != NULL) {
+        fwriteCheck(run->loss_all_rows, sizeof(float), (size_t)dp->size * B * T, run->token_loss_fp,
+                    cfg->token_loss_path);
+        fflush(run->token_loss_fp);
+    }
+}
+
+// model: the host model holding the parameters to write
+static void save_checkpoint(const TrainConfig *cfg, const GPT2 *model, int step) {
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/model_%08d.bin", cfg->output_dir, step);
+    gpt2_save_checkpoint(model, path);
+    printf("wrote %s\n", path);
+}
+
+// The logits (host, at least V floats) of position t - 1 after a forward pass over
+// the row sharded in sh (identity layout, this rank alone).
+typedef const float *(*NextTokenLogits)(void *ctx, const CpSharder *sh, int t);
+
+// Generates gen_tokens tokens after an EOT, unsharded on this rank alone, and
+// prints them. The whole window is run every time, as llm.c does: causal attention
+// makes the filler after position t-1 irrelevant to its logits.
+static void generate_sample(const TrainConfig *cfg, GPT2Config c, const Tokenizer *tokenizer, Rng *rng,
+                            NextTokenLogits next_logits, void *ctx) {
+    int T = cfg->gen_tokens;
+    int *tokens = (int *)mallocCheck((size_t)T * sizeof(int));
+    int *no_targets = (int *)mallocCheck((size_t)T * sizeof(int));
+    for (int t = 0; t < T; t++) { tokens[t] = GPT2_EOT; no_targets[t] = IGNORE_INDEX; }
+    CpSharder sh;
+    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, c.max_seq_len, -1);
+    printf("generating:\n---\n");
+    for (int t = 1; t < T; t++) {
+        if (cp_shard_batch(&sh, tokens, no_targets, 1, T) != CP_OK) { fatal("%s", sh.error); }
+        const float *logits = next_logits(ctx, &sh, t);
+        tokens[t] = sample_softmax(logits, c.vocab_size, rng_uniform(rng));
+        tokenizer_print(tokenizer, tokens[t]);
+        fflush(stdout);
+    }
+    printf("\n---\n");
+    cp_sharder_free(&sh);
+    free(tokens);
+    free(no_targets);
 }
 
 #endif // TRAIN_COMMON_H

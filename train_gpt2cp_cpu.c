@@ -19,17 +19,7 @@ Same flags as the GPU trainer; see -h.
 #include "train_common.h"
 #include "cp/comm_mpi.h"
 #include "cp/loss.h"
-#include "cp/mesh.h"
 #include "cp/ring_attention.h"
-#include "cp/sharder.h"
-#include "llmc/dataloader.h"
-#include "llmc/logger.h"
-#include "llmc/sampler.h"
-#include "llmc/schedulers.h"
-#include "llmc/tokenizer.h"
-
-#define RANDOM_INIT_SEED 42
-#define SAMPLE_SEED 1337
 
 typedef struct {
     Mesh mesh;
@@ -41,15 +31,8 @@ typedef struct {
 
 static Ranks ranks_init(int cp_size) {
     Ranks r;
-    int world_rank, world_size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    r.mesh = mesh_init(world_rank, world_size, cp_size);
     MPI_Comm world, cp, dp, self;
-    MPI_Comm_dup(MPI_COMM_WORLD, &world);
-    MPI_Comm_split(MPI_COMM_WORLD, r.mesh.dp_rank, r.mesh.cp_rank, &cp);
-    MPI_Comm_split(MPI_COMM_WORLD, r.mesh.cp_rank, r.mesh.dp_rank, &dp);
-    MPI_Comm_dup(MPI_COMM_SELF, &self);
+    r.mesh = mesh_split_mpi(cp_size, &world, &cp, &dp, &self);
     r.world = comm_mpi_create(world);
     r.cp = comm_mpi_create(cp);
     r.dp = comm_mpi_create(dp);
@@ -68,22 +51,8 @@ static void ranks_free(Ranks *r) {
 // builds the same weights; rank 0's are broadcast all the same, so that ranks
 // can never start apart.
 static void load_model(GPT2 *model, const char *init, Comm *world) {
-    int depth = random_init_depth(init);
-    if (depth > 0) {
-        GPT2Config c = gpt2_config_for_depth(depth);
-        gpt2_validate_config(c, "-e");
-        gpt2_init_random(model, c, RANDOM_INIT_SEED);
-    } else {
-        gpt2_load_checkpoint(model, init);
-    }
+    init_model_host(model, init);
     world->broadcast(world, model->params_memory, model->num_parameters * sizeof(float), 0);
-}
-
-// Shards the loader's current batch into sh; ends the job if the layout cannot.
-static void shard_current_batch(CpSharder *sh, const DataLoader *dl) {
-    if (cp_shard_batch(sh, dl->inputs, dl->targets, dl->B, dl->T) != CP_OK) {
-        fatal_everywhere("%s", sh->error);
-    }
 }
 
 typedef struct {
@@ -99,10 +68,7 @@ typedef struct {
 // loss statistics of the global batch. The sharder is the step's: built here,
 // freed by the caller after the backward pass.
 static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh) {
-    const Mesh *m = &tr->ranks->mesh;
-    dataloader_next_batch(dl);
-    cp_sharder_init(sh, tr->layout, m->cp_rank, m->cp_size, tr->model->config.max_seq_len, -1);
-    shard_current_batch(sh, dl);
+    next_sharded_batch(sh, dl, tr->layout, &tr->ranks->mesh, tr->model->config.max_seq_len);
     tr->ring->layout = &sh->layout;
     AttentionVerbs attn = ring_attention_verbs(tr->ring);
     gpt2_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
@@ -110,75 +76,35 @@ static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh) {
     return global_loss_stats(tr->ranks->world, local_loss_stats(tr->acts->t.losses, sh->local.targets, n));
 }
 
-static float validation_loss(Trainer *tr, DataLoader *val_loader, int batches) {
-    dataloader_reset(val_loader);
-    LossStats total = {0.0, 0.0};
-    for (int i = 0; i < batches; i++) {
-        CpSharder sh;
-        LossStats s = forward_step(tr, val_loader, &sh);
-        cp_sharder_free(&sh);
-        total.loss_sum += s.loss_sum;
-        total.valid_count += s.valid_count;
-    }
-    return mean_loss(total);
+static LossStats forward_step_verb(void *trainer, DataLoader *dl, CpSharder *sh) {
+    return forward_step((Trainer *)trainer, dl, sh);
 }
 
-// Generates gen_tokens tokens after an EOT, unsharded on this rank alone (the
-// identity layout over a one-rank group), and prints them.
-static void generate_sample(const TrainConfig *cfg, GPT2 *model, Comm *self, const Tokenizer *tokenizer,
-                            Rng *rng) {
-    GPT2Config c = model->config;
-    int T = cfg->gen_tokens;
+// Sampling runs unsharded on this rank alone: the identity layout over a one-rank
+// group, with activations of one row of gen_tokens tokens.
+typedef struct {
+    GPT2 *model;
     Activations acts;
-    activations_init(&acts, c, 1, T);
     RingAttention ring;
-    ring_attention_init(&ring, self, 1, T, c.channels, c.num_heads);
-    AttentionVerbs attn = ring_attention_verbs(&ring);
-    int *tokens = (int *)mallocCheck((size_t)T * sizeof(int));
-    int *no_targets = (int *)mallocCheck((size_t)T * sizeof(int));
-    for (int t = 0; t < T; t++) { tokens[t] = GPT2_EOT; no_targets[t] = IGNORE_INDEX; }
-    CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, c.max_seq_len, -1);
-    printf("generating:\n---\n");
-    for (int t = 1; t < T; t++) {
-        // the whole window every time, as llm.c does: causal attention makes the
-        // filler after position t-1 irrelevant to its logits
-        if (cp_shard_batch(&sh, tokens, no_targets, 1, T) != CP_OK) { fatal("%s", sh.error); }
-        ring.layout = &sh.layout;
-        gpt2_forward(model, &acts, sh.local.inputs, sh.layout.position, NULL, &attn);
-        const float *logits = acts.t.logits + (size_t)(t - 1) * c.padded_vocab_size;
-        tokens[t] = sample_softmax(logits, c.vocab_size, rng_uniform(rng));
-        tokenizer_print(tokenizer, tokens[t]);
-        fflush(stdout);
-    }
-    printf("\n---\n");
-    cp_sharder_free(&sh);
-    free(tokens);
-    free(no_targets);
-    ring_attention_free(&ring);
-    activations_free(&acts);
+} Sampler;
+
+static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
+    Sampler *s = (Sampler *)ctx;
+    s->ring.layout = &sh->layout;
+    AttentionVerbs attn = ring_attention_verbs(&s->ring);
+    gpt2_forward(s->model, &s->acts, sh->local.inputs, sh->layout.position, NULL, &attn);
+    return s->acts.t.logits + (size_t)(t - 1) * s->model->config.padded_vocab_size;
 }
 
-// Gathers the step's per-token losses to global order: the CP group's shards into
-// (B, T) rows, then the replicas' rows into (dp * B, T); rank 0 appends them.
-static void write_token_losses(Trainer *tr, CpSharder *sh, FILE *fp, float *rows, float *all_rows) {
-    Ranks *r = tr->ranks;
-    int B = sh->layout.B, T = sh->layout.original_seq_len;
-    if (cp_gather_tokens(sh, r->cp, tr->acts->t.losses, sizeof(float), 1, rows) != CP_OK) {
-        fatal("%s", sh->error);
-    }
-    r->dp->all_gather(r->dp, rows, all_rows, (size_t)B * T * sizeof(float));
-    if (fp != NULL) {
-        fwriteCheck(all_rows, sizeof(float), (size_t)r->mesh.dp_size * B * T, fp, tr->cfg->token_loss_path);
-        fflush(fp);
-    }
-}
-
-static void save_checkpoint(const TrainConfig *cfg, const GPT2 *model, int step) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", cfg->output_dir, step);
-    gpt2_save_checkpoint(model, path);
-    printf("wrote %s\n", path);
+static void sample(const TrainConfig *cfg, GPT2 *model, Comm *self, TrainRun *run) {
+    GPT2Config c = model->config;
+    Sampler s;
+    s.model = model;
+    activations_init(&s.acts, c, 1, cfg->gen_tokens);
+    ring_attention_init(&s.ring, self, 1, cfg->gen_tokens, c.channels, c.num_heads);
+    generate_sample(cfg, c, &run->tokenizer, &run->sample_rng, sampler_next_logits, &s);
+    ring_attention_free(&s.ring);
+    activations_free(&s.acts);
 }
 
 int main(int argc, char **argv) {
@@ -199,70 +125,30 @@ int main(int argc, char **argv) {
     GPT2 model;
     load_model(&model, cfg.init, ranks.world);
     GPT2Config c = model.config;
-    validate_against_model(&cfg, c);
-    CpSharder probe; // checks (T, cp, layout) before anything is allocated for it
-    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, -1);
-    if (cp_check_config(&probe, cfg.T) != CP_OK) { fatal_everywhere("%s", probe.error); }
-    int padded_T = cp_padded_len(layout, cfg.T, cfg.cp_size);
-    int local_T = padded_T / cfg.cp_size;
-
-    DataLoader train_loader, val_loader;
-    dataloader_init(&train_loader, cfg.train_pattern, "-i", cfg.B, cfg.T, mesh->dp_rank, mesh->dp_size, c.vocab_size);
-    int val_batches = 0;
-    if (cfg.val_every > 0) {
-        dataloader_init(&val_loader, cfg.val_pattern, "-j", cfg.B, cfg.T, mesh->dp_rank, mesh->dp_size, c.vocab_size);
-        val_batches = cfg.val_batches < (int)val_loader.epoch_steps ? cfg.val_batches : (int)val_loader.epoch_steps;
-    }
-    int steps = cfg.steps >= 0 ? cfg.steps : (int)train_loader.epoch_steps;
-    Tokenizer tokenizer;
-    tokenizer_init(&tokenizer, cfg.tokenizer_path, c.vocab_size);
-    if (cfg.output_dir) { make_output_dir(cfg.output_dir); }
-    Logger logger;
-    logger_init(&logger, cfg.output_dir, master, 0);
-    FILE *token_loss_fp = NULL;
-    if (cfg.token_loss_path && master) { token_loss_fp = fopenCheck(cfg.token_loss_path, "wb"); }
-
-    if (master) {
-        StartupFacts facts = {"cpu (fp32, OpenMP)", "mpi", mesh->world_size, mesh->dp_size, padded_T, local_T,
-                              model.num_parameters, steps, val_batches};
-        print_startup_table(&cfg, c, &facts);
-        if (tokenizer.token_table == NULL) { printf("no tokenizer at %s: samples print token ids\n", cfg.tokenizer_path); }
-    }
+    TrainRun run;
+    train_run_init(&run, &cfg, layout, mesh, c);
+    train_run_print_startup(&run, &cfg, c, mesh, "cpu (fp32, OpenMP)", "mpi", model.num_parameters);
 
     Activations acts;
-    activations_init(&acts, c, cfg.B, local_T);
+    activations_init(&acts, c, cfg.B, run.local_T);
     RingAttention ring;
-    ring_attention_init(&ring, ranks.cp, cfg.B, local_T, c.channels, c.num_heads);
+    ring_attention_init(&ring, ranks.cp, cfg.B, run.local_T, c.channels, c.num_heads);
     Trainer tr = {&cfg, layout, &ranks, &model, &acts, &ring};
-    CosineSchedule schedule = {cfg.learning_rate, cfg.warmup, steps, cfg.final_lr_fraction};
-    float *loss_rows = NULL, *loss_all_rows = NULL;
-    if (cfg.token_loss_path) {
-        loss_rows = (float *)mallocCheck((size_t)cfg.B * cfg.T * sizeof(float));
-        loss_all_rows = (float *)mallocCheck((size_t)mesh->dp_size * cfg.B * cfg.T * sizeof(float));
-    }
-    Rng sample_rng;
-    rng_seed(&sample_rng, SAMPLE_SEED);
-    double tokens_per_step = (double)mesh->dp_size * cfg.B * cfg.T;
-    double total_step_seconds = 0.0;
 
-    for (int step = 0; step <= steps; step++) {
-        int last_step = step == steps;
-        if (cfg.val_every > 0 && (step % cfg.val_every == 0 || last_step)) {
-            float val_loss = validation_loss(&tr, &val_loader, val_batches);
+    for (int step = 0; step <= run.steps; step++) {
+        int last_step = step == run.steps;
+        if (run_validates(&cfg, step, last_step)) {
+            float val_loss = validation_loss(forward_step_verb, &tr, &run.val_loader, run.val_batches);
             if (master) { printf("val loss %.6f\n", val_loss); }
-            logger_log_val(&logger, step, val_loss);
+            logger_log_val(&run.logger, step, val_loss);
         }
-        if (master && cfg.sample_every > 0 && ((step > 0 && step % cfg.sample_every == 0) || last_step)) {
-            generate_sample(&cfg, &model, ranks.self, &tokenizer, &sample_rng);
-        }
-        if (cfg.output_dir && master && (last_step || (cfg.checkpoint_every > 0 && step > 0 && step % cfg.checkpoint_every == 0))) {
-            save_checkpoint(&cfg, &model, step);
-        }
+        if (master && run_samples(&cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
+        if (master && run_checkpoints(&cfg, step, last_step)) { save_checkpoint(&cfg, &model, step); }
         if (last_step) { break; }
 
         double start = wall_seconds();
         CpSharder sh;
-        LossStats stats = forward_step(&tr, &train_loader, &sh);
+        LossStats stats = forward_step(&tr, &run.train_loader, &sh);
         float loss = mean_loss(stats);
         gpt2_zero_grad(&model);
         AttentionVerbs attn = ring_attention_verbs(&ring);
@@ -272,27 +158,16 @@ int main(int argc, char **argv) {
         gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &attn);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
         float grad_norm = (float)sqrt(global_norm_squared(model.grads_memory, model.num_parameters));
-        float lr = learning_rate_at(&schedule, step);
+        float lr = learning_rate_at(&run.schedule, step);
         gpt2_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
-        if (cfg.token_loss_path) { write_token_losses(&tr, &sh, token_loss_fp, loss_rows, loss_all_rows); }
+        if (cfg.token_loss_path) { write_token_losses(&run, &cfg, &sh, ranks.cp, ranks.dp, acts.t.losses); }
         cp_sharder_free(&sh);
-        double seconds = wall_seconds() - start;
-        total_step_seconds += seconds;
-        if (master) {
-            print_progress(step, steps, loss, grad_norm, lr, seconds, tokens_per_step, total_step_seconds / (step + 1));
-        }
-        logger_log_train(&logger, step, loss);
+        train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);
     }
 
-    if (token_loss_fp) { fcloseCheck(token_loss_fp, cfg.token_loss_path); }
-    free(loss_rows);
-    free(loss_all_rows);
-    logger_free(&logger);
+    train_run_free(&run, &cfg);
     ring_attention_free(&ring);
     activations_free(&acts);
-    tokenizer_free(&tokenizer);
-    dataloader_free(&train_loader);
-    if (cfg.val_every > 0) { dataloader_free(&val_loader); }
     gpt2_free(&model);
     ranks_free(&ranks);
     MPI_Finalize();

@@ -14,9 +14,20 @@ indices, so no other code ever asks which layout produced a shard.
                  chunk r with its mirror gives every rank the same attention work
                  (the "head-tail" or "zigzag" balancing).
 
+    packed       documents (each opened by an EOT token) are laid out one after
+                 another, each padded to a multiple of 2*cp and split head-tail
+                 over the ranks on its own, like TransformerEngine's THD format:
+                 with document masking every document is a small causal
+                 attention, and the head-tail split balances each one. The layout
+                 depends on the data: the row's padded length is the sum of its
+                 padded documents, the batch's P the longest row (shorter rows end
+                 in a pad region split the same way).
+
 Example, T = 10, cp = 2 -> P = 12:
     round_robin  r0 = [0 1 2 9 10 11]   r1 = [3 4 5 6 7 8]
     contiguous   r0 = [0 1 2 3 4 5]     r1 = [6 7 8 9 10 11]
+Packed, documents [0, 6) and [6, 10) at cp 2: padded to 8 and 4, P = 12;
+    r0 = [0 1 6 7 8 11]   r1 = [2 3 4 5 9 10]   (slots 6 and 7 are pad)
 */
 #ifndef CP_LAYOUT_H
 #define CP_LAYOUT_H
@@ -27,10 +38,11 @@ typedef enum {
     CP_LAYOUT_IDENTITY = 0,
     CP_LAYOUT_CONTIGUOUS = 1,
     CP_LAYOUT_ROUND_ROBIN = 2,
+    CP_LAYOUT_PACKED = 3,
 } CpLayoutKind;
 
-static const char *cp_layout_names[] = {"identity", "contiguous", "round_robin"};
-#define CP_NUM_LAYOUTS 3
+static const char *cp_layout_names[] = {"identity", "contiguous", "round_robin", "packed"};
+#define CP_NUM_LAYOUTS 4
 
 // parse a -cl value; returns -1 when the name is unknown
 static int cp_layout_from_name(const char *name) {
@@ -53,7 +65,17 @@ static int cp_padded_len(CpLayoutKind kind, int T, int cp) {
     return (T + m - 1) / m * m;
 }
 
-// Global positions owned by `rank`, in local order.
+// Appends rank's head and tail chunks of the span [start, start + len) (len a
+// multiple of 2*cp) to indices; returns the new count.
+static int cp_head_tail_span(int start, int len, int cp, int rank, int *indices, int count) {
+    int chunk = len / (2 * cp);
+    for (int i = 0; i < chunk; i++) { indices[count++] = start + rank * chunk + i; }
+    for (int i = 0; i < chunk; i++) { indices[count++] = start + (2 * cp - 1 - rank) * chunk + i; }
+    return count;
+}
+
+// Global positions owned by `rank`, in local order, for the layouts that are a
+// pure function of (P, cp): identity, contiguous, round_robin.
 // indices: (P / cp,)
 static void cp_local_indices(CpLayoutKind kind, int P, int cp, int rank, int *indices) {
     int local_len = P / cp;
@@ -63,16 +85,54 @@ static void cp_local_indices(CpLayoutKind kind, int P, int cp, int rank, int *in
         // identity is contiguous with cp = 1
         for (int i = 0; i < local_len; i++) { indices[i] = rank * local_len + i; }
         break;
-    case CP_LAYOUT_ROUND_ROBIN: {
-        int chunk = P / (2 * cp);
-        int mirror = 2 * cp - 1 - rank;
-        for (int i = 0; i < chunk; i++) {
-            indices[i] = rank * chunk + i;
-            indices[chunk + i] = mirror * chunk + i;
-        }
+    case CP_LAYOUT_ROUND_ROBIN:
+        cp_head_tail_span(0, P, cp, rank, indices, 0);
         break;
+    case CP_LAYOUT_PACKED:
+        break; // depends on the data: cp_row_layout
     }
+}
+
+// the end of the document that starts at `start` (docs: (T) document ids)
+static int cp_document_end(const int *docs, int T, int start) {
+    int end = start;
+    while (end < T && docs[end] == docs[start]) { end++; }
+    return end;
+}
+
+// The padded length of one row under packed: the sum of its documents, each
+// rounded up to a multiple of 2*cp. docs: (T) document id of each token, starting
+// at 0 and increasing by one at each new document.
+static int cp_packed_row_len(const int *docs, int T, int cp) {
+    int P = 0;
+    for (int start = 0, end; start < T; start = end) {
+        end = cp_document_end(docs, T, start);
+        P += (end - start + 2 * cp - 1) / (2 * cp) * (2 * cp);
     }
+    return P;
+}
+
+// The layout of one row padded to P: the padded slots `rank` owns, in local order,
+// and for every padded slot the index in the original row (-1 for a pad slot).
+// docs: (T) document ids, used by packed only   indices: (P / cp)   slot_original: (P)
+static void cp_row_layout(CpLayoutKind kind, const int *docs, int T, int P, int cp, int rank,
+                          int *indices, int *slot_original) {
+    if (kind != CP_LAYOUT_PACKED) {
+        cp_local_indices(kind, P, cp, rank, indices);
+        for (int g = 0; g < P; g++) { slot_original[g] = g < T ? g : -1; }
+        return;
+    }
+    int count = 0, offset = 0;
+    for (int start = 0, end; start < T; start = end) {
+        end = cp_document_end(docs, T, start);
+        int padded = (end - start + 2 * cp - 1) / (2 * cp) * (2 * cp);
+        for (int i = 0; i < padded; i++) { slot_original[offset + i] = start + i < end ? start + i : -1; }
+        count = cp_head_tail_span(offset, padded, cp, rank, indices, count);
+        offset += padded;
+    }
+    // the row's share of the batch's padding, split like a document
+    for (int g = offset; g < P; g++) { slot_original[g] = -1; }
+    cp_head_tail_span(offset, P - offset, cp, rank, indices, count);
 }
 
 #endif // CP_LAYOUT_H

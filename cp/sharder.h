@@ -20,13 +20,17 @@ error; before the first cp_shard_batch there is no layout and every token verb
 fails. Errors are returned (CP_OK / CP_ERROR) with the reason in sharder->error, so
 that a caller can report them its own way.
 
-Pad rules: pad slots sit after every real token of the row (their global index is
->= T), take input token 0 and the ignore target IGNORE_INDEX, so they add
-nothing to the loss or the gradients, and get a position id inside
-[0, max_positions) so the position embedding lookup stays in range. They also get
-document -1 of their own: no real query could see them anyway (they come after
-every real token), and this way pad queries see only pad keys, so attention
-spends almost nothing on rows whose loss is ignored.
+Pad rules: pad slots take input token 0 and the ignore target IGNORE_INDEX, so
+they add nothing to the loss or the gradients, get a position id inside
+[0, max_positions) so the position embedding lookup stays in range, and get
+document -1 of their own, so no real query ever sees a pad key and pad queries
+see only pad keys (attention spends almost nothing on rows whose loss is
+ignored). Under identity, contiguous and round_robin the pad slots sit after
+every real token of the row (global index >= T); under packed each document is
+followed by its own pad slots, and the document ids keep them apart.
+
+Real tokens keep the position id of their place in the caller's row, so the
+model sees exactly what the single-rank run sees.
 */
 #ifndef CP_SHARDER_H
 #define CP_SHARDER_H
@@ -112,6 +116,11 @@ static int cp_check_config(CpSharder *sh, int T) {
     if (T > sh->max_positions) {
         return cp_fail(sh, "sequence length %d exceeds the %d positions of the model", T, sh->max_positions);
     }
+    if (sh->kind == CP_LAYOUT_PACKED) {
+        // data-dependent: a rank may hold only pad in some batch, which is harmless
+        if (sh->document_token < 0) { return cp_fail(sh, "layout packed needs documents: document masking is off"); }
+        return CP_OK;
+    }
     int P = cp_padded_len(sh->kind, T, sh->cp_size);
     int Tl = P / sh->cp_size;
     int *indices = (int *)mallocCheck((size_t)Tl * sizeof(int));
@@ -145,8 +154,19 @@ static void cp_row_documents(const int *inputs, int T, int document_token, int *
 static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, int B, int T) {
     cp_sharder_free(sh); // a rejected batch leaves no layout behind either
     if (cp_check_config(sh, T) != CP_OK) { return CP_ERROR; }
-    int P = cp_padded_len(sh->kind, T, sh->cp_size);
-    int Tl = P / sh->cp_size;
+    int cp = sh->cp_size;
+    int *docs = (int *)mallocCheck((size_t)B * T * sizeof(int)); // (B, T)
+    for (int b = 0; b < B; b++) { cp_row_documents(inputs + (size_t)b * T, T, sh->document_token, docs + (size_t)b * T); }
+    int P = cp_padded_len(sh->kind, T, cp);
+    if (sh->kind == CP_LAYOUT_PACKED) {
+        // every row is padded to the longest row's packed length
+        P = 0;
+        for (int b = 0; b < B; b++) {
+            int row_len = cp_packed_row_len(docs + (size_t)b * T, T, cp);
+            if (row_len > P) { P = row_len; }
+        }
+    }
+    int Tl = P / cp;
     ShardLayout *lay = &sh->layout;
     lay->B = B;
     lay->original_seq_len = T;
@@ -159,25 +179,25 @@ static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, 
     lay->document = (int *)mallocCheck(n * sizeof(int));
     sh->local.inputs = (int *)mallocCheck(n * sizeof(int));
     sh->local.targets = (int *)mallocCheck(n * sizeof(int));
-    int *row_docs = (int *)mallocCheck((size_t)T * sizeof(int));
-    int *rank_indices = (int *)mallocCheck((size_t)Tl * sizeof(int));
-    cp_local_indices(sh->kind, P, sh->cp_size, sh->cp_rank, rank_indices);
+    int *slot_original = (int *)mallocCheck((size_t)P * sizeof(int));
     for (int b = 0; b < B; b++) {
-        cp_row_documents(inputs + (size_t)b * T, T, sh->document_token, row_docs);
+        const int *row_docs = docs + (size_t)b * T;
+        int *indices = lay->global_index + (size_t)b * Tl;
+        cp_row_layout(sh->kind, row_docs, T, P, cp, sh->cp_rank, indices, slot_original);
         for (int i = 0; i < Tl; i++) {
             size_t li = (size_t)b * Tl + i;
-            int g = rank_indices[i];
-            int real = g < T;
-            lay->global_index[li] = g;
-            lay->original_index[li] = real ? g : -1;
-            lay->position[li] = g < sh->max_positions ? g : sh->max_positions - 1;
-            lay->document[li] = real ? row_docs[g] : -1;
-            sh->local.inputs[li] = real ? inputs[(size_t)b * T + g] : 0;
-            sh->local.targets[li] = real ? targets[(size_t)b * T + g] : IGNORE_INDEX;
+            int g = indices[i];
+            int o = slot_original[g]; // -1: a pad slot
+            lay->original_index[li] = o;
+            // real tokens keep their place in the row, as in the single-rank run
+            lay->position[li] = o >= 0 ? o : (g < sh->max_positions ? g : sh->max_positions - 1);
+            lay->document[li] = o >= 0 ? row_docs[o] : -1;
+            sh->local.inputs[li] = o >= 0 ? inputs[(size_t)b * T + o] : 0;
+            sh->local.targets[li] = o >= 0 ? targets[(size_t)b * T + o] : IGNORE_INDEX;
         }
     }
-    free(row_docs);
-    free(rank_indices);
+    free(slot_original);
+    free(docs);
     sh->has_layout = 1;
     return CP_OK;
 }

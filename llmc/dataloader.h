@@ -35,51 +35,73 @@ typedef struct {
     size_t shard_tokens;   // tokens in the current shard
     size_t total_tokens;   // tokens in all shards
     size_t epoch_steps;    // steps in one pass over all shards
+    uint64_t fingerprint;  // of every shard's bytes, in order
     FILE *fp;
     uint16_t *window;      // (B*T + 1)
     int *inputs;           // (B, T)
     int *targets;          // (B, T)
 } DataLoader;
 
-// Validates a shard: header, exact size, every token below the vocabulary size.
-// Returns the number of tokens. Every rank opens the same shards, so a bad file is
-// an error every rank sees.
-static size_t tokens_file_validate(const char *path, int vocab_size) {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) { fatal_everywhere("cannot open token file '%s'", path); }
-    long size = file_size_of(fp, path);
+// FNV-1a, 64 bit: a cheap fingerprint of the bytes read, so that ranks can
+// check that they train on the same data
+#define FNV_OFFSET 1469598103934665603ull
+#define FNV_PRIME 1099511628211ull
+static uint64_t fnv1a(uint64_t hash, const void *data, size_t n) {
+    const unsigned char *p = (const unsigned char *)data;
+    for (size_t i = 0; i < n; i++) { hash = (hash ^ p[i]) * FNV_PRIME; }
+    return hash;
+}
+
+// Checks a token file of `size` bytes from fp: header, exact size, every token
+// below vocab_size. On success sets ntok and folds the file into *fingerprint.
+static int tokens_file_read(FILE *fp, long size, int vocab_size, size_t *ntok, uint64_t *fingerprint,
+                            char *why, size_t why_size) {
     int header[256];
     if (size < (long)TOKENS_HEADER_BYTES) {
-        fatal_everywhere("token file '%s': %ld bytes, shorter than its %zu-byte header", path, size, TOKENS_HEADER_BYTES);
+        return problem(why, why_size, "%ld bytes, shorter than its %zu-byte header", size, TOKENS_HEADER_BYTES);
     }
-    freadCheck(header, sizeof(int), 256, fp, path);
+    if (fread(header, sizeof(int), 256, fp) != 256) { return problem(why, why_size, "cannot read its header"); }
     if (header[0] != TOKENS_MAGIC) {
-        fatal_everywhere("token file '%s': bad magic %d (expected %d)", path, header[0], TOKENS_MAGIC);
+        return problem(why, why_size, "bad magic %d (expected %d)", header[0], TOKENS_MAGIC);
     }
     if (header[1] != TOKENS_VERSION) {
-        fatal_everywhere("token file '%s': version %d, only %d is supported", path, header[1], TOKENS_VERSION);
+        return problem(why, why_size, "version %d, only %d is supported", header[1], TOKENS_VERSION);
     }
-    if (header[2] < 0) { fatal_everywhere("token file '%s': negative token count %d", path, header[2]); }
-    size_t ntok = (size_t)header[2];
-    long expected = (long)TOKENS_HEADER_BYTES + 2 * (long)ntok;
+    if (header[2] < 0) { return problem(why, why_size, "negative token count %d", header[2]); }
+    size_t count = (size_t)header[2];
+    long expected = (long)TOKENS_HEADER_BYTES + 2 * (long)count;
     if (size != expected) {
-        fatal_everywhere("token file '%s': %ld bytes, but its header promises %zu tokens (%ld bytes)",
-                         path, size, ntok, expected);
+        return problem(why, why_size, "%ld bytes, but its header promises %zu tokens (%ld bytes)", size, count, expected);
     }
+    uint64_t hash = fnv1a(*fingerprint, header, sizeof(header));
     uint16_t chunk[4096];
-    size_t done = 0;
-    while (done < ntok) {
-        size_t n = ntok - done < 4096 ? ntok - done : 4096;
-        freadCheck(chunk, sizeof(uint16_t), n, fp, path);
+    for (size_t done = 0; done < count;) {
+        size_t n = count - done < 4096 ? count - done : 4096;
+        if (fread(chunk, sizeof(uint16_t), n, fp) != n) { return problem(why, why_size, "cannot read its tokens"); }
         for (size_t i = 0; i < n; i++) {
             if (chunk[i] >= vocab_size) {
-                fatal_everywhere("token file '%s': token %u at index %zu is not below the vocabulary size %d",
-                                 path, chunk[i], done + i, vocab_size);
+                return problem(why, why_size, "token %u at index %zu is not below the vocabulary size %d",
+                               chunk[i], done + i, vocab_size);
             }
         }
+        hash = fnv1a(hash, chunk, n * sizeof(uint16_t));
         done += n;
     }
+    *ntok = count;
+    *fingerprint = hash;
+    return 0;
+}
+
+// Validates a shard and returns its number of tokens. Every rank opens the same
+// shards, so a bad file is an error every rank sees.
+static size_t tokens_file_validate(const char *path, int vocab_size, uint64_t *fingerprint) {
+    char why[256];
+    FILE *fp = open_input_file(path, why, sizeof(why));
+    if (fp == NULL) { fatal_everywhere("token file '%s': %s", path, why); }
+    size_t ntok = 0;
+    int status = tokens_file_read(fp, file_size_of(fp, path), vocab_size, &ntok, fingerprint, why, sizeof(why));
     fclose(fp);
+    if (status != 0) { fatal_everywhere("token file '%s': %s", path, why); }
     return ntok;
 }
 
@@ -105,9 +127,10 @@ static void dataloader_init(DataLoader *dl, const char *pattern, const char *wha
         fatal_everywhere("%s '%s': no file matches", what, pattern);
     }
     size_t span = (size_t)dp_size * B * T + 1;
+    dl->fingerprint = FNV_OFFSET;
     for (size_t i = 0; i < dl->files.gl_pathc; i++) {
         const char *path = dl->files.gl_pathv[i];
-        size_t ntok = tokens_file_validate(path, vocab_size);
+        size_t ntok = tokens_file_validate(path, vocab_size, &dl->fingerprint);
         if (ntok < span) {
             fatal_everywhere("token file '%s': %zu tokens, fewer than one step needs (dp %d x B %d x T %d + 1 = %zu)",
                              path, ntok, dp_size, B, T, span);

@@ -142,29 +142,43 @@ typedef struct {
     ActivationTensors t;
 } Activations;
 
-static void activations_init(Activations *acts, GPT2Config c, int B, int T) {
+// The activation buffers, in the order of ActivationTensors: their sizes, and the
+// pointers into one block of memory. Shared with the GPU model (llmc/gpt2.cuh),
+// which lays out the same buffers in device memory.
+#define NUM_ACTIVATION_BUFFERS 24
+static size_t fill_in_activation_sizes(size_t *sizes, GPT2Config c, int B, int T) {
     size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
     size_t BT = (size_t)B * T;
-    size_t sizes[] = {
+    size_t s[NUM_ACTIVATION_BUFFERS] = {
         BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C, L * B * NH * T, L * BT * C,
         L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C, L * BT * 4 * C, L * BT * C, L * BT * C,
         BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C};
-    ActivationTensors *t = &acts->t;
-    float **ptrs[] = {
+    size_t total = 0;
+    for (int i = 0; i < NUM_ACTIVATION_BUFFERS; i++) {
+        sizes[i] = s[i];
+        total += s[i];
+    }
+    return total;
+}
+
+static void point_activations(ActivationTensors *t, float *memory, const size_t *sizes) {
+    float **ptrs[NUM_ACTIVATION_BUFFERS] = {
         &t->encoded, &t->ln1, &t->ln1_mean, &t->ln1_rstd, &t->qkv, &t->atty, &t->att_lse, &t->attproj,
         &t->residual2, &t->ln2, &t->ln2_mean, &t->ln2_rstd, &t->fch, &t->fch_gelu, &t->fcproj, &t->residual3,
         &t->lnf, &t->lnf_mean, &t->lnf_rstd, &t->logits, &t->losses, &t->dresidual, &t->dbtc, &t->dbt4c};
-    int n = (int)(sizeof(sizes) / sizeof(sizes[0]));
+    for (int i = 0; i < NUM_ACTIVATION_BUFFERS; i++) {
+        *(ptrs[i]) = memory;
+        memory += sizes[i];
+    }
+}
+
+static void activations_init(Activations *acts, GPT2Config c, int B, int T) {
+    size_t sizes[NUM_ACTIVATION_BUFFERS];
     acts->B = B;
     acts->T = T;
-    acts->num_floats = 0;
-    for (int i = 0; i < n; i++) { acts->num_floats += sizes[i]; }
+    acts->num_floats = fill_in_activation_sizes(sizes, c, B, T);
     acts->memory = (float *)callocCheck(acts->num_floats, sizeof(float));
-    float *p = acts->memory;
-    for (int i = 0; i < n; i++) {
-        *(ptrs[i]) = p;
-        p += sizes[i];
-    }
+    point_activations(&acts->t, acts->memory, sizes);
 }
 
 static void activations_free(Activations *acts) {
@@ -248,43 +262,45 @@ static void gpt2_init_random(GPT2 *model, GPT2Config config, uint64_t seed) {
     for (size_t i = 0; i < C; i++) { p->lnfw[i] = 1.0f; }
 }
 
-// Checks a model configuration read from a file or built from flags.
-static void gpt2_validate_config(GPT2Config c, const char *source) {
+// Checks a model configuration read from a file or built from flags. The bounds
+// keep every size computation far from overflow; GPT-2 XL is well inside them.
+static int gpt2_config_check(GPT2Config c, char *why, size_t why_size) {
     if (c.max_seq_len <= 0 || c.vocab_size <= 0 || c.num_layers <= 0 || c.num_heads <= 0 || c.channels <= 0) {
-        fatal_everywhere("%s: every size must be positive (maxT %d, V %d, L %d, NH %d, C %d)", source,
-                         c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels);
+        return problem(why, why_size, "every size must be positive (maxT %d, V %d, L %d, NH %d, C %d)",
+                       c.max_seq_len, c.vocab_size, c.num_layers, c.num_heads, c.channels);
+    }
+    if (c.max_seq_len > (1 << 20) || c.padded_vocab_size > (1 << 20) || c.num_layers > 4096 || c.channels > (1 << 16)) {
+        return problem(why, why_size, "sizes beyond this trainer's bounds (maxT %d <= 2^20, Vp %d <= 2^20, "
+                       "L %d <= 4096, C %d <= 2^16)", c.max_seq_len, c.padded_vocab_size, c.num_layers, c.channels);
     }
     if (c.padded_vocab_size < c.vocab_size) {
-        fatal_everywhere("%s: padded vocabulary %d is smaller than the vocabulary %d", source,
-                         c.padded_vocab_size, c.vocab_size);
+        return problem(why, why_size, "padded vocabulary %d is smaller than the vocabulary %d",
+                       c.padded_vocab_size, c.vocab_size);
     }
     if (c.channels % c.num_heads != 0) {
-        fatal_everywhere("%s: channels %d are not divisible by heads %d", source, c.channels, c.num_heads);
+        return problem(why, why_size, "channels %d are not divisible by heads %d", c.channels, c.num_heads);
     }
     if (c.vocab_size > 65536) {
-        fatal_everywhere("%s: vocabulary %d does not fit the uint16 token files", source, c.vocab_size);
+        return problem(why, why_size, "vocabulary %d does not fit the uint16 token files", c.vocab_size);
     }
+    return 0;
 }
 
-// Reads an llm.c fp32 checkpoint: 256 int32 header ([0] magic, [1] version, [2]
-// maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp), then the parameters in order.
-static void gpt2_load_checkpoint(GPT2 *model, const char *path) {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) { fatal_everywhere("cannot open checkpoint '%s'", path); }
-    long size = file_size_of(fp, path);
+// Reads an llm.c fp32 checkpoint of `size` bytes from fp: 256 int32 header ([0]
+// magic, [1] version, [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp), then the
+// parameters in order, every one a finite number. Allocates the model on success.
+static int gpt2_read_checkpoint(GPT2 *model, FILE *fp, long size, char *why, size_t why_size) {
     int header[256];
-    if (size < (long)sizeof(header)) {
-        fatal_everywhere("checkpoint '%s': %ld bytes, shorter than its header", path, size);
-    }
-    freadCheck(header, sizeof(int), 256, fp, path);
+    if (size < (long)sizeof(header)) { return problem(why, why_size, "%ld bytes, shorter than its header", size); }
+    if (fread(header, sizeof(int), 256, fp) != 256) { return problem(why, why_size, "cannot read its header"); }
     if (header[0] != CHECKPOINT_MAGIC) {
-        fatal_everywhere("checkpoint '%s': bad magic %d (expected %d)", path, header[0], CHECKPOINT_MAGIC);
+        return problem(why, why_size, "bad magic %d (expected %d)", header[0], CHECKPOINT_MAGIC);
     }
     if (header[1] == CHECKPOINT_VERSION_BF16) {
-        fatal_everywhere("checkpoint '%s': version 5 is bf16; this trainer reads fp32 checkpoints (version 3)", path);
+        return problem(why, why_size, "version 5 is bf16; this trainer reads fp32 checkpoints (version 3)");
     }
     if (header[1] != CHECKPOINT_VERSION_FP32) {
-        fatal_everywhere("checkpoint '%s': version %d, only %d (fp32) is supported", path, header[1], CHECKPOINT_VERSION_FP32);
+        return problem(why, why_size, "version %d, only %d (fp32) is supported", header[1], CHECKPOINT_VERSION_FP32);
     }
     GPT2Config c;
     c.max_seq_len = header[2];
@@ -293,26 +309,38 @@ static void gpt2_load_checkpoint(GPT2 *model, const char *path) {
     c.num_heads = header[5];
     c.channels = header[6];
     c.padded_vocab_size = header[7];
-    char source[1100];
-    snprintf(source, sizeof(source), "checkpoint '%s'", path);
-    gpt2_validate_config(c, source);
+    if (gpt2_config_check(c, why, why_size) != 0) { return -1; }
     size_t sizes[NUM_PARAMETER_TENSORS];
     fill_in_parameter_sizes(sizes, c);
     size_t n = 0;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
     long expected = (long)sizeof(header) + (long)(n * sizeof(float));
     if (size != expected) {
-        fatal_everywhere("checkpoint '%s': %ld bytes, but its header describes %zu parameters (%ld bytes)",
-                         path, size, n, expected);
+        return problem(why, why_size, "%ld bytes, but its header describes %zu parameters (%ld bytes)",
+                       size, n, expected);
     }
     gpt2_allocate(model, c);
-    freadCheck(model->params_memory, sizeof(float), n, fp, path);
-    fclose(fp);
+    if (fread(model->params_memory, sizeof(float), n, fp) != n) {
+        gpt2_free(model);
+        return problem(why, why_size, "cannot read its %zu parameters", n);
+    }
     for (size_t i = 0; i < n; i++) {
         if (!isfinite(model->params_memory[i])) {
-            fatal_everywhere("checkpoint '%s': parameter %zu is not a finite number", path, i);
+            gpt2_free(model);
+            return problem(why, why_size, "parameter %zu is not a finite number", i);
         }
     }
+    return 0;
+}
+
+// Loads a checkpoint file; a bad one ends the job with one line naming it.
+static void gpt2_load_checkpoint(GPT2 *model, const char *path) {
+    char why[512];
+    FILE *fp = open_input_file(path, why, sizeof(why));
+    if (fp == NULL) { fatal_everywhere("checkpoint '%s': %s", path, why); }
+    int status = gpt2_read_checkpoint(model, fp, file_size_of(fp, path), why, sizeof(why));
+    fclose(fp);
+    if (status != 0) { fatal_everywhere("checkpoint '%s': %s", path, why); }
 }
 
 static void gpt2_write_checkpoint_header(const GPT2 *model, int header[256]) {

@@ -12,6 +12,7 @@ many bytes.
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 #include "utils.h"
 
 #define TOKENIZER_MAGIC 20240328
@@ -23,41 +24,68 @@ typedef struct {
     char **token_table; // (vocab_size) NUL-terminated byte strings
 } Tokenizer;
 
-// Loads the tokenizer. A missing file is not an error (samples then print token
-// ids, as llm.c does): returns 0. A file that is there but wrong ends the job.
-static int tokenizer_init(Tokenizer *t, const char *path, int model_vocab_size) {
-    memset(t, 0, sizeof(*t));
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
-        return 0;
+static void tokenizer_free(Tokenizer *t) {
+    if (t->token_table) {
+        for (int i = 0; i < t->vocab_size; i++) { free(t->token_table[i]); }
+        free(t->token_table);
     }
-    long size = file_size_of(fp, path);
+    memset(t, 0, sizeof(*t));
+}
+
+// Reads a tokenizer of `size` bytes from fp, for a model of model_vocab_size tokens.
+static int tokenizer_read(Tokenizer *t, FILE *fp, long size, int model_vocab_size, char *why, size_t why_size) {
+    memset(t, 0, sizeof(*t));
     int header[256];
-    if (size < (long)sizeof(header)) { fatal_everywhere("tokenizer '%s': %ld bytes, shorter than its header", path, size); }
-    freadCheck(header, sizeof(int), 256, fp, path);
-    if (header[0] != TOKENIZER_MAGIC) { fatal_everywhere("tokenizer '%s': bad magic %d (expected %d)", path, header[0], TOKENIZER_MAGIC); }
-    if (header[1] != TOKENIZER_VERSION) { fatal_everywhere("tokenizer '%s': version %d, only %d is supported", path, header[1], TOKENIZER_VERSION); }
+    if (size < (long)sizeof(header)) { return problem(why, why_size, "%ld bytes, shorter than its header", size); }
+    if (fread(header, sizeof(int), 256, fp) != 256) { return problem(why, why_size, "cannot read its header"); }
+    if (header[0] != TOKENIZER_MAGIC) {
+        return problem(why, why_size, "bad magic %d (expected %d)", header[0], TOKENIZER_MAGIC);
+    }
+    if (header[1] != TOKENIZER_VERSION) {
+        return problem(why, why_size, "version %d, only %d is supported", header[1], TOKENIZER_VERSION);
+    }
     int V = header[2];
     if (V != model_vocab_size) {
-        fatal_everywhere("tokenizer '%s': vocabulary of %d tokens, the model has %d", path, V, model_vocab_size);
+        return problem(why, why_size, "vocabulary of %d tokens, the model has %d", V, model_vocab_size);
     }
-    if (header[3] < 0 || header[3] >= V) { fatal_everywhere("tokenizer '%s': EOT token %d out of range [0, %d)", path, header[3], V); }
+    if (header[3] < 0 || header[3] >= V) {
+        return problem(why, why_size, "EOT token %d out of range [0, %d)", header[3], V);
+    }
     t->vocab_size = V;
     t->eot_token = header[3];
     t->token_table = (char **)callocCheck((size_t)V, sizeof(char *));
     for (int i = 0; i < V; i++) {
         unsigned char length;
         if (fread(&length, 1, 1, fp) != 1 || length == 0) {
-            fatal_everywhere("tokenizer '%s': entry of token %d is truncated or empty", path, i);
+            tokenizer_free(t);
+            return problem(why, why_size, "entry of token %d is truncated or empty", i);
         }
         t->token_table[i] = (char *)mallocCheck(length + 1);
         if (fread(t->token_table[i], 1, length, fp) != length) {
-            fatal_everywhere("tokenizer '%s': entry of token %d is truncated", path, i);
+            tokenizer_free(t);
+            return problem(why, why_size, "entry of token %d is truncated", i);
         }
         t->token_table[i][length] = '\0';
     }
-    if (ftell(fp) != size) { fatal_everywhere("tokenizer '%s': %ld bytes of trailing data", path, size - ftell(fp)); }
+    long end = ftell(fp);
+    if (end != size) {
+        tokenizer_free(t);
+        return problem(why, why_size, "%ld bytes of trailing data", size - end);
+    }
+    return 0;
+}
+
+// Loads the tokenizer. A missing file is not an error (samples then print token
+// ids, as llm.c does): returns 0. A file that is there but wrong ends the job.
+static int tokenizer_init(Tokenizer *t, const char *path, int model_vocab_size) {
+    memset(t, 0, sizeof(*t));
+    if (access(path, F_OK) != 0) { return 0; }
+    char why[256];
+    FILE *fp = open_input_file(path, why, sizeof(why));
+    if (fp == NULL) { fatal_everywhere("tokenizer '%s': %s", path, why); }
+    int status = tokenizer_read(t, fp, file_size_of(fp, path), model_vocab_size, why, sizeof(why));
     fclose(fp);
+    if (status != 0) { fatal_everywhere("tokenizer '%s': %s", path, why); }
     return 1;
 }
 
@@ -77,14 +105,6 @@ static void tokenizer_print(const Tokenizer *t, int token) {
     for (const unsigned char *p = (const unsigned char *)piece; *p; p++) {
         if (*p >= 0x80 || isprint(*p) || isspace(*p)) { putchar(*p); }
     }
-}
-
-static void tokenizer_free(Tokenizer *t) {
-    if (t->token_table) {
-        for (int i = 0; i < t->vocab_size; i++) { free(t->token_table[i]); }
-        free(t->token_table);
-    }
-    memset(t, 0, sizeof(*t));
 }
 
 #endif // LLMC_TOKENIZER_H

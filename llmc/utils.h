@@ -9,11 +9,13 @@ calls MPI_Abort; without it (unit tests, tools) a fatal error is a plain exit(1)
 #ifndef LLMC_UTILS_H
 #define LLMC_UTILS_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 // ----------------------------------------------------------------------------
 // fatal errors
@@ -118,6 +120,37 @@ static void *calloc_check(size_t nmemb, size_t size, const char *file, int line)
     return ptr;
 }
 #define callocCheck(nmemb, size) calloc_check(nmemb, size, __FILE__, __LINE__)
+
+// ----------------------------------------------------------------------------
+// reporting a problem to the caller instead of ending the job: the file parsers
+// are written this way so that a fuzzer can drive them
+
+// writes the reason into why and returns -1, for `return problem(...)`
+__attribute__((format(printf, 3, 4)))
+static int problem(char *why, size_t why_size, const char *fmt, ...) {
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(why, why_size, fmt, args);
+    va_end(args);
+    return -1;
+}
+
+// Opens an input file that must be a regular file; NULL (and errno's reason in
+// why) when it is missing, unreadable or a directory.
+static FILE *open_input_file(const char *path, char *why, size_t why_size) {
+    FILE *fp = fopen(path, "rb");
+    if (fp == NULL) {
+        problem(why, why_size, "cannot open it: %s", strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(fp);
+        problem(why, why_size, "not a regular file");
+        return NULL;
+    }
+    return fp;
+}
 
 // size of an open file in bytes, leaving the position at the start
 static long file_size_of(FILE *fp, const char *path) {

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine lacks to build and test gpt2cp: Open MPI,
-# OpenBLAS (its OpenMP build, so its threads do not fight ours) and CMake.
+# OpenBLAS (its OpenMP build, so its threads do not fight ours), CMake, clang with
+# its libFuzzer runtime (the fuzz tests) and gnuplot (layout and loss-curve plots).
 # As root it installs them; otherwise it prints the command to run and fails.
 set -euo pipefail
 
-packages=(openmpi-bin libopenmpi-dev libopenblas-openmp-dev cmake make gcc)
+packages=(openmpi-bin libopenmpi-dev libopenblas-openmp-dev cmake make gcc clang libclang-rt-14-dev gnuplot-nox)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

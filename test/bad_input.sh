@@ -29,17 +29,8 @@ cd "$REPO_ROOT"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 
-# put_i32 FILE OFFSET VALUE: writes VALUE as a little-endian int32 at byte OFFSET
-put_i32() {
-    local v=$(($3 & 0xFFFFFFFF))
-    printf "$(printf '\\x%02x\\x%02x\\x%02x\\x%02x' $((v & 255)) $((v >> 8 & 255)) $((v >> 16 & 255)) $((v >> 24 & 255)))" |
-        dd of="$1" bs=1 seek="$2" conv=notrunc status=none
-}
-# put_u16 FILE OFFSET VALUE
-put_u16() {
-    printf "$(printf '\\x%02x\\x%02x' $(($3 & 255)) $(($3 >> 8 & 255)))" |
-        dd of="$1" bs=1 seek="$2" conv=notrunc status=none
-}
+# put_i32, put_u16
+source "$(dirname "$0")/binary_files.sh"
 
 # a small and fast run; each case appends the flags that make it bad (a later flag
 # wins), so that a check that stopped working ends in one quick step, not a hang
@@ -144,6 +135,11 @@ expect_error tokens_id_too_big 2 "token file '.*tokens_big_id\.bin': token 50257
     "${BASE[@]}" -cp 2 -i "$WORK/tokens_big_id.bin"
 expect_error tokens_too_few 2 "token file '.*tokens_few\.bin': 10 tokens, fewer than one step needs" \
     "${BASE[@]}" -cp 2 -i "$WORK/tokens_few.bin"
+cp "$TOKENS" "$WORK/tokens_oversized.bin"; head -c 6 /dev/zero >>"$WORK/tokens_oversized.bin"
+expect_error tokens_oversized 2 "token file '.*tokens_oversized\.bin': $((1024 + 2 * ntok + 6)) bytes, but its header promises $ntok tokens" \
+    "${BASE[@]}" -cp 2 -i "$WORK/tokens_oversized.bin"
+expect_error tokens_directory 2 "token file '$WORK': not a regular file" \
+    "${BASE[@]}" -cp 2 -i "$WORK"
 expect_error val_tokens_bad_magic 2 "token file '.*tokens_magic\.bin': bad magic" \
     "${BASE[@]}" -cp 2 -v 1 -j "$WORK/tokens_magic.bin"
 
@@ -170,9 +166,9 @@ make_checkpoint ckpt_nan.bin;     put_i32 "$WORK/ckpt_nan.bin" $((1024 + 4 * 100
 
 echo "== checkpoints"
 expect_success ckpt_good_control 2 "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin"
-expect_error ckpt_missing 0 "cannot open checkpoint '.*/no_such_checkpoint\.bin'" \
+expect_error ckpt_missing 0 "checkpoint '.*/no_such_checkpoint\.bin': cannot open it: No such file" \
     "${BASE[@]}" -e "$WORK/no_such_checkpoint.bin"
-expect_error ckpt_missing_np2 2 "cannot open checkpoint '.*/no_such_checkpoint\.bin'" \
+expect_error ckpt_missing_np2 2 "checkpoint '.*/no_such_checkpoint\.bin': cannot open it: No such file" \
     "${BASE[@]}" -cp 2 -e "$WORK/no_such_checkpoint.bin"
 expect_error ckpt_bad_magic 2 "checkpoint '.*ckpt_magic\.bin': bad magic 20240520" \
     "${BASE[@]}" -cp 2 -e "$WORK/ckpt_magic.bin"
@@ -184,6 +180,14 @@ expect_error ckpt_heads 2 "checkpoint '.*ckpt_heads\.bin'.*channels 4 are not di
     "${BASE[@]}" -cp 2 -e "$WORK/ckpt_heads.bin"
 expect_error ckpt_nan 2 "checkpoint '.*ckpt_nan\.bin': parameter 1000 is not a finite number" \
     "${BASE[@]}" -cp 2 -e "$WORK/ckpt_nan.bin"
+
+make_checkpoint ckpt_oversized.bin; head -c 64 /dev/zero >>"$WORK/ckpt_oversized.bin"
+expect_error ckpt_oversized 2 "checkpoint '.*ckpt_oversized\.bin': $((1024 + 64 + 4 * params)) bytes, but its header describes" \
+    "${BASE[@]}" -cp 2 -e "$WORK/ckpt_oversized.bin"
+expect_error ckpt_directory 2 "checkpoint '$WORK': not a regular file" \
+    "${BASE[@]}" -cp 2 -e "$WORK"
+expect_error init_too_deep 2 "-e d100000: sizes beyond this trainer's bounds" \
+    "${BASE[@]}" -cp 2 -e d100000
 
 # ---------------------------------------------------------------------------
 # tokenizer (-k)

@@ -1,0 +1,162 @@
+/*
+The transport on device memory over MPI, staged through pinned host buffers
+(-ct mpi). It exists for several ranks sharing one GPU, which NCCL refuses: each
+verb copies the device buffer to pinned host memory on the transport's stream,
+runs the host transport's verb (cp/comm_mpi.h) on it, and copies the result back,
+ordered against the compute stream with events (cp/comm_cuda.cuh).
+
+What overlaps: the device-to-host copy of a ring step waits for the compute
+queued before it (the buffers' last readers and writers), and the host waits for
+that copy before MPI may send it; the MPI transfer and the copy back then run while
+the compute stream works on the current block. Slower than NCCL, but the same
+algorithm and the same numbers, on any number of ranks per GPU.
+*/
+#ifndef CP_COMM_MPI_STAGED_CUH
+#define CP_COMM_MPI_STAGED_CUH
+
+#include <mpi.h>
+#include "comm.h"
+#include "comm_cuda.cuh"
+#include "comm_mpi.h"
+
+typedef struct {
+    Comm *host;          // the same group over MPI on host memory
+    CommStreams streams;
+    CommExchange slots[COMM_CUDA_SLOTS];
+    char *pinned;        // staging of the collectives
+    size_t pinned_bytes;
+} CommMpiStaged;
+
+static CommMpiStaged *comm_staged_impl(Comm *comm) { return (CommMpiStaged *)comm->impl; }
+
+// grows a pinned host buffer to at least `bytes` (only while nothing uses it)
+static void pinned_reserve(void **buf, size_t *capacity, size_t bytes) {
+    if (bytes <= *capacity) { return; }
+    if (*buf) { cudaCheck(cudaFreeHost(*buf)); }
+    cudaCheck(cudaMallocHost(buf, bytes));
+    *capacity = bytes;
+}
+
+static void *comm_staged_ring_start(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    CommStreams *s = &impl->streams;
+    CommExchange *ex = comm_exchange_acquire(impl->slots);
+    comm_streams_after_compute(s);
+    if (comm->size == 1) {
+        comm_cuda_self_ring(s, send_buf, recv_buf, bytes);
+        cudaCheck(cudaEventRecord(ex->done, s->stream));
+        return ex;
+    }
+    if (bytes > ex->capacity) {
+        // both buffers grow together; the slot is idle, and so is its stream work
+        cudaCheck(cudaStreamSynchronize(s->stream));
+        size_t send_capacity = ex->capacity;
+        pinned_reserve(&ex->host_send, &send_capacity, bytes);
+        pinned_reserve(&ex->host_recv, &ex->capacity, bytes);
+    }
+    cudaCheck(cudaMemcpyAsync(ex->host_send, send_buf, bytes, cudaMemcpyDeviceToHost, s->stream));
+    // MPI may read host_send only once the copy has landed. This also completes any
+    // earlier copy back out of this slot's host_recv before MPI writes it again.
+    cudaCheck(cudaStreamSynchronize(s->stream));
+    ex->host_exchange = impl->host->ring_start(impl->host, ex->host_send, ex->host_recv, bytes);
+    ex->recv_buf = recv_buf;
+    ex->bytes = bytes;
+    return ex;
+}
+
+static void comm_staged_ring_wait(Comm *comm, void *exchange) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    CommStreams *s = &impl->streams;
+    CommExchange *ex = (CommExchange *)exchange;
+    if (ex->host_exchange != NULL) {
+        impl->host->ring_wait(impl->host, ex->host_exchange);
+        ex->host_exchange = NULL;
+        cudaCheck(cudaMemcpyAsync(ex->recv_buf, ex->host_recv, ex->bytes, cudaMemcpyHostToDevice, s->stream));
+        cudaCheck(cudaEventRecord(ex->done, s->stream));
+    }
+    comm_exchange_finish(s, ex);
+}
+
+// Copies `bytes` of device memory into the staging buffer at `offset` (growing it
+// to `total` bytes first) once the compute stream has written it; returns the
+// staging buffer, ready for the host.
+static char *comm_staged_download(CommMpiStaged *impl, const void *buf, size_t bytes, size_t offset, size_t total) {
+    CommStreams *s = &impl->streams;
+    comm_streams_after_compute(s);
+    cudaCheck(cudaStreamSynchronize(s->stream)); // earlier copies out of the staging buffer are done
+    pinned_reserve((void **)&impl->pinned, &impl->pinned_bytes, total);
+    cudaCheck(cudaMemcpyAsync(impl->pinned + offset, buf, bytes, cudaMemcpyDeviceToHost, s->stream));
+    cudaCheck(cudaStreamSynchronize(s->stream));
+    return impl->pinned;
+}
+
+// Copies the host result back to the device; the compute stream waits for it.
+static void comm_staged_upload(CommMpiStaged *impl, void *buf, const char *host, size_t bytes) {
+    CommStreams *s = &impl->streams;
+    cudaCheck(cudaMemcpyAsync(buf, host, bytes, cudaMemcpyHostToDevice, s->stream));
+    comm_streams_compute_after(s, s->done);
+}
+
+static void comm_staged_all_reduce_sum(Comm *comm, void *buf, size_t count, CommType type) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    size_t bytes = count * comm_type_size(type);
+    char *host = comm_staged_download(impl, buf, bytes, 0, bytes);
+    impl->host->all_reduce_sum(impl->host, host, count, type);
+    comm_staged_upload(impl, buf, host, bytes);
+}
+
+// staging: [this rank's part | every rank's parts]
+static void comm_staged_all_gather(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    size_t all = bytes_per_rank * comm->size;
+    char *host = comm_staged_download(impl, send_buf, bytes_per_rank, 0, bytes_per_rank + all);
+    impl->host->all_gather(impl->host, host, host + bytes_per_rank, bytes_per_rank);
+    comm_staged_upload(impl, recv_buf, host + bytes_per_rank, all);
+}
+
+static void comm_staged_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    char *host = comm_staged_download(impl, buf, bytes, 0, bytes);
+    impl->host->broadcast(impl->host, host, bytes, root);
+    comm_staged_upload(impl, buf, host, bytes);
+}
+
+// every rank has arrived, and its queued GPU work is done
+static void comm_staged_barrier(Comm *comm) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    cudaCheck(cudaStreamSynchronize(impl->streams.compute));
+    impl->host->barrier(impl->host);
+}
+
+static void comm_staged_destroy(Comm *comm) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    comm_streams_free(&impl->streams);
+    comm_exchanges_free(impl->slots);
+    if (impl->pinned) { cudaCheck(cudaFreeHost(impl->pinned)); }
+    impl->host->destroy(impl->host);
+    free(impl);
+    free(comm);
+}
+
+// Wraps the ranks of `mc` (taking ownership of mc unless it is MPI_COMM_WORLD or
+// MPI_COMM_SELF). compute: the stream that produces and consumes the buffers.
+static Comm *comm_mpi_staged_create(MPI_Comm mc, cudaStream_t compute) {
+    Comm *comm = (Comm *)callocCheck(1, sizeof(Comm));
+    CommMpiStaged *impl = (CommMpiStaged *)callocCheck(1, sizeof(CommMpiStaged));
+    impl->host = comm_mpi_create(mc);
+    comm->rank = impl->host->rank;
+    comm->size = impl->host->size;
+    comm_streams_init(&impl->streams, compute);
+    comm_exchanges_init(impl->slots);
+    comm->impl = impl;
+    comm->ring_start = comm_staged_ring_start;
+    comm->ring_wait = comm_staged_ring_wait;
+    comm->all_reduce_sum = comm_staged_all_reduce_sum;
+    comm->all_gather = comm_staged_all_gather;
+    comm->broadcast = comm_staged_broadcast;
+    comm->barrier = comm_staged_barrier;
+    comm->destroy = comm_staged_destroy;
+    return comm;
+}
+
+#endif // CP_COMM_MPI_STAGED_CUH

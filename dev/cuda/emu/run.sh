@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs the GPU tests and the GPU trainer on the CPU through the CUDA emulation
+# (cuda_emu.h): the kernel launches are rewritten as function calls, the sources
+# compiled with g++ against the fake CUDA headers of this folder.
+#
+#     bash dev/cuda/emu/run.sh            the GPU tests, 1 to 4 ranks
+#     bash dev/cuda/emu/run.sh trainer    also train_gpt2cp (-ct mpi) vs the CPU twin
+#
+# Slow (every thread is a fiber): small sizes only. NCCL is not emulated.
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+REPO=$(pwd)
+EMU=$REPO/dev/cuda/emu
+WORK=${BUILD_DIR:-$REPO/build}/emu
+rm -rf "$WORK"
+mkdir -p "$WORK/src"
+# the sources with every kernel<<<grid, block, shared, stream>>>(args) as
+# make_launcher(kernel, grid, block, shared, stream)(args)
+python3 - "$REPO" "$WORK/src" <<'PY'
+import os, re, shutil, sys
+src, dst = sys.argv[1], sys.argv[2]
+for d in ['cp', 'llmc', 'test']:
+    os.makedirs(os.path.join(dst, d), exist_ok=True)
+    for f in os.listdir(os.path.join(src, d)):
+        p = os.path.join(src, d, f)
+        if not os.path.isfile(p) or not f.endswith(('.h', '.cuh', '.cu', '.c')):
+            continue
+        s = open(p).read()
+        if f.endswith(('.cuh', '.cu')):
+            s = s.replace('extern __shared__ float shared[];', 'float *shared = (float *)emu_dynamic_shared;')
+            s = re.sub(r'(\w+)<<<(.+?)>>>\(', r'make_launcher(\1, \2)(', s)
+        open(os.path.join(dst, d, f), 'w').write(s)
+s = open(os.path.join(src, 'train_gpt2cp.cu')).read()
+open(os.path.join(dst, 'train_gpt2cp.cu'), 'w').write(re.sub(r'(\w+)<<<(.+?)>>>\(', r'make_launcher(\1, \2)(', s))
+shutil.copy(os.path.join(src, 'train_common.h'), dst)
+PY
+CXX=(g++ -x c++ -std=c++17 -O2 -w -I"$EMU" -I"$WORK/src" $(mpicc --showme:compile) -DNO_BLAS -DOMPI_SKIP_MPICXX)
+LINK=($(mpicc --showme:link))
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+export OMP_NUM_THREADS=1
+for t in test_gpu_kernels test_gpu_ring_attention; do
+    "${CXX[@]}" "$WORK/src/test/$t.cu" -o "$WORK/$t" "${LINK[@]}"
+done
+"${MPIRUN[@]}" -np 1 "$WORK/test_gpu_kernels" | tail -n 1
+for np in 1 2 3 4; do "${MPIRUN[@]}" -np $np "$WORK/test_gpu_ring_attention" | tail -n 1; done
+[[ ${1:-} == trainer ]] || exit 0
+"${CXX[@]}" "$WORK/src/train_gpt2cp.cu" -o "$WORK/train_gpt2cp" "${LINK[@]}"
+make -s train_gpt2cp_cpu
+ARGS=(-e d1 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0)
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -o "$WORK/cpu" -tl "$WORK/cpu.tl" > "$WORK/cpu.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -o "$WORK/gpu" -tl "$WORK/gpu.tl" > "$WORK/gpu.out"
+paste <(awk -F'trl:' '/trl:/ { print $2 }' "$WORK/cpu/main.log") <(awk -F'trl:' '/trl:/ { print $2 }' "$WORK/gpu/main.log")
+paste <(od -An -v -f -w4 "$WORK/cpu.tl") <(od -An -v -f -w4 "$WORK/gpu.tl") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "max |token loss diff| %.2e over %d tokens\n", m, NR; exit !(NR > 0 && m < 1e-4) }'

@@ -1,0 +1,78 @@
+/*
+AdamW and gradient-norm clipping on the GPU (llmc/adamw.h): the same update per
+parameter; the bias corrections and the clip scale (grad_clip_scale) are computed
+on the host exactly as the CPU does.
+
+The global norm is a sum of squares over all gradients in double. It is
+deterministic: a fixed grid of NORM_BLOCKS blocks each sums a fixed strided
+subset, and one block then adds the block sums in order.
+*/
+#ifndef LLMC_ADAMW_CUH
+#define LLMC_ADAMW_CUH
+
+#include "adamw.h"
+#include "cuda_common.cuh"
+
+#define NORM_BLOCKS 512
+#define NORM_THREADS 512
+
+// partials[block] = sum of grads[i]^2 over i = block*threads + thread + k*grid
+__global__ static void norm_squared_partials_kernel(double *partials, const float *grads, size_t n) {
+    __shared__ double shared[WARP_SIZE];
+    double sum = 0.0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        sum += (double)grads[i] * grads[i];
+    }
+    sum = block_reduce_sum_double(sum, shared);
+    if (threadIdx.x == 0) { partials[blockIdx.x] = sum; }
+}
+
+// out[0] = sum of partials[0..count), one block
+__global__ static void sum_partials_kernel(double *out, const double *partials, int count) {
+    __shared__ double shared[WARP_SIZE];
+    double sum = 0.0;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) { sum += partials[i]; }
+    sum = block_reduce_sum_double(sum, shared);
+    if (threadIdx.x == 0) { out[0] = sum; }
+}
+
+// grads: (n) device; returns the sum of squares to the host
+static double global_norm_squared_cuda(const float *grads, size_t n) {
+    double *partials = (double *)cuda_scratch((NORM_BLOCKS + 1) * sizeof(double));
+    double *total = partials + NORM_BLOCKS;
+    norm_squared_partials_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, cuda_ctx.stream>>>(partials, grads, n);
+    cudaCheckLaunch();
+    sum_partials_kernel<<<1, NORM_THREADS, 0, cuda_ctx.stream>>>(total, partials, NORM_BLOCKS);
+    cudaCheckLaunch();
+    double result;
+    cuda_download(&result, total, sizeof(double));
+    return result;
+}
+
+// params, grads, m, v: (n)
+__global__ static void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                                    float weight_decay, float grad_scale, float beta1_correction,
+                                    float beta2_correction) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) { return; }
+    float grad = grads[i] * grad_scale;
+    float mi = ADAMW_BETA1 * m[i] + (1.0f - ADAMW_BETA1) * grad;
+    float vi = ADAMW_BETA2 * v[i] + (1.0f - ADAMW_BETA2) * grad * grad;
+    m[i] = mi;
+    v[i] = vi;
+    float m_hat = mi / beta1_correction;
+    float v_hat = vi / beta2_correction;
+    params[i] -= lr * (m_hat / (sqrtf(v_hat) + ADAMW_EPS) + weight_decay * params[i]);
+}
+
+// One AdamW step over n parameters. t is the 1-based step count.
+static void adamw_update_cuda(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+                              float weight_decay, float grad_scale, int t) {
+    float beta1_correction = 1.0f - powf(ADAMW_BETA1, (float)t);
+    float beta2_correction = 1.0f - powf(ADAMW_BETA2, (float)t);
+    adamw_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(params, grads, m, v, n, lr, weight_decay, grad_scale,
+                                                             beta1_correction, beta2_correction);
+    cudaCheckLaunch();
+}
+
+#endif // LLMC_ADAMW_CUH

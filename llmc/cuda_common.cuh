@@ -1,0 +1,224 @@
+/*
+What every CUDA file of the GPU trainer shares: checked CUDA and cuBLAS calls, the
+compute stream and the cuBLAS handle, launch arithmetic, warp and block reductions,
+and the deterministic column sums that stand in for float atomics.
+
+Every CUDA call goes through cudaCheck / cublasCheck, which name the file and line
+and end the job through fatal() (llmc/utils.h, so an MPI job ends on every rank).
+Every kernel launch is followed by cudaCheckLaunch(): a bad launch configuration
+is reported at the launch, not at some later call.
+
+One compute stream (cuda_ctx.stream) carries every kernel and cuBLAS call. It is
+created non-blocking, and nothing here ever uses the legacy default stream: the
+transports' streams (cp/comm_cuda.cuh) then never wait on compute by accident,
+only where an event says so.
+*/
+#ifndef LLMC_CUDA_COMMON_CUH
+#define LLMC_CUDA_COMMON_CUH
+
+#include <float.h>
+#include <math.h>
+#include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include "utils.h"
+
+// ----------------------------------------------------------------------------
+// checked calls
+
+static void cuda_check(cudaError_t err, const char *file, int line) {
+    if (err != cudaSuccess) {
+        fatal("CUDA error at %s:%d: %s (%s)", file, line, cudaGetErrorString(err), cudaGetErrorName(err));
+    }
+}
+#define cudaCheck(err) cuda_check((err), __FILE__, __LINE__)
+// after every kernel launch
+#define cudaCheckLaunch() cuda_check(cudaGetLastError(), __FILE__, __LINE__)
+
+static void cublas_check(cublasStatus_t status, const char *file, int line) {
+    if (status != CUBLAS_STATUS_SUCCESS) {
+        fatal("cuBLAS error at %s:%d: %s (%d)", file, line, cublasGetStatusString(status), (int)status);
+    }
+}
+#define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
+
+// The number of CUDA devices, 0 when there is none or no usable driver: a machine
+// without a GPU is a case to report clearly, never a crash.
+static int cuda_device_count(void) {
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); // clear the sticky error of a driverless machine
+        return 0;
+    }
+    return count;
+}
+
+// ----------------------------------------------------------------------------
+// the context: device, compute stream, cuBLAS
+
+typedef struct {
+    int device;
+    int tf32;              // -f: TF32 tensor cores in cuBLAS (fp32 storage either way)
+    cudaStream_t stream;   // the compute stream
+    cublasHandle_t cublas; // bound to the compute stream
+    void *scratch;         // device scratch of the deterministic reductions
+    size_t scratch_bytes;
+} CudaContext;
+
+static CudaContext cuda_ctx = {-1, 0, NULL, NULL, NULL, 0};
+
+static void cuda_init(int device, int tf32) {
+    cuda_ctx.device = device;
+    cuda_ctx.tf32 = tf32;
+    cudaCheck(cudaSetDevice(device));
+    cudaCheck(cudaStreamCreateWithFlags(&cuda_ctx.stream, cudaStreamNonBlocking));
+    cublasCheck(cublasCreate(&cuda_ctx.cublas));
+    cublasCheck(cublasSetStream(cuda_ctx.cublas, cuda_ctx.stream));
+    // TF32 is chosen per call (matmul.cuh's compute type); pedantic math here keeps
+    // cuBLAS from picking reduced precision on its own, e.g. under NVIDIA_TF32_OVERRIDE
+    cublasCheck(cublasSetMathMode(cuda_ctx.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+}
+
+static void cuda_free_context(void) {
+    if (cuda_ctx.scratch) { cudaCheck(cudaFree(cuda_ctx.scratch)); }
+    if (cuda_ctx.cublas) { cublasCheck(cublasDestroy(cuda_ctx.cublas)); }
+    if (cuda_ctx.stream) { cudaCheck(cudaStreamDestroy(cuda_ctx.stream)); }
+    cuda_ctx.scratch = NULL;
+    cuda_ctx.scratch_bytes = 0;
+    cuda_ctx.cublas = NULL;
+    cuda_ctx.stream = NULL;
+}
+
+static void cuda_sync(void) {
+    cudaCheck(cudaStreamSynchronize(cuda_ctx.stream));
+}
+
+// ----------------------------------------------------------------------------
+// memory
+
+static void *cuda_malloc_check(size_t bytes, const char *file, int line) {
+    void *ptr = NULL;
+    cudaError_t err = cudaMalloc(&ptr, bytes == 0 ? 1 : bytes);
+    if (err != cudaSuccess) {
+        fatal("cannot allocate %zu bytes of device memory at %s:%d: %s", bytes, file, line, cudaGetErrorString(err));
+    }
+    return ptr;
+}
+#define cudaMallocCheck(bytes) cuda_malloc_check((bytes), __FILE__, __LINE__)
+
+// host -> device and device -> host on the compute stream. From pageable host
+// memory an upload returns once the host buffer may be reused; a download returns
+// once the data is there (after all earlier work of the stream).
+static void cuda_upload(void *dst, const void *src, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cuda_ctx.stream));
+}
+
+static void cuda_download(void *dst, const void *src, size_t bytes) {
+    cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_ctx.stream));
+    cuda_sync();
+}
+
+// Device scratch of at least `bytes`. Grows only when asked for more than ever
+// before (a model reserves its largest need at init, so a training step never
+// reallocates: cudaFree would synchronise the device).
+static void *cuda_scratch(size_t bytes) {
+    if (bytes > cuda_ctx.scratch_bytes) {
+        if (cuda_ctx.scratch) {
+            cuda_sync();
+            cudaCheck(cudaFree(cuda_ctx.scratch));
+        }
+        cuda_ctx.scratch = cudaMallocCheck(bytes);
+        cuda_ctx.scratch_bytes = bytes;
+    }
+    return cuda_ctx.scratch;
+}
+
+// ----------------------------------------------------------------------------
+// launch arithmetic and reductions
+
+#define WARP_SIZE 32
+#define FULL_MASK 0xffffffffu
+
+// blocks of `threads` covering n items
+static unsigned int grid_for(size_t n, int threads) {
+    size_t blocks = (n + (size_t)threads - 1) / (size_t)threads;
+    if (blocks > 0x7fffffffu) { fatal("launch of %zu items is too large for one grid", n); }
+    return (unsigned int)(blocks == 0 ? 1 : blocks);
+}
+
+__device__ static inline float warp_reduce_sum(float v) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) { v += __shfl_xor_sync(FULL_MASK, v, offset); }
+    return v;
+}
+
+__device__ static inline float warp_reduce_max(float v) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) { v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, offset)); }
+    return v;
+}
+
+__device__ static inline double warp_reduce_sum_double(double v) {
+    for (int offset = WARP_SIZE / 2; offset > 0; offset /= 2) { v += __shfl_xor_sync(FULL_MASK, v, offset); }
+    return v;
+}
+
+// Block-wide reductions for blocks of at most 1024 threads (a multiple of 32).
+// Every thread gets the result. shared: WARP_SIZE values of scratch.
+__device__ static inline float block_reduce_max(float v, float *shared) {
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    int warps = blockDim.x / WARP_SIZE;
+    v = warp_reduce_max(v);
+    __syncthreads(); // shared may still be read by an earlier reduction
+    if (lane == 0) { shared[warp] = v; }
+    __syncthreads();
+    v = lane < warps ? shared[lane] : -INFINITY;
+    return warp_reduce_max(v);
+}
+
+__device__ static inline double block_reduce_sum_double(double v, double *shared) {
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    int warps = blockDim.x / WARP_SIZE;
+    v = warp_reduce_sum_double(v);
+    __syncthreads();
+    if (lane == 0) { shared[warp] = v; }
+    __syncthreads();
+    v = lane < warps ? shared[lane] : 0.0;
+    return warp_reduce_sum_double(v);
+}
+
+// ----------------------------------------------------------------------------
+// deterministic column sums
+//
+// Gradients of biases and layernorm weights sum a (rows, cols) tensor over its
+// rows. Float atomics would make the order of that sum, and so the result, change
+// from run to run. Instead the rows are cut into COLUMN_SUM_CHUNKS fixed chunks:
+// stage one sums each chunk of each column in row order, stage two adds the chunk
+// sums in chunk order. Same input, same bits, every run.
+
+#define COLUMN_SUM_CHUNKS 32
+
+// rows of chunk k of `rows` rows: [k*rows/CHUNKS, (k+1)*rows/CHUNKS)
+__device__ static inline int column_chunk_start(int rows, int k) {
+    return (int)((long long)k * rows / COLUMN_SUM_CHUNKS);
+}
+
+// out[col] += sum over chunks of partials[chunk][col]
+// out: (cols)   partials: (COLUMN_SUM_CHUNKS, cols)
+__global__ static void column_sums_finish_kernel(float *out, const float *partials, int cols) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    if (col >= cols) { return; }
+    float sum = 0.0f;
+    for (int k = 0; k < COLUMN_SUM_CHUNKS; k++) { sum += partials[(size_t)k * cols + col]; }
+    out[col] += sum;
+}
+
+static void column_sums_finish(float *out, const float *partials, int cols) {
+    column_sums_finish_kernel<<<grid_for(cols, 256), 256, 0, cuda_ctx.stream>>>(out, partials, cols);
+    cudaCheckLaunch();
+}
+
+// the launch of a stage one: one thread per (column, chunk)
+static dim3 column_sums_grid(int cols, int threads) {
+    return dim3(grid_for(cols, threads), COLUMN_SUM_CHUNKS);
+}
+
+#endif // LLMC_CUDA_COMMON_CUH

@@ -1,0 +1,245 @@
+/*
+GPT-2 on the GPU: llmc/gpt2.h with every layer a CUDA kernel or a cuBLAS call,
+fp32 throughout. The same parameters (one buffer, llm.c's order), the same
+activation buffers (fill_in_activation_sizes / point_activations of gpt2.h, here
+in device memory), the same order of operations and the same backward scratch
+reuse (dresidual, dbtc, dbt4c), so that the two can be read side by side.
+
+The host side is gpt2.h's: a model is created or loaded into a host GPT2
+(gpt2_init_random / gpt2_load_checkpoint), which keeps the configuration and a
+host copy of the parameters for checkpoints, and is then copied to the device.
+
+Token ids, position ids and targets come from the sharder on the host; the
+forward pass copies them to the device. The backward pass reads the host ids once
+more to bucket the embedding gradients (llmc/encoder.cuh).
+*/
+#ifndef LLMC_GPT2_CUH
+#define LLMC_GPT2_CUH
+
+#include "adamw.cuh"
+#include "attention_verbs.h"
+#include "classifier.cuh"
+#include "cuda_common.cuh"
+#include "encoder.cuh"
+#include "gelu.cuh"
+#include "gpt2.h"
+#include "layernorm.cuh"
+#include "matmul.cuh"
+#include "residual.cuh"
+
+typedef struct {
+    GPT2 host;                // configuration, sizes, host parameters (checkpoints)
+    GPT2Config config;
+    size_t num_parameters;
+    ParameterTensors params;  // views into params_memory (device)
+    float *params_memory;
+    ParameterTensors grads;   // views into grads_memory (device)
+    float *grads_memory;
+    float *m_memory;          // AdamW first moment (device)
+    float *v_memory;          // AdamW second moment (device)
+} GPT2Cuda;
+
+typedef struct {
+    int B, T;
+    size_t num_floats;
+    float *memory;            // device
+    ActivationTensors t;      // views into memory, as gpt2.h's Activations
+    int *inputs;              // (B, T) device copy of this pass's token ids
+    int *positions;           // (B, T) device copy of the position ids
+    int *targets;             // (B, T) device copy of the targets
+    TokenBuckets wte_buckets; // the embedding gradients' token order (encoder.cuh)
+    TokenBuckets wpe_buckets;
+} ActivationsCuda;
+
+// Takes over `host` (its parameters are copied to the device; host keeps them).
+static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
+    memset(model, 0, sizeof(*model));
+    model->host = *host;
+    memset(host, 0, sizeof(*host));
+    model->config = model->host.config;
+    model->num_parameters = model->host.num_parameters;
+    size_t bytes = model->num_parameters * sizeof(float);
+    model->params_memory = (float *)cudaMallocCheck(bytes);
+    model->grads_memory = (float *)cudaMallocCheck(bytes);
+    model->m_memory = (float *)cudaMallocCheck(bytes);
+    model->v_memory = (float *)cudaMallocCheck(bytes);
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, bytes, cuda_ctx.stream));
+    cudaCheck(cudaMemsetAsync(model->m_memory, 0, bytes, cuda_ctx.stream));
+    cudaCheck(cudaMemsetAsync(model->v_memory, 0, bytes, cuda_ctx.stream));
+    cuda_upload(model->params_memory, model->host.params_memory, bytes);
+    point_parameters(&model->params, model->params_memory, model->host.param_sizes);
+    point_parameters(&model->grads, model->grads_memory, model->host.param_sizes);
+    // the largest deterministic reduction's scratch: dbias of fcb (4C) and layernorm's two sums
+    size_t C = model->config.channels;
+    cuda_scratch(2 * COLUMN_SUM_CHUNKS * 4 * C * sizeof(float));
+    cuda_sync();
+}
+
+static void gpt2_cuda_free(GPT2Cuda *model) {
+    cuda_sync();
+    cudaCheck(cudaFree(model->params_memory));
+    cudaCheck(cudaFree(model->grads_memory));
+    cudaCheck(cudaFree(model->m_memory));
+    cudaCheck(cudaFree(model->v_memory));
+    gpt2_free(&model->host);
+    memset(model, 0, sizeof(*model));
+}
+
+// the device parameters into the host copy (for checkpoints)
+static void gpt2_cuda_params_to_host(GPT2Cuda *model) {
+    cuda_download(model->host.params_memory, model->params_memory, model->num_parameters * sizeof(float));
+}
+
+static void activations_cuda_init(ActivationsCuda *acts, GPT2Config c, int B, int T) {
+    memset(acts, 0, sizeof(*acts));
+    size_t sizes[NUM_ACTIVATION_BUFFERS];
+    acts->B = B;
+    acts->T = T;
+    acts->num_floats = fill_in_activation_sizes(sizes, c, B, T);
+    acts->memory = (float *)cudaMallocCheck(acts->num_floats * sizeof(float));
+    cudaCheck(cudaMemsetAsync(acts->memory, 0, acts->num_floats * sizeof(float), cuda_ctx.stream));
+    point_activations(&acts->t, acts->memory, sizes);
+    size_t ids = (size_t)B * T * sizeof(int);
+    acts->inputs = (int *)cudaMallocCheck(ids);
+    acts->positions = (int *)cudaMallocCheck(ids);
+    acts->targets = (int *)cudaMallocCheck(ids);
+    token_buckets_init(&acts->wte_buckets, B * T, c.padded_vocab_size);
+    token_buckets_init(&acts->wpe_buckets, B * T, c.max_seq_len);
+}
+
+static void activations_cuda_free(ActivationsCuda *acts) {
+    cuda_sync();
+    cudaCheck(cudaFree(acts->memory));
+    cudaCheck(cudaFree(acts->inputs));
+    cudaCheck(cudaFree(acts->positions));
+    cudaCheck(cudaFree(acts->targets));
+    token_buckets_free(&acts->wte_buckets);
+    token_buckets_free(&acts->wpe_buckets);
+    memset(acts, 0, sizeof(*acts));
+}
+
+// ----------------------------------------------------------------------------
+// forward, backward, update
+
+// Computes the activations of B rows of T local tokens. With targets, also the
+// per-token losses (acts->t.losses) and the probabilities (acts->t.logits).
+// inputs, positions, targets: (B, T) HOST arrays; targets may be NULL (inference)
+static void gpt2_cuda_forward(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
+                              const int *targets, const AttentionVerbs *attn) {
+    GPT2Config c = model->config;
+    int B = acts->B, T = acts->T;
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    ParameterTensors p = model->params;
+    ActivationTensors a = acts->t;
+    cuda_upload(acts->inputs, inputs, BT * sizeof(int));
+    cuda_upload(acts->positions, positions, BT * sizeof(int));
+    if (targets != NULL) { cuda_upload(acts->targets, targets, BT * sizeof(int)); }
+    encoder_forward_cuda(a.encoded, acts->inputs, acts->positions, p.wte, p.wpe, B, T, C);
+    for (size_t l = 0; l < L; l++) {
+        float *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+        float *ln1 = a.ln1 + l * BT * C;
+        float *qkv = a.qkv + l * BT * 3 * C;
+        float *atty = a.atty + l * BT * C;
+        float *attproj = a.attproj + l * BT * C;
+        float *residual2 = a.residual2 + l * BT * C;
+        float *ln2 = a.ln2 + l * BT * C;
+        float *fch = a.fch + l * BT * 4 * C;
+        float *fch_gelu = a.fch_gelu + l * BT * 4 * C;
+        float *fcproj = a.fcproj + l * BT * C;
+        layernorm_forward_cuda(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual,
+                               p.ln1w + l * C, p.ln1b + l * C, B, T, C);
+        matmul_forward_cuda(qkv, ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
+        attn->forward(attn->ctx, atty, a.att_lse + l * B * NH * T, qkv);
+        matmul_forward_cuda(attproj, atty, p.attprojw + l * C * C, p.attprojb + l * C, B, T, C, C);
+        residual_forward_cuda(residual2, residual, attproj, BT * C);
+        layernorm_forward_cuda(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2,
+                               p.ln2w + l * C, p.ln2b + l * C, B, T, C);
+        matmul_forward_cuda(fch, ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
+        gelu_forward_cuda(fch_gelu, fch, BT * 4 * C);
+        matmul_forward_cuda(fcproj, fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
+        residual_forward_cuda(a.residual3 + l * BT * C, residual2, fcproj, BT * C);
+    }
+    float *last = a.residual3 + (L - 1) * BT * C;
+    layernorm_forward_cuda(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, B, T, C);
+    matmul_forward_cuda(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);
+    if (targets != NULL) {
+        softmax_crossentropy_forward_cuda(a.logits, a.losses, acts->targets, B, T, c.vocab_size, Vp);
+    }
+}
+
+static void gpt2_cuda_zero_grad(GPT2Cuda *model) {
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), cuda_ctx.stream));
+}
+
+// Accumulates the gradient of (sum of this rank's token losses) * dloss into the
+// parameter gradients, as gpt2_backward. Needs the forward pass with targets just
+// before: the targets on the device are that pass's. inputs, positions: (B, T) HOST.
+static void gpt2_cuda_backward(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
+                               float dloss, const AttentionVerbs *attn) {
+    GPT2Config c = model->config;
+    int B = acts->B, T = acts->T;
+    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t BT = (size_t)B * T;
+    ParameterTensors p = model->params;
+    ParameterTensors g = model->grads;
+    ActivationTensors a = acts->t;
+    cudaStream_t s = cuda_ctx.stream;
+    // the lm head and the final layernorm
+    softmax_crossentropy_backward_cuda(a.logits, acts->targets, dloss, B, T, Vp);
+    cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
+    matmul_backward_cuda(a.dbtc, g.wte, NULL, a.logits, a.lnf, p.wte, B, T, C, Vp);
+    cudaCheck(cudaMemsetAsync(a.dresidual, 0, BT * C * sizeof(float), s));
+    float *last = a.residual3 + (L - 1) * BT * C;
+    layernorm_backward_cuda(a.dresidual, g.lnfw, g.lnfb, a.dbtc, last, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
+    // the blocks, last to first; dresidual is the gradient of each block's output,
+    // and both branches of a residual add receive it unchanged
+    for (int l = (int)L - 1; l >= 0; l--) {
+        float *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
+        float *ln1 = a.ln1 + l * BT * C;
+        float *qkv = a.qkv + l * BT * 3 * C;
+        float *atty = a.atty + l * BT * C;
+        float *residual2 = a.residual2 + l * BT * C;
+        float *ln2 = a.ln2 + l * BT * C;
+        float *fch = a.fch + l * BT * 4 * C;
+        float *fch_gelu = a.fch_gelu + l * BT * 4 * C;
+        float *dfch = a.dbt4c;  // (B, T, 4C)
+        float *dqkv = a.dbt4c;  // (B, T, 3C), once the MLP is done with the buffer
+        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
+        cudaCheck(cudaMemsetAsync(dfch, 0, BT * 4 * C * sizeof(float), s));
+        matmul_backward_cuda(dfch, g.fcprojw + l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
+                             p.fcprojw + l * C * 4 * C, B, T, 4 * C, C);
+        gelu_backward_cuda(dfch, fch, dfch, BT * 4 * C);
+        cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
+        matmul_backward_cuda(a.dbtc, g.fcw + l * 4 * C * C, g.fcb + l * 4 * C, dfch, ln2, p.fcw + l * 4 * C * C,
+                             B, T, C, 4 * C);
+        layernorm_backward_cuda(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbtc, residual2, p.ln2w + l * C,
+                                a.ln2_mean + l * BT, a.ln2_rstd + l * BT, B, T, C);
+        // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
+        cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
+        matmul_backward_cuda(a.dbtc, g.attprojw + l * C * C, g.attprojb + l * C, a.dresidual, atty,
+                             p.attprojw + l * C * C, B, T, C, C);
+        attn->backward(attn->ctx, dqkv, a.dbtc, qkv, atty, a.att_lse + l * B * NH * T);
+        cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
+        matmul_backward_cuda(a.dbtc, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1, p.qkvw + l * 3 * C * C,
+                             B, T, C, 3 * C);
+        layernorm_backward_cuda(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, residual, p.ln1w + l * C,
+                                a.ln1_mean + l * BT, a.ln1_rstd + l * BT, B, T, C);
+    }
+    encoder_backward_cuda(g.wte, g.wpe, a.dresidual, inputs, positions, B, T, C, &acts->wte_buckets,
+                          &acts->wpe_buckets);
+}
+
+// AdamW over every tensor, weight decay on the 2-D ones. t counts from 1.
+static void gpt2_cuda_update(GPT2Cuda *model, float lr, float weight_decay, float grad_scale, int t) {
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        size_t n = model->host.param_sizes[i];
+        float wd = parameter_is_2d(i) ? weight_decay : 0.0f;
+        adamw_update_cuda(model->params_memory + offset, model->grads_memory + offset, model->m_memory + offset,
+                          model->v_memory + offset, n, lr, wd, grad_scale, t);
+        offset += n;
+    }
+}
+
+#endif // LLMC_GPT2_CUH

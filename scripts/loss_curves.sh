@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# Loss curves across cp sizes: trains the embedded default (scripts/default_config.sh)
+# at cp 1, 2, 4 x {contiguous, round_robin}, draws the training-loss curves overlaid
+# with a second panel of each run's difference to cp 1, and prints a table of the
+# largest |loss - loss at cp 1|. CPU twin by default, the GPU trainer where GPUs are.
+#
+#   bash scripts/loss_curves.sh [-o docs/loss_curves.png] [-x STEPS]
+#
+# Runs go to out/loss_curves/<name>/main.log. About 15 minutes on 2 CPU cores.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+source scripts/default_config.sh
+
+png=docs/loss_curves.png
+steps=
+while [ $# -gt 0 ]; do
+    case $1 in
+    -o) png=$2; shift 2 ;;
+    -x) steps=$2; shift 2 ;;
+    *) echo "usage: $0 [-o PNG] [-x STEPS]" >&2; exit 1 ;;
+    esac
+done
+command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
+
+flags=("${DEFAULT_FLAGS[@]}" -v 0 -s 0)
+[ -n "$steps" ] && flags+=(-x "$steps")
+gpus=$(gpus_available)
+if [ "$gpus" -gt 0 ]; then
+    make -s train_gpt2cp
+    trainer=(./train_gpt2cp -f 0)
+    # one GPU per rank where there are enough, else ranks share through MPI
+    transport() { if [ "$1" -le "$gpus" ]; then echo nccl; else echo mpi; fi; }
+    what="GPU trainer"
+else
+    make -s train_gpt2cp_cpu
+    trainer=(./train_gpt2cp_cpu)
+    transport() { :; }
+    what="CPU twin"
+fi
+
+out=out/loss_curves
+mkdir -p "$out" "$(dirname "$png")"
+runs=(cp1_identity cp2_contiguous cp2_round_robin cp4_contiguous cp4_round_robin)
+for name in "${runs[@]}"; do
+    cp=${name%%_*}; cp=${cp#cp}
+    layout=${name#*_}
+    extra=()
+    t=$(transport "$cp")
+    [ -n "$t" ] && extra+=(-ct "$t")
+    echo "training $name ($what)..."
+    mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" "${trainer[@]}" "${flags[@]}" -cp "$cp" -cl "$layout" "${extra[@]}" \
+        -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; exit 1; }
+    # step loss, one line per step: "step loss"
+    sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\)$/\1 \2/p' "$out/$name/main.log" > "$out/$name.dat"
+done
+
+# each run's difference to cp 1, step by step
+for name in "${runs[@]}"; do
+    paste "$out/cp1_identity.dat" "$out/$name.dat" | awk '{ printf "%s %.6f\n", $1, $4 - $2 }' > "$out/$name.diff"
+done
+
+echo
+printf "%-18s %12s %14s\n" run "final loss" "max |Δ| vs cp1"
+for name in "${runs[@]}"; do
+    final=$(tail -1 "$out/$name.dat" | awk '{ print $2 }')
+    maxdiff=$(awk 'function abs(x) { return x < 0 ? -x : x } { if (abs($2) > m) m = abs($2) } END { printf "%.6f", m }' "$out/$name.diff")
+    printf "%-18s %12s %14s\n" "$name" "$final" "$maxdiff"
+done
+
+plot=""
+diffplot=""
+for name in "${runs[@]}"; do
+    title=${name/_/ }; title=${title/_/-}
+    plot+="'$out/$name.dat' using 1:2 with lines lw 2 title '$title', "
+    diffplot+="'$out/$name.diff' using 1:2 with lines lw 2 title '$title', "
+done
+gnuplot <<GNUPLOT
+set terminal pngcairo size 1100,900 font ",11"
+set output '$png'
+set multiplot layout 2,1 title "Training loss of the embedded default across cp sizes and layouts ($what)"
+set grid
+set xlabel 'step'
+set ylabel 'training loss'
+set key top right
+plot ${plot%, }
+set ylabel 'loss - loss at cp 1'
+set format y '%.1e'
+plot ${diffplot%, }
+unset multiplot
+GNUPLOT
+echo "wrote $png"

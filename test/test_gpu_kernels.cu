@@ -1,0 +1,327 @@
+/*
+Every GPU layer (the llmc .cuh files) against its CPU twin (the llmc .h files), the independent
+reference, on the same random inputs; then the whole GPU model (llmc/gpt2.cuh,
+identity ring) against the CPU model (llmc/gpt2.h) through forward, backward and
+two AdamW updates. TF32 is off (cuda_init(device, 0)): fp32 against fp32.
+
+Outputs are poisoned with NaN before each kernel, so an element a kernel forgets
+to write fails. Accumulating kernels (backward passes) start from the same random
+values on both sides, so a kernel that overwrites instead of adding fails too.
+
+Tolerances (relative 2-norm of the difference over the tensor, see
+test/gpu_test_utils.cuh):
+  1e-6  elementwise kernels and sums taken in the CPU's own order (encoder,
+        embedding gradients, GELU, residual, AdamW): only libm vs CUDA math ulps
+  1e-5  reductions over <= 4C = 384 channels or <= B*T = 74 tokens in another
+        order (layernorm, matmul, the classifier's sums over V = 250): fp32
+        rounding grows like sqrt(n) * 6e-8 ~ 1e-6, ten times that as margin
+  1e-4  the whole model's gradients: two layers of such differences compound
+        through backward, where layernorm's backward subtracts nearly equal terms;
+        and its parameters after two AdamW steps, which divide each gradient by
+        its own running magnitude, so that the relative error of a tiny gradient
+        reaches the update in full
+  1e-12 the double-precision gradient norm
+With no GPU the binary exits 77 (skipped).
+*/
+#include "cp/comm_mpi.h"
+#include "cp/comm_mpi_staged.cuh"
+#include "cp/ring_attention.cuh"
+#include "cp/ring_attention.h"
+#include "cp/sharder.h"
+#include "llmc/gpt2.cuh"
+#include "llmc/gpt2.h"
+#include "test/gpu_test_utils.cuh"
+
+#define B 2
+#define T 37   // odd: no kernel may assume a multiple of the warp
+#define C 96
+#define NH 3   // HS = 32
+#define V 250
+#define VP 256
+#define MAXT 64
+#define L 2
+#define BT (B * T)
+
+static Rng rng;
+
+static float *random_floats(size_t n, float lo, float hi) {
+    float *x = (float *)mallocCheck(n * sizeof(float));
+    fill_uniform(&rng, x, n, lo, hi);
+    return x;
+}
+
+static int *random_ints(size_t n, int below) {
+    int *x = (int *)mallocCheck(n * sizeof(int));
+    for (size_t i = 0; i < n; i++) { x[i] = rand_below(&rng, below); }
+    return x;
+}
+
+static void test_encoder(void) {
+    float *wte = random_floats((size_t)VP * C, -1, 1), *wpe = random_floats((size_t)MAXT * C, -1, 1);
+    int *inp = random_ints(BT, 20); // few distinct ids: many tokens share an embedding row
+    int *pos = random_ints(BT, MAXT);
+    float *out = (float *)mallocCheck((size_t)BT * C * sizeof(float));
+    encoder_forward(out, inp, pos, wte, wpe, B, T, C);
+    float *d_wte = device_copy(wte, (size_t)VP * C), *d_wpe = device_copy(wpe, (size_t)MAXT * C);
+    int *d_inp = device_copy_int(inp, BT), *d_pos = device_copy_int(pos, BT);
+    float *d_out = (float *)cudaMallocCheck((size_t)BT * C * sizeof(float));
+    poison_device(d_out, (size_t)BT * C * sizeof(float));
+    encoder_forward_cuda(d_out, d_inp, d_pos, d_wte, d_wpe, B, T, C);
+    check_rel_device("encoder forward", d_out, out, (size_t)BT * C, 1e-6);
+
+    // backward accumulates into tables that already hold values
+    float *dout = random_floats((size_t)BT * C, -1, 1);
+    float *dwte = random_floats((size_t)VP * C, -1, 1), *dwpe = random_floats((size_t)MAXT * C, -1, 1);
+    float *d_dout = device_copy(dout, (size_t)BT * C);
+    float *d_dwte = device_copy(dwte, (size_t)VP * C), *d_dwpe = device_copy(dwpe, (size_t)MAXT * C);
+    encoder_backward(dwte, dwpe, dout, inp, pos, B, T, C);
+    TokenBuckets wte_b, wpe_b;
+    token_buckets_init(&wte_b, BT, VP);
+    token_buckets_init(&wpe_b, BT, MAXT);
+    encoder_backward_cuda(d_dwte, d_dwpe, d_dout, inp, pos, B, T, C, &wte_b, &wpe_b);
+    check_rel_device("encoder backward dwte", d_dwte, dwte, (size_t)VP * C, 1e-6);
+    check_rel_device("encoder backward dwpe", d_dwpe, dwpe, (size_t)MAXT * C, 1e-6);
+    token_buckets_free(&wte_b);
+    token_buckets_free(&wpe_b);
+    void *dev[] = {d_wte, d_wpe, d_inp, d_pos, d_out, d_dout, d_dwte, d_dwpe};
+    for (int i = 0; i < 8; i++) { cudaCheck(cudaFree(dev[i])); }
+    free(wte); free(wpe); free(inp); free(pos); free(out); free(dout); free(dwte); free(dwpe);
+}
+
+static void test_layernorm(void) {
+    size_t n = (size_t)BT * C;
+    float *inp = random_floats(n, -2, 3), *w = random_floats(C, 0.5f, 1.5f), *bias = random_floats(C, -1, 1);
+    float *out = (float *)mallocCheck(n * sizeof(float));
+    float *mean = (float *)mallocCheck(BT * sizeof(float)), *rstd = (float *)mallocCheck(BT * sizeof(float));
+    layernorm_forward(out, mean, rstd, inp, w, bias, B, T, C);
+    float *d_inp = device_copy(inp, n), *d_w = device_copy(w, C), *d_b = device_copy(bias, C);
+    float *d_out = (float *)cudaMallocCheck(n * sizeof(float));
+    float *d_mean = (float *)cudaMallocCheck(BT * sizeof(float)), *d_rstd = (float *)cudaMallocCheck(BT * sizeof(float));
+    poison_device(d_out, n * sizeof(float));
+    poison_device(d_mean, BT * sizeof(float));
+    poison_device(d_rstd, BT * sizeof(float));
+    layernorm_forward_cuda(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C);
+    check_rel_device("layernorm forward out", d_out, out, n, 1e-5);
+    check_rel_device("layernorm forward mean", d_mean, mean, BT, 1e-5);
+    check_rel_device("layernorm forward rstd", d_rstd, rstd, BT, 1e-5);
+
+    float *dout = random_floats(n, -1, 1), *dinp = random_floats(n, -1, 1);
+    float *dw = random_floats(C, -1, 1), *db = random_floats(C, -1, 1);
+    float *d_dout = device_copy(dout, n), *d_dinp = device_copy(dinp, n), *d_dw = device_copy(dw, C), *d_db = device_copy(db, C);
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C);
+    layernorm_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C);
+    check_rel_device("layernorm backward dinp", d_dinp, dinp, n, 1e-5);
+    check_rel_device("layernorm backward dweight", d_dw, dw, C, 1e-5);
+    check_rel_device("layernorm backward dbias", d_db, db, C, 1e-5);
+    void *dev[] = {d_inp, d_w, d_b, d_out, d_mean, d_rstd, d_dout, d_dinp, d_dw, d_db};
+    for (int i = 0; i < 10; i++) { cudaCheck(cudaFree(dev[i])); }
+    free(inp); free(w); free(bias); free(out); free(mean); free(rstd); free(dout); free(dinp); free(dw); free(db);
+}
+
+// one linear layer of C -> OC, with or without bias
+static void test_matmul(int OC, int with_bias) {
+    char what[96];
+    float *inp = random_floats((size_t)BT * C, -1, 1), *w = random_floats((size_t)OC * C, -1, 1);
+    float *bias = with_bias ? random_floats(OC, -1, 1) : NULL;
+    float *out = (float *)mallocCheck((size_t)BT * OC * sizeof(float));
+    matmul_forward(out, inp, w, bias, B, T, C, OC);
+    float *d_inp = device_copy(inp, (size_t)BT * C), *d_w = device_copy(w, (size_t)OC * C);
+    float *d_bias = with_bias ? device_copy(bias, OC) : NULL;
+    float *d_out = (float *)cudaMallocCheck((size_t)BT * OC * sizeof(float));
+    poison_device(d_out, (size_t)BT * OC * sizeof(float));
+    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC);
+    snprintf(what, sizeof(what), "matmul forward OC %d%s", OC, with_bias ? " +bias" : "");
+    check_rel_device(what, d_out, out, (size_t)BT * OC, 1e-5);
+
+    float *dout = random_floats((size_t)BT * OC, -1, 1);
+    float *dinp = random_floats((size_t)BT * C, -1, 1), *dw = random_floats((size_t)OC * C, -1, 1);
+    float *db = with_bias ? random_floats(OC, -1, 1) : NULL;
+    float *d_dout = device_copy(dout, (size_t)BT * OC), *d_dinp = device_copy(dinp, (size_t)BT * C);
+    float *d_dw = device_copy(dw, (size_t)OC * C), *d_db = with_bias ? device_copy(db, OC) : NULL;
+    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC);
+    matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC);
+    snprintf(what, sizeof(what), "matmul backward dinp OC %d", OC);
+    check_rel_device(what, d_dinp, dinp, (size_t)BT * C, 1e-5);
+    snprintf(what, sizeof(what), "matmul backward dweight OC %d", OC);
+    check_rel_device(what, d_dw, dw, (size_t)OC * C, 1e-5);
+    if (with_bias) {
+        snprintf(what, sizeof(what), "matmul backward dbias OC %d", OC);
+        check_rel_device(what, d_db, db, OC, 1e-5);
+    }
+    void *dev[] = {d_inp, d_w, d_bias, d_out, d_dout, d_dinp, d_dw, d_db};
+    for (int i = 0; i < 8; i++) { cudaCheck(cudaFree(dev[i])); } // cudaFree(NULL) is a no-op
+    free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(db);
+}
+
+static void test_elementwise(void) {
+    size_t n = (size_t)BT * 4 * C;
+    float *x = random_floats(n, -4, 4), *y = random_floats(n, -1, 1);
+    float *out = (float *)mallocCheck(n * sizeof(float));
+    float *d_x = device_copy(x, n), *d_y = device_copy(y, n);
+    float *d_out = (float *)cudaMallocCheck(n * sizeof(float));
+    gelu_forward(out, x, n);
+    poison_device(d_out, n * sizeof(float));
+    gelu_forward_cuda(d_out, d_x, n);
+    check_rel_device("gelu forward", d_out, out, n, 1e-6);
+    gelu_backward(out, x, y, n);
+    poison_device(d_out, n * sizeof(float));
+    gelu_backward_cuda(d_out, d_x, d_y, n);
+    check_rel_device("gelu backward", d_out, out, n, 1e-6);
+    // in place, as the model calls it: dinp == dout
+    cudaCheck(cudaMemcpyAsync(d_out, d_y, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+    gelu_backward_cuda(d_out, d_x, d_out, n);
+    check_rel_device("gelu backward in place", d_out, out, n, 1e-6);
+    residual_forward(out, x, y, n);
+    poison_device(d_out, n * sizeof(float));
+    residual_forward_cuda(d_out, d_x, d_y, n);
+    check_rel_device("residual forward", d_out, out, n, 1e-6);
+    cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_y)); cudaCheck(cudaFree(d_out));
+    free(x); free(y); free(out);
+}
+
+static void test_classifier(void) {
+    size_t n = (size_t)BT * VP;
+    float *logits = random_floats(n, -5, 5);
+    int *targets = random_ints(BT, V);
+    for (int i = 0; i < BT; i += 5) { targets[i] = IGNORE_INDEX; } // pad slots
+    float *d_logits = device_copy(logits, n);
+    int *d_targets = device_copy_int(targets, BT);
+    float *losses = (float *)mallocCheck(BT * sizeof(float));
+    float *d_losses = (float *)cudaMallocCheck(BT * sizeof(float));
+    poison_device(d_losses, BT * sizeof(float));
+    softmax_crossentropy_forward(logits, losses, targets, B, T, V, VP);
+    softmax_crossentropy_forward_cuda(d_logits, d_losses, d_targets, B, T, V, VP);
+    check_rel_device("classifier forward probs", d_logits, logits, n, 1e-5);
+    check_rel_device("classifier forward losses", d_losses, losses, BT, 1e-5);
+    float dloss = 1.0f / 60.0f;
+    softmax_crossentropy_backward(logits, targets, dloss, B, T, VP);
+    softmax_crossentropy_backward_cuda(d_logits, d_targets, dloss, B, T, VP);
+    check_rel_device("classifier backward dlogits", d_logits, logits, n, 1e-5);
+    cudaCheck(cudaFree(d_logits)); cudaCheck(cudaFree(d_targets)); cudaCheck(cudaFree(d_losses));
+    free(logits); free(targets); free(losses);
+}
+
+static void test_adamw(void) {
+    size_t n = 100003; // not a multiple of any block
+    float *p = random_floats(n, -1, 1), *g = random_floats(n, -1, 1);
+    float *m = (float *)callocCheck(n, sizeof(float)), *v = (float *)callocCheck(n, sizeof(float));
+    float *d_p = device_copy(p, n), *d_g = device_copy(g, n), *d_m = device_copy(m, n), *d_v = device_copy(v, n);
+    double norm = global_norm_squared(g, n);
+    double d_norm = global_norm_squared_cuda(d_g, n);
+    float rel[1] = {(float)d_norm}, ref[1] = {(float)norm};
+    check_rel("global norm squared (as float)", rel, ref, 1, 1e-6);
+    CHECK(fabs(d_norm - norm) <= 1e-12 * norm, "global norm squared: GPU %.17g, CPU %.17g", d_norm, norm);
+    for (int t = 1; t <= 2; t++) {
+        adamw_update(p, g, m, v, n, 1e-3f, 0.1f, 0.5f, t);
+        adamw_update_cuda(d_p, d_g, d_m, d_v, n, 1e-3f, 0.1f, 0.5f, t);
+    }
+    check_rel_device("adamw params", d_p, p, n, 1e-6);
+    check_rel_device("adamw m", d_m, m, n, 1e-6);
+    check_rel_device("adamw v", d_v, v, n, 1e-6);
+    cudaCheck(cudaFree(d_p)); cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_m)); cudaCheck(cudaFree(d_v));
+    free(p); free(g); free(m); free(v);
+}
+
+// The whole model at cp 1: the CPU model with the CPU ring over MPI_COMM_SELF, the
+// GPU model with the GPU ring over the staged transport on MPI_COMM_SELF.
+static void test_model(void) {
+    GPT2Config c = {MAXT, V, VP, L, NH, C};
+    GPT2 cpu_model, gpu_host;
+    gpt2_init_random(&cpu_model, c, 7);
+    gpt2_init_random(&gpu_host, c, 7);
+    GPT2Cuda gpu_model;
+    gpt2_cuda_init(&gpu_model, &gpu_host);
+    // a batch whose targets include pads
+    int *inputs = random_ints(BT, V), *targets = random_ints(BT, V);
+    targets[3] = targets[T + 10] = IGNORE_INDEX;
+    CpSharder sh;
+    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, MAXT, -1);
+    CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "%s", sh.error);
+    MPI_Comm self_host, self_dev;
+    MPI_Comm_dup(MPI_COMM_SELF, &self_host);
+    MPI_Comm_dup(MPI_COMM_SELF, &self_dev);
+    Comm *host_comm = comm_mpi_create(self_host);
+    Comm *dev_comm = comm_mpi_staged_create(self_dev, cuda_ctx.stream);
+
+    Activations acts;
+    activations_init(&acts, c, B, T);
+    RingAttention ring;
+    ring_attention_init(&ring, host_comm, B, T, C, NH);
+    ring.layout = &sh.layout;
+    AttentionVerbs attn = ring_attention_verbs(&ring);
+    ActivationsCuda gacts;
+    activations_cuda_init(&gacts, c, B, T);
+    poison_device(gacts.memory, gacts.num_floats * sizeof(float));
+    RingAttentionCuda gring;
+    ring_attention_cuda_init(&gring, dev_comm, B, T, C, NH);
+    gring.layout = &sh.layout;
+    AttentionVerbs gattn = ring_attention_cuda_verbs(&gring);
+
+    float dloss = 1.0f / (BT - 2);
+    gpt2_forward(&cpu_model, &acts, sh.local.inputs, sh.layout.position, sh.local.targets, &attn);
+    gpt2_cuda_forward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, &gattn);
+    check_rel_device("model losses", gacts.t.losses, acts.t.losses, BT, 1e-5);
+    check_rel_device("model probabilities", gacts.t.logits, acts.t.logits, (size_t)BT * VP, 1e-5);
+    check_rel_device("model attention lse", gacts.t.att_lse, acts.t.att_lse, (size_t)L * B * NH * T, 1e-5);
+    gpt2_zero_grad(&cpu_model);
+    gpt2_cuda_zero_grad(&gpu_model);
+    gpt2_backward(&cpu_model, &acts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &attn);
+    gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, dloss, &gattn);
+    float *grads = host_copy(gpu_model.grads_memory, gpu_model.num_parameters);
+    const char *names[NUM_PARAMETER_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
+                                                "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
+                                                "lnfw", "lnfb"};
+    size_t offset = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "model gradient %s", names[i]);
+        check_rel(what, grads + offset, cpu_model.grads_memory + offset, cpu_model.param_sizes[i], 1e-4);
+        offset += cpu_model.param_sizes[i];
+    }
+    // determinism: the same backward again gives the same bits
+    gpt2_cuda_forward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, &gattn);
+    gpt2_cuda_zero_grad(&gpu_model);
+    gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, dloss, &gattn);
+    float *again = host_copy(gpu_model.grads_memory, gpu_model.num_parameters);
+    CHECK(memcmp(grads, again, gpu_model.num_parameters * sizeof(float)) == 0,
+          "the GPU backward pass is not deterministic: two runs differ");
+    printf("ok   rank 0  model backward is bitwise deterministic\n");
+    // two updates (the second with clipping)
+    for (int t = 1; t <= 2; t++) {
+        gpt2_update(&cpu_model, 1e-3f, 0.1f, t == 1 ? 1.0f : 0.25f, t);
+        gpt2_cuda_update(&gpu_model, 1e-3f, 0.1f, t == 1 ? 1.0f : 0.25f, t);
+    }
+    check_rel_device("model parameters after 2 AdamW steps", gpu_model.params_memory, cpu_model.params_memory,
+                     cpu_model.num_parameters, 1e-4);
+
+    free(grads); free(again); free(inputs); free(targets);
+    cp_sharder_free(&sh);
+    ring_attention_cuda_free(&gring);
+    activations_cuda_free(&gacts);
+    ring_attention_free(&ring);
+    activations_free(&acts);
+    dev_comm->destroy(dev_comm);
+    host_comm->destroy(host_comm);
+    gpt2_cuda_free(&gpu_model);
+    gpt2_free(&cpu_model);
+}
+
+int main(int argc, char **argv) {
+    mpi_runtime_init(&argc, &argv);
+    gpu_test_require_device(1);
+    cuda_init(0, 0); // TF32 off: fp32 against fp32
+    rng_seed(&rng, 1234);
+    test_encoder();
+    test_layernorm();
+    test_matmul(3 * C, 1);
+    test_matmul(4 * C, 1);
+    test_matmul(VP, 0);
+    test_elementwise();
+    test_classifier();
+    test_adamw();
+    test_model();
+    cuda_free_context();
+    printf("%s: %d check(s) failed\n", rel_failures ? "FAIL" : "PASS", rel_failures);
+    MPI_Finalize();
+    return rel_failures ? 1 : 0;
+}
