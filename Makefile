@@ -64,7 +64,11 @@ CMAKE_CUDA_ARGS = $(if $(HAVE_NVCC),-DCMAKE_CUDA_COMPILER=$(shell command -v $(N
 
 all: train_gpt2cp_cpu
 
-train_gpt2cp_cpu: train_gpt2cp_cpu.c $(DEPS)
+# the flags the CPU trainer was last built with: a change (SAN=1, NO_BLAS=1) rebuilds it
+CPU_FLAGS_STAMP = $(BUILD_DIR)/cpu_flags
+$(shell mkdir -p $(BUILD_DIR); echo '$(CFLAGS) $(LDLIBS)' | cmp -s - $(CPU_FLAGS_STAMP) || echo '$(CFLAGS) $(LDLIBS)' > $(CPU_FLAGS_STAMP))
+
+train_gpt2cp_cpu: train_gpt2cp_cpu.c $(DEPS) $(CPU_FLAGS_STAMP)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 train_gpt2cp: train_gpt2cp.cu $(CUDA_DEPS)
@@ -75,13 +79,21 @@ $(BUILD_DIR)/gpu/%: test/%.cu test/gpu_test_utils.cuh test/test_utils.h $(CUDA_D
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -I. $(call nvcc_pass,$(MPI_COMPILE_FLAGS)) $< -o $@ $(call nvcc_pass,$(MPI_LINK_FLAGS)) $(CUDA_LDLIBS)
 
+# SAN=1: the sanitized CPU code and tests in a build dir of their own; the CUDA
+# code is left out (the sanitizers check the host code)
+TEST_BUILD_DIR = $(BUILD_DIR)/test$(if $(filter 1,$(SAN)),-san)
+ifeq ($(SAN),1)
+  CMAKE_CUDA_ARGS = -DGPU_TESTS=OFF
+  HAVE_NVCC =
+endif
+
 test:
 	bash scripts/install_deps.sh
 	$(MAKE) train_gpt2cp_cpu
 	$(if $(HAVE_NVCC),$(MAKE) train_gpt2cp,@echo "note: no nvcc at $(NVCC): train_gpt2cp and the GPU tests are not built (set CUDA_HOME)")
-	cmake -S test -B $(BUILD_DIR)/test -DCMAKE_BUILD_TYPE=Release -DSAN=$(SAN) -DNO_BLAS=$(NO_BLAS) $(CMAKE_CUDA_ARGS) > /dev/null
-	cmake --build $(BUILD_DIR)/test -j 2
-	cd $(BUILD_DIR)/test && ctest --output-on-failure -j 2
+	cmake -S test -B $(TEST_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DSAN=$(SAN) -DNO_BLAS=$(NO_BLAS) $(CMAKE_CUDA_ARGS) > /dev/null
+	cmake --build $(TEST_BUILD_DIR) -j 2
+	cd $(TEST_BUILD_DIR) && ctest --output-on-failure -j 2
 
 run:
 	bash scripts/run_default.sh

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end: the CPU trainer at cp {2, 3, 4} x {contiguous, round_robin} reproduces
-# the cp 1 (identity) run, step losses and gathered per-token losses (DESIGN 5),
-# and a checkpoint written with -x 0 loads back into the same run.
+# the cp 1 (identity) run, step losses and gathered per-token losses (DESIGN 5);
+# dp 2 x cp {1, 2} reproduces one rank with the batch of both replicas; and a
+# checkpoint written with -x 0 loads back into the same run.
 #
 #   bash test/e2e_cp_equivalence.sh COMPARE_RUNS
 #
@@ -72,6 +73,22 @@ echo "== B = 3, T = $T, $STEPS steps: cp 3 against cp 1"
 "$COMPARE" $STEPS $((3 * T)) "$WORK/ref_b3/main.log" "$WORK/ref_b3.tl" \
     cp3_contiguous_b3 "$WORK/cp3_contiguous_b3/main.log" "$WORK/cp3_contiguous_b3.tl" \
     cp3_round_robin_b3 "$WORK/cp3_round_robin_b3/main.log" "$WORK/cp3_round_robin_b3.tl"
+
+# ---- data parallel x context parallel: world = dp x cp. Each replica reads its own
+# window, so np 2 -cp 1 (dp 2) and np 4 -cp 2 (dp 2) at B = 2 see, step by step,
+# the same tokens as one rank at B = 4 (replica k's rows are rows 2k, 2k+1 there);
+# the loss is the mean over all of them and the gradients are summed, so the runs
+# must match, per step and per token ([dp * B, T] rows in -tl)
+train ref_b4 1 4 -cp 1 -cl identity
+train dp2_cp1_b2 2 2 -cp 1 -cl identity
+train dp2_cp2_b2 4 2 -cp 2 -cl round_robin
+train dp2_cp2c_b2 4 2 -cp 2 -cl contiguous
+echo
+echo "== dp 2 x cp {1, 2}, B = 2, against one rank with B = 4"
+"$COMPARE" $STEPS $((4 * T)) "$WORK/ref_b4/main.log" "$WORK/ref_b4.tl" \
+    dp2_cp1 "$WORK/dp2_cp1_b2/main.log" "$WORK/dp2_cp1_b2.tl" \
+    dp2_cp2_round_robin "$WORK/dp2_cp2_b2/main.log" "$WORK/dp2_cp2_b2.tl" \
+    dp2_cp2_contiguous "$WORK/dp2_cp2c_b2/main.log" "$WORK/dp2_cp2c_b2.tl"
 
 # ---- checkpoint round trip: -x 0 writes the initial weights, which load back
 echo
