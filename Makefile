@@ -102,5 +102,9 @@ run:
 cp_layout: dev/cp_layout.c $(DEPS)
 	$(CC) -O2 -Wall -Wextra -Wno-unused-function -Wno-unknown-pragmas -std=c11 $< -o $@ -lm
 
+# dev benchmark: per-rank memory of ring vs all-gather attention (dev/bench/README.md)
+bench_attention_memory: dev/bench/attention_memory.c $(DEPS)
+	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention_memory $(BUILD_DIR)

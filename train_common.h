@@ -2,24 +2,30 @@
 What the two trainers (train_gpt2cp_cpu.c and train_gpt2cp.cu) share: the command
 line, its checks, the start-up table and the progress line, and the host side of
 a run: the model's initialisation on the host, the mesh's MPI communicators, the
-data, logs and schedule (TrainRun), the per-token loss gather, checkpoints and
-sampling. Both take the same flags with the same meaning, llm.c's flags plus the
-context-parallel ones; the trainers differ only in where the model runs.
+data, logs and schedule (TrainRun), the per-token loss gather, sampling,
+checkpoints and resume, the checks that every rank runs the same job,
+and what ends a run early (a non-finite loss). Both take the same flags with the
+same meaning, llm.c's flags plus the context-parallel ones; the trainers differ
+only in where the model runs.
 */
 #ifndef TRAIN_COMMON_H
 #define TRAIN_COMMON_H
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include "cp/comm_mpi.h"
 #include "cp/layout.h"
 #include "cp/loss.h"
 #include "cp/mesh.h"
 #include "cp/sharder.h"
+#include "llmc/checkpoint.h"
 #include "llmc/dataloader.h"
 #include "llmc/gpt2.h"
 #include "llmc/logger.h"
@@ -127,6 +133,19 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->transport = "nccl";
 }
 
+// a flag's value as text; float_digits: significant digits of a float
+static void format_flag_value(const Flag *flag, int float_digits, char *buf, size_t size) {
+    switch (flag->type) {
+    case FLAG_INT: snprintf(buf, size, "%d", *(int *)flag->value); break;
+    case FLAG_FLOAT: snprintf(buf, size, "%.*g", float_digits, *(float *)flag->value); break;
+    case FLAG_STRING: {
+        const char *s = *(const char **)flag->value;
+        snprintf(buf, size, "%s", s ? s : "none");
+        break;
+    }
+    }
+}
+
 static void print_usage(FILE *out, const char *program, const char *transports) {
     // the defaults are what the flags point at before parsing
     TrainConfig defaults;
@@ -136,15 +155,7 @@ static void print_usage(FILE *out, const char *program, const char *transports) 
     fprintf(out, "usage: %s [flags]\n", program);
     for (int i = 0; i < nflags; i++) {
         char value[64];
-        switch (flags[i].type) {
-        case FLAG_INT: snprintf(value, sizeof(value), "%d", *(int *)flags[i].value); break;
-        case FLAG_FLOAT: snprintf(value, sizeof(value), "%g", *(float *)flags[i].value); break;
-        case FLAG_STRING: {
-            const char *s = *(const char **)flags[i].value;
-            snprintf(value, sizeof(value), "%s", s ? s : "none");
-            break;
-        }
-        }
+        format_flag_value(&flags[i], 6, value, sizeof(value));
         fprintf(out, "  %-4s %-70s [%s]\n", flags[i].name, flags[i].help, value);
     }
     fprintf(out, "  -h   this help\n");
@@ -269,6 +280,96 @@ static void make_output_dir(const char *dir) {
     }
 }
 
+// ----------------------------------------------------------------------------
+// the job: start-up, and the checks that every rank runs the same one
+
+// MPI, and a line naming the rank on every fatal signal (llmc/utils.h)
+static void train_runtime_init(int *argc, char ***argv) {
+    mpi_runtime_init(argc, argv);
+    fatal_install_signal_handlers();
+}
+
+// Collective over the world: does any rank have a problem (why != NULL)? If one
+// has, the job ends on every rank with the reason of the lowest such rank, printed
+// once by rank 0 (so that no other rank's abort cuts it off) and naming that rank.
+// Problems a rank finds in its own files come here instead of fatal(), so that the
+// others do not wait for it in their next collective.
+static void fail_if_any_rank(const char *why) {
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int first = why != NULL ? rank : size;
+    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size) { return; }
+    char reason[1024];
+    if (rank == first) { snprintf(reason, sizeof(reason), "%s", why); }
+    MPI_Bcast(reason, (int)sizeof(reason), MPI_CHAR, first, MPI_COMM_WORLD);
+    fatal_everywhere("rank %d: %s", first, reason);
+}
+
+// What one rank sees of the job as named values (its flags; its model and data),
+// fixed-size so that rank 0 can broadcast its own for every rank to compare.
+#define VIEW_FIELDS 40
+typedef struct {
+    int count;
+    struct {
+        char name[32];
+        char value[224];
+    } fields[VIEW_FIELDS];
+} JobView;
+
+__attribute__((format(printf, 3, 4)))
+static void view_add(JobView *view, const char *name, const char *fmt, ...) {
+    if (view->count == VIEW_FIELDS) { fatal("a JobView holds at most %d fields", VIEW_FIELDS); }
+    snprintf(view->fields[view->count].name, sizeof(view->fields[0].name), "%s", name);
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(view->fields[view->count].value, sizeof(view->fields[0].value), fmt, args);
+    va_end(args);
+    view->count++;
+}
+
+// Collective: every rank compares its view with rank 0's; the job ends, naming
+// the first field that differs and both values, if any rank's does. `rule` says
+// what must agree.
+static void check_ranks_agree(const JobView *mine, const char *rule) {
+    JobView *root = (JobView *)mallocCheck(sizeof(JobView));
+    *root = *mine;
+    MPI_Bcast(root, (int)sizeof(JobView), MPI_BYTE, 0, MPI_COMM_WORLD);
+    char why[1024];
+    const char *problem_found = NULL;
+    int n = mine->count > root->count ? mine->count : root->count;
+    for (int i = 0; i < n && problem_found == NULL; i++) {
+        const char *name = i < mine->count ? mine->fields[i].name : "(nothing)";
+        const char *root_name = i < root->count ? root->fields[i].name : "(nothing)";
+        if (strcmp(name, root_name) != 0) {
+            snprintf(why, sizeof(why), "runs another trainer than rank 0 (field %s, rank 0: %s)", name, root_name);
+            problem_found = why;
+        } else if (strcmp(mine->fields[i].value, root->fields[i].value) != 0) {
+            snprintf(why, sizeof(why), "%s is %s, but %s on rank 0 (%s)", name, mine->fields[i].value,
+                     root->fields[i].value, rule);
+            problem_found = why;
+        }
+    }
+    free(root);
+    fail_if_any_rank(problem_found);
+}
+
+// Every rank was started with the same flags (an MPMD launch, or a wrapper script,
+// can give ranks different ones). Runs before anything collective depends on them.
+static void check_flags_agree(TrainConfig *cfg, const char *transports) {
+    JobView view;
+    memset(&view, 0, sizeof(view));
+    Flag flags[MAX_FLAGS];
+    int nflags = train_flags(cfg, flags, transports);
+    for (int i = 0; i < nflags; i++) {
+        char value[sizeof(view.fields[0].value)];
+        format_flag_value(&flags[i], 9, value, sizeof(value)); // 9 digits tell any two floats apart
+        view_add(&view, flags[i].name, "%s", value);
+    }
+    check_ranks_agree(&view, "every rank must be started with the same flags");
+}
+
 typedef struct {
     const char *trainer;   // "cpu" or "cuda"
     const char *transport; // "mpi", "nccl", ...
@@ -276,6 +377,7 @@ typedef struct {
     int padded_T, local_T;
     size_t num_parameters;
     int steps;
+    int start_step;        // 0, or the step of the checkpoint resumed from
     int val_batches;
 } StartupFacts;
 
@@ -301,6 +403,10 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     printf("| %-21s | %-50d |\n", "padded T", f->padded_T);
     printf("| %-21s | %-50d |\n", "tokens per rank (row)", f->local_T);
     printf("| %-21s | %-50d |\n", "steps", f->steps);
+    char start[128];
+    if (f->start_step > 0) { snprintf(start, sizeof(start), "%d (resumed from a checkpoint)", f->start_step); }
+    else { snprintf(start, sizeof(start), "%d", f->start_step); }
+    printf("| %-21s | %-50s |\n", "first step", start);
     printf("| %-21s | %-50g |\n", "learning rate", cfg->learning_rate);
     printf("| %-21s | %-50d |\n", "val batches", f->val_batches);
     printf("+-----------------------+----------------------------------------------------+\n");
@@ -335,9 +441,36 @@ static void print_progress(int step, int steps, float loss, float grad_norm, flo
 #define RANDOM_INIT_SEED 42
 #define SAMPLE_SEED 1337
 
-// -e into host memory: an llm.c checkpoint, or dN for a random init of depth N.
-// Every rank builds the same weights (the trainers broadcast rank 0's all the same).
-static void init_model_host(GPT2 *model, const char *init) {
+// The checkpoint to resume from with -y 1: the newest complete one in -o (the
+// newest step with a DONE marker), or -1 for a fresh start. Rank 0 looks, and every
+// rank takes its answer.
+static int find_resume_step(const TrainConfig *cfg) {
+    int step = fatal_rank == 0 && cfg->output_dir ? latest_complete_checkpoint(cfg->output_dir) : -1;
+    if (!cfg->resume) {
+        if (step >= 0) {
+            printf("note: %s holds checkpoints of an earlier run (the newest complete one: step %d); this run starts "
+                   "from scratch and writes over them (-y 1 resumes instead)\n", cfg->output_dir, step);
+        }
+        return -1;
+    }
+    MPI_Bcast(&step, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (step < 0 && fatal_rank == 0) {
+        printf("-y 1: no complete checkpoint in %s: starting from scratch\n", cfg->output_dir);
+    }
+    return step;
+}
+
+// The model into host memory: the weights of the checkpoint resumed from, else -e
+// (an llm.c checkpoint, or dN for a random init of depth N). Every rank builds the
+// same weights (the trainers broadcast rank 0's all the same).
+static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step) {
+    if (resume_step >= 0) {
+        char path[4096];
+        model_path(path, sizeof(path), cfg->output_dir, resume_step);
+        gpt2_load_checkpoint(model, path);
+        return;
+    }
+    const char *init = cfg->init;
     int depth = random_init_depth(init);
     if (depth > 0) {
         GPT2Config c = gpt2_config_for_depth(depth);
@@ -387,16 +520,34 @@ typedef struct {
     float *loss_all_rows;   // (dp * B, T) every replica's
     CosineSchedule schedule;
     Rng sample_rng;
+    int start_step;         // 0, or the step of the checkpoint resumed from
+    int resumed;
     double tokens_per_step;
     double total_step_seconds;
 } TrainRun;
 
-// Checks the run against the model, opens the data and the outputs.
+// Opens the -tl file: anew, or when resuming from step `resume_step` for appending
+// after that step's losses (a run that crashed past its checkpoint left more).
+static FILE *open_token_losses(const char *path, int resume_step, size_t bytes_per_step) {
+    if (resume_step < 0) { return fopenCheck(path, "wb"); }
+    FILE *fp = fopenCheck(path, "ab");
+    long keep = (long)((size_t)resume_step * bytes_per_step);
+    if (fseek(fp, 0, SEEK_END) != 0) { fatal("cannot seek in '%s'", path); }
+    if (ftell(fp) > keep && ftruncate(fileno(fp), keep) != 0) {
+        fatal("cannot cut '%s' back to the %d steps before the checkpoint: %s", path, resume_step, strerror(errno));
+    }
+    return fp;
+}
+
+// Checks the run against the model, opens the data and the outputs (appending to
+// them when resuming from checkpoint `resume_step`, -1 for none).
 static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind layout, const Mesh *mesh,
-                           GPT2Config c) {
+                           GPT2Config c, int resume_step) {
     memset(run, 0, sizeof(*run));
     int master = mesh->world_rank == 0;
     run->layout = layout;
+    run->resumed = resume_step >= 0;
+    run->start_step = run->resumed ? resume_step : 0;
     validate_against_model(cfg, c);
     CpSharder probe; // checks (T, cp, layout) before anything is allocated for it
     cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, -1);
@@ -414,8 +565,11 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     run->steps = cfg->steps >= 0 ? cfg->steps : (int)run->train_loader.epoch_steps;
     tokenizer_init(&run->tokenizer, cfg->tokenizer_path, c.vocab_size);
     if (cfg->output_dir) { make_output_dir(cfg->output_dir); }
-    logger_init(&run->logger, cfg->output_dir, master, 0);
-    if (cfg->token_loss_path && master) { run->token_loss_fp = fopenCheck(cfg->token_loss_path, "wb"); }
+    logger_init(&run->logger, cfg->output_dir, master, run->resumed);
+    if (cfg->token_loss_path && master) {
+        size_t bytes_per_step = (size_t)mesh->dp_size * cfg->B * cfg->T * sizeof(float);
+        run->token_loss_fp = open_token_losses(cfg->token_loss_path, resume_step, bytes_per_step);
+    }
     if (cfg->token_loss_path) {
         run->loss_rows = (float *)mallocCheck((size_t)cfg->B * cfg->T * sizeof(float));
         run->loss_all_rows = (float *)mallocCheck((size_t)mesh->dp_size * cfg->B * cfg->T * sizeof(float));
@@ -441,9 +595,166 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
                                     const char *trainer, const char *transport, size_t num_parameters) {
     if (mesh->world_rank != 0) { return; }
     StartupFacts facts = {trainer, transport, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
-                          num_parameters, run->steps, run->val_batches};
+                          num_parameters, run->steps, run->start_step, run->val_batches};
     print_startup_table(cfg, c, &facts);
     if (run->tokenizer.token_table == NULL) { printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path); }
+}
+
+// Every rank holds the same model and reads the same data files (same flags can
+// still name different files on different nodes). Before the first collective on
+// the model: a rank with another model would broadcast or reduce the wrong sizes.
+static void check_model_and_data_agree(const TrainRun *run, const TrainConfig *cfg, GPT2Config c) {
+    JobView view;
+    memset(&view, 0, sizeof(view));
+    view_add(&view, "the model", "L %d, NH %d, C %d, maxT %d, V %d, Vp %d", c.num_layers, c.num_heads, c.channels,
+             c.max_seq_len, c.vocab_size, c.padded_vocab_size);
+    const DataLoader *loaders[2] = {&run->train_loader, &run->val_loader};
+    const char *names[2] = {"the -i data", "the -j data"};
+    for (int i = 0; i < (cfg->val_every > 0 ? 2 : 1); i++) {
+        view_add(&view, names[i], "%zu file(s) of %zu tokens with fingerprint %016llx", loaders[i]->files.gl_pathc,
+                 loaders[i]->total_tokens, (unsigned long long)loaders[i]->fingerprint);
+    }
+    check_ranks_agree(&view, "every rank must see the same model and data files");
+}
+
+// ----------------------------------------------------------------------------
+// checkpoints and resume (llmc/checkpoint.h has the files)
+
+// the mesh and batch shape a state file records, as text for notes
+static void describe_shape(char *buf, size_t size, int world, int cp, int layout, int B, int T) {
+    snprintf(buf, size, "%d rank(s) at cp %d, layout %s, B %d, T %d", world, cp,
+             layout >= 0 && layout < CP_NUM_LAYOUTS ? cp_layout_names[layout] : "?", B, T);
+}
+
+// Restores the training state of checkpoint `step` (its weights came with the
+// model file): the AdamW moments into model, the train loader's position and the
+// sampling RNG into run. Every rank reads its own state file, unless the checkpoint
+// was written in another shape (world size, cp, layout, B or T): then every rank
+// reads rank 0's. That holds because the moments are the same on every rank
+// (gradients are summed over all ranks) and the data position is a token offset.
+// A bad file ends the job on every rank with one line (fail_if_any_rank).
+static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, GPT2 *model, int step) {
+    char path[4096], why[768], problem_line[sizeof(path) + sizeof(why) + 32];
+    const char *problem_found = NULL;
+    TrainState s;
+    memset(&s, 0, sizeof(s));
+    state_path(path, sizeof(path), cfg->output_dir, step, 0);
+    int status = state_read(path, &s, NULL, NULL, model->num_parameters, why, sizeof(why));
+    int same_shape = status == 0 && s.world_size == mesh->world_size && s.cp_size == mesh->cp_size &&
+                     s.layout == (int)run->layout && s.B == cfg->B && s.T == cfg->T;
+    TrainState writer = s; // rank 0's header: the shape the checkpoint was written in
+    if (status == 0) {
+        if (same_shape) { state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank); }
+        status = state_read(path, &s, model->m_memory, model->v_memory, model->num_parameters, why, sizeof(why));
+    }
+    if (status == 0 && s.step != step) {
+        status = problem(why, sizeof(why), "holds step %d, its name says %d", s.step, step);
+    }
+    if (status == 0 && same_shape && (s.rank != mesh->world_rank || s.world_size != writer.world_size)) {
+        status = problem(why, sizeof(why), "written by rank %d of %d, expected rank %d of %d", s.rank, s.world_size,
+                         mesh->world_rank, writer.world_size);
+    }
+    if (status == 0) {
+        status = dataloader_resume(&run->train_loader, s.data_shard, s.data_position, why, sizeof(why));
+    }
+    if (status != 0) {
+        snprintf(problem_line, sizeof(problem_line), "state file '%s': %s", path, why);
+        problem_found = problem_line;
+    }
+    fail_if_any_rank(problem_found);
+    run->sample_rng.state = s.rng_state;
+    if (mesh->world_rank != 0) { return; }
+    printf("resuming from step %d: %s/model_%08d.bin and %s\n", step, cfg->output_dir, step,
+           same_shape ? "every rank's own state file" : "rank 0's state file on every rank");
+    if (!same_shape) {
+        char was[256], now[256];
+        describe_shape(was, sizeof(was), writer.world_size, writer.cp_size, writer.layout, writer.B, writer.T);
+        describe_shape(now, sizeof(now), mesh->world_size, mesh->cp_size, (int)run->layout, cfg->B, cfg->T);
+        printf("note: the checkpoint was written by %s, this run has %s: the weights, the optimizer state "
+               "(rank 0's, the same on every rank) and the data position carry over; the losses will follow "
+               "the original run closely, not bit for bit\n", was, now);
+    }
+    if (run->start_step >= run->steps) {
+        printf("note: the checkpoint is at step %d and the run has %d steps: nothing left to train\n",
+               run->start_step, run->steps);
+    }
+}
+
+// The start of a run on the host, shared by both trainers: the model (from -e,
+// or the checkpoint -y 1 resumes from) into host memory, the run's data and
+// outputs, the check that every rank holds the same model and data, the start-up
+// table, and the training state when resuming. The caller then makes rank 0's
+// weights every rank's (a broadcast) and moves the model where it runs.
+static void train_run_start(TrainRun *run, GPT2 *model, const TrainConfig *cfg, CpLayoutKind layout,
+                            const Mesh *mesh, const char *trainer, const char *transport) {
+    int resume_step = find_resume_step(cfg);
+    init_model_host(model, cfg, resume_step);
+    train_run_init(run, cfg, layout, mesh, model->config, resume_step);
+    check_model_and_data_agree(run, cfg, model->config);
+    train_run_print_startup(run, cfg, model->config, mesh, trainer, transport, model->num_parameters);
+    if (run->resumed) { train_run_resume(run, cfg, mesh, model, resume_step); }
+}
+
+// Writes checkpoint `step`: the weights (rank 0) and every rank's state, then,
+// once every rank has finished its files (a barrier), the DONE marker that makes
+// resume trust the checkpoint. A crash before the marker leaves the previous one
+// in charge. An earlier run's marker of the same step goes first (and a barrier
+// waits for that), so that a crash can never leave a marker over a mix of the two
+// runs' files. model: the host model holding the parameters and AdamW moments.
+static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, const GPT2 *model,
+                            int step) {
+    char path[4096];
+    int master = mesh->world_rank == 0;
+    if (master) { remove_done_marker(cfg->output_dir, step); }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (master) {
+        model_path(path, sizeof(path), cfg->output_dir, step);
+        gpt2_save_checkpoint(model, path);
+    }
+    TrainState s = {step, mesh->world_rank, mesh->world_size, mesh->cp_size, mesh->dp_size, (int)run->layout,
+                    cfg->B, cfg->T, model->num_parameters, run->train_loader.shard_index,
+                    run->train_loader.position, run->sample_rng.state};
+    state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
+    state_write(path, &s, model->m_memory, model->v_memory);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (master) {
+        write_done_marker(cfg->output_dir, step);
+        printf("wrote checkpoint %s/model_%08d.bin (+ state of %d rank(s), DONE_%08d)\n", cfg->output_dir, step,
+               mesh->world_size, step);
+    }
+}
+
+// A loss or gradient norm that is not finite ends the run before the update could
+// carry it into the weights, and so before any checkpoint could keep it. Every
+// rank holds the same global loss and norm, so every rank stops here alike.
+static void check_step_finite(const TrainConfig *cfg, int step, float loss, float grad_norm) {
+    if (isfinite(loss) && isfinite(grad_norm)) { return; }
+    int good = cfg->output_dir != NULL ? latest_complete_checkpoint(cfg->output_dir) : -1;
+    char last[4200];
+    if (good >= 0) {
+        snprintf(last, sizeof(last), "the last good checkpoint is step %d (%s/model_%08d.bin; -y 1 resumes from it)",
+                 good, cfg->output_dir, good);
+    } else {
+        snprintf(last, sizeof(last), "there is no checkpoint to resume from");
+    }
+    fatal_everywhere("step %d (counting from 0, as main.log): the loss is %g and the gradient norm %g: "
+                     "training stopped before the update; %s", step, loss, grad_norm, last);
+}
+
+// The peak resident memory of the ranks (getrusage), the largest over the world,
+// printed by rank 0: per-rank memory is what context parallelism divides.
+static void print_peak_memory(const Mesh *mesh) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    struct {
+        long kib;
+        int rank;
+    } mine = {usage.ru_maxrss, mesh->world_rank}, most;
+    MPI_Reduce(&mine, &most, 1, MPI_LONG_INT, MPI_MAXLOC, 0, MPI_COMM_WORLD);
+    if (mesh->world_rank == 0) {
+        printf("peak resident memory per rank: %.1f MiB (the most of %d rank(s), on rank %d; cp %d)\n",
+               most.kib / 1024.0, mesh->world_size, most.rank, mesh->cp_size);
+    }
 }
 
 // The forward pass of the loader's next batch on this rank's shard (the trainer's
@@ -465,17 +776,24 @@ static float validation_loss(ForwardStep forward_step, void *trainer, DataLoader
     return mean_loss(total);
 }
 
-// what happens before the training step `step` (the last "step" only evaluates)
-static int run_validates(const TrainConfig *cfg, int step, int last_step) {
-    return cfg->val_every > 0 && (step % cfg->val_every == 0 || last_step);
+// What happens before the training step `step` (the last "step" only evaluates).
+// None of it at the step a run resumed from: the run that wrote the checkpoint
+// did it all just before, and its sampling RNG state includes the sample.
+static int run_before_step(const TrainRun *run, int step) {
+    return !(run->resumed && step == run->start_step);
 }
 
-static int run_samples(const TrainConfig *cfg, int step, int last_step) {
-    return cfg->sample_every > 0 && ((step > 0 && step % cfg->sample_every == 0) || last_step);
+static int run_validates(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
+    return run_before_step(run, step) && cfg->val_every > 0 && (step % cfg->val_every == 0 || last_step);
 }
 
-static int run_checkpoints(const TrainConfig *cfg, int step, int last_step) {
-    return cfg->output_dir != NULL &&
+static int run_samples(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
+    return run_before_step(run, step) && cfg->sample_every > 0 &&
+           ((step > 0 && step % cfg->sample_every == 0) || last_step);
+}
+
+static int run_checkpoints(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
+    return run_before_step(run, step) && cfg->output_dir != NULL &&
            (last_step || (cfg->checkpoint_every > 0 && step > 0 && step % cfg->checkpoint_every == 0));
 }
 
@@ -505,14 +823,6 @@ static void write_token_losses(TrainRun *run, const TrainConfig *cfg, CpSharder 
                     cfg->token_loss_path);
         fflush(run->token_loss_fp);
     }
-}
-
-// model: the host model holding the parameters to write
-static void save_checkpoint(const TrainConfig *cfg, const GPT2 *model, int step) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s/model_%08d.bin", cfg->output_dir, step);
-    gpt2_save_checkpoint(model, path);
-    printf("wrote %s\n", path);
 }
 
 // The logits (host, at least V floats) of position t - 1 after a forward pass over

@@ -88,12 +88,11 @@ static void ranks_free(Ranks *r) {
     for (int i = 0; i < 5; i++) { comms[i]->destroy(comms[i]); }
 }
 
-// -e on the host (as the CPU twin), then to the device; rank 0's weights are
-// broadcast over the device transport, so that ranks can never start apart.
-static void load_model(GPT2Cuda *model, const char *init, Comm *world) {
-    GPT2 host;
-    init_model_host(&host, init);
-    gpt2_cuda_init(model, &host);
+// The host model (from -e or the checkpoint resumed from, as the CPU twin) to the
+// device; rank 0's weights are broadcast over the device transport, so that ranks
+// can never start apart.
+static void load_model(GPT2Cuda *model, GPT2 *host, Comm *world) {
+    gpt2_cuda_init(model, host);
     world->broadcast(world, model->params_memory, model->num_parameters * sizeof(float), 0);
     cuda_sync();
 }
@@ -159,7 +158,7 @@ static void sample(const TrainConfig *cfg, GPT2Cuda *model, Comm *self, TrainRun
 }
 
 int main(int argc, char **argv) {
-    mpi_runtime_init(&argc, &argv);
+    train_runtime_init(&argc, &argv);
     TrainConfig cfg;
     train_config_defaults(&cfg);
     if (parse_train_args(argc, argv, &cfg, TRANSPORTS)) {
@@ -172,20 +171,21 @@ int main(int argc, char **argv) {
         fatal_everywhere("-ct '%s': unknown transport (nccl | mpi)", cfg.transport);
     }
     int use_nccl = strcmp(cfg.transport, "nccl") == 0;
-    if (cfg.resume) { fatal_everywhere("-y 1: resuming is not supported yet"); }
+    check_flags_agree(&cfg, TRANSPORTS);
     cuda_init(select_device(use_nccl), cfg.tf32);
     Ranks ranks = ranks_init(cfg.cp_size, use_nccl);
     const Mesh *mesh = &ranks.mesh;
     int master = mesh->world_rank == 0;
 
-    GPT2Cuda model;
-    load_model(&model, cfg.init, ranks.world);
-    GPT2Config c = model.config;
-    TrainRun run;
-    train_run_init(&run, &cfg, layout, mesh, c);
+    // the model and the run on the host first, as the CPU twin; then to the device
     char trainer_name[64];
     snprintf(trainer_name, sizeof(trainer_name), "cuda (fp32, cuBLAS, TF32 %s)", cfg.tf32 ? "on" : "off");
-    train_run_print_startup(&run, &cfg, c, mesh, trainer_name, cfg.transport, model.num_parameters);
+    GPT2 host;
+    TrainRun run;
+    train_run_start(&run, &host, &cfg, layout, mesh, trainer_name, cfg.transport);
+    GPT2Cuda model;
+    load_model(&model, &host, ranks.world);
+    GPT2Config c = model.config;
 
     ActivationsCuda acts;
     activations_cuda_init(&acts, c, cfg.B, run.local_T);
@@ -196,17 +196,17 @@ int main(int argc, char **argv) {
     float *losses_host = NULL; // (B, local_T): -tl
     if (cfg.token_loss_path) { losses_host = (float *)mallocCheck((size_t)cfg.B * run.local_T * sizeof(float)); }
 
-    for (int step = 0; step <= run.steps; step++) {
+    for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
-        if (run_validates(&cfg, step, last_step)) {
+        if (run_validates(&run, &cfg, step, last_step)) {
             float val_loss = validation_loss(forward_step_verb, &tr, &run.val_loader, run.val_batches);
             if (master) { printf("val loss %.6f\n", val_loss); }
             logger_log_val(&run.logger, step, val_loss);
         }
-        if (master && run_samples(&cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
-        if (master && run_checkpoints(&cfg, step, last_step)) {
-            gpt2_cuda_params_to_host(&model);
-            save_checkpoint(&cfg, &model.host, step);
+        if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
+        if (run_checkpoints(&run, &cfg, step, last_step)) {
+            gpt2_cuda_to_host(&model);
+            save_checkpoint(&run, &cfg, mesh, &model.host, step);
         }
         if (last_step) { break; }
 
@@ -222,6 +222,7 @@ int main(int argc, char **argv) {
         gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, dloss, &attn);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
         float grad_norm = (float)sqrt(global_norm_squared_cuda(model.grads_memory, model.num_parameters));
+        check_step_finite(&cfg, step, loss, grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
         gpt2_cuda_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
         if (cfg.token_loss_path) {
@@ -233,6 +234,7 @@ int main(int argc, char **argv) {
         train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);
     }
 
+    print_peak_memory(mesh);
     free(losses_host);
     cudaCheck(cudaFree(loss_stats));
     train_run_free(&run, &cfg);

@@ -47,14 +47,6 @@ static void ranks_free(Ranks *r) {
     r->self->destroy(r->self);
 }
 
-// -e: an llm.c checkpoint, or dN for a random init of depth N. Every rank
-// builds the same weights; rank 0's are broadcast all the same, so that ranks
-// can never start apart.
-static void load_model(GPT2 *model, const char *init, Comm *world) {
-    init_model_host(model, init);
-    world->broadcast(world, model->params_memory, model->num_parameters * sizeof(float), 0);
-}
-
 typedef struct {
     const TrainConfig *cfg;
     CpLayoutKind layout;
@@ -108,7 +100,7 @@ static void sample(const TrainConfig *cfg, GPT2 *model, Comm *self, TrainRun *ru
 }
 
 int main(int argc, char **argv) {
-    mpi_runtime_init(&argc, &argv);
+    train_runtime_init(&argc, &argv);
     TrainConfig cfg;
     train_config_defaults(&cfg);
     if (parse_train_args(argc, argv, &cfg, NULL)) {
@@ -117,17 +109,18 @@ int main(int argc, char **argv) {
         return 1;
     }
     CpLayoutKind layout = validate_train_config(&cfg);
-    if (cfg.resume) { fatal_everywhere("-y 1: resuming is not supported yet"); }
+    check_flags_agree(&cfg, NULL);
     Ranks ranks = ranks_init(cfg.cp_size);
     const Mesh *mesh = &ranks.mesh;
     int master = mesh->world_rank == 0;
 
     GPT2 model;
-    load_model(&model, cfg.init, ranks.world);
-    GPT2Config c = model.config;
     TrainRun run;
-    train_run_init(&run, &cfg, layout, mesh, c);
-    train_run_print_startup(&run, &cfg, c, mesh, "cpu (fp32, OpenMP)", "mpi", model.num_parameters);
+    train_run_start(&run, &model, &cfg, layout, mesh, "cpu (fp32, OpenMP)", "mpi");
+    GPT2Config c = model.config;
+    // every rank built the same weights; rank 0's are broadcast all the same, so
+    // that ranks can never start apart
+    ranks.world->broadcast(ranks.world, model.params_memory, model.num_parameters * sizeof(float), 0);
 
     Activations acts;
     activations_init(&acts, c, cfg.B, run.local_T);
@@ -135,15 +128,15 @@ int main(int argc, char **argv) {
     ring_attention_init(&ring, ranks.cp, cfg.B, run.local_T, c.channels, c.num_heads);
     Trainer tr = {&cfg, layout, &ranks, &model, &acts, &ring};
 
-    for (int step = 0; step <= run.steps; step++) {
+    for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
-        if (run_validates(&cfg, step, last_step)) {
+        if (run_validates(&run, &cfg, step, last_step)) {
             float val_loss = validation_loss(forward_step_verb, &tr, &run.val_loader, run.val_batches);
             if (master) { printf("val loss %.6f\n", val_loss); }
             logger_log_val(&run.logger, step, val_loss);
         }
-        if (master && run_samples(&cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
-        if (master && run_checkpoints(&cfg, step, last_step)) { save_checkpoint(&cfg, &model, step); }
+        if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
+        if (run_checkpoints(&run, &cfg, step, last_step)) { save_checkpoint(&run, &cfg, mesh, &model, step); }
         if (last_step) { break; }
 
         double start = wall_seconds();
@@ -158,6 +151,7 @@ int main(int argc, char **argv) {
         gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &attn);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
         float grad_norm = (float)sqrt(global_norm_squared(model.grads_memory, model.num_parameters));
+        check_step_finite(&cfg, step, loss, grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
         gpt2_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
         if (cfg.token_loss_path) { write_token_losses(&run, &cfg, &sh, ranks.cp, ranks.dp, acts.t.losses); }
@@ -165,6 +159,7 @@ int main(int argc, char **argv) {
         train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);
     }
 
+    print_peak_memory(mesh);
     train_run_free(&run, &cfg);
     ring_attention_free(&ring);
     activations_free(&acts);

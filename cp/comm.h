@@ -5,6 +5,8 @@ The transport: a small closed set of verbs with open implementations.
                              without blocking, so that compute overlaps the exchange
     all_reduce_sum           elementwise sum over the ranks, in place
     all_gather               every rank's buffer, concatenated in rank order
+    reduce_scatter_sum       the elementwise sum over the ranks of a buffer of
+                             size parts; each rank receives its own part of the sum
     broadcast                root's buffer to every rank
     barrier
 
@@ -38,6 +40,10 @@ struct Comm {
     void (*all_reduce_sum)(Comm *comm, void *buf, size_t count, CommType type);
     // recv_buf holds size * bytes_per_rank bytes, rank i's part at i * bytes_per_rank
     void (*all_gather)(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank);
+    // send_buf holds size * count elements, the part for rank i at i * count; recv_buf
+    // (count elements, not overlapping send_buf) gets this rank's part of the elementwise
+    // sum of every rank's send_buf. The all-gather's mirror: it sends each part home.
+    void (*reduce_scatter_sum)(Comm *comm, const void *send_buf, void *recv_buf, size_t count, CommType type);
     void (*broadcast)(Comm *comm, void *buf, size_t bytes, int root);
     void (*barrier)(Comm *comm);
     void (*destroy)(Comm *comm);

@@ -107,6 +107,14 @@ static void comm_mpi_all_gather(Comm *comm, const void *send_buf, void *recv_buf
                   comm_mpi_handle(comm));
 }
 
+static void comm_mpi_reduce_scatter_sum(Comm *comm, const void *send_buf, void *recv_buf, size_t count,
+                                        CommType type) {
+    if (count * comm_type_size(type) > COMM_MPI_MAX_BYTES) {
+        fatal("reduce_scatter_sum of %zu elements per rank exceeds the MPI transport's limit", count);
+    }
+    MPI_Reduce_scatter_block(send_buf, recv_buf, (int)count, comm_mpi_type(type), MPI_SUM, comm_mpi_handle(comm));
+}
+
 static void comm_mpi_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
     char *p = (char *)buf;
     for (size_t done = 0; done < bytes; done += COMM_MPI_MAX_BYTES) {
@@ -141,6 +149,7 @@ static Comm *comm_mpi_create(MPI_Comm mc) {
     comm->ring_wait = comm_mpi_ring_wait;
     comm->all_reduce_sum = comm_mpi_all_reduce_sum;
     comm->all_gather = comm_mpi_all_gather;
+    comm->reduce_scatter_sum = comm_mpi_reduce_scatter_sum;
     comm->broadcast = comm_mpi_broadcast;
     comm->barrier = comm_mpi_barrier;
     comm->destroy = comm_mpi_destroy;

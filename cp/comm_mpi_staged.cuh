@@ -114,6 +114,17 @@ static void comm_staged_all_gather(Comm *comm, const void *send_buf, void *recv_
     comm_staged_upload(impl, recv_buf, host + bytes_per_rank, all);
 }
 
+// staging: [every rank's parts | this rank's sum]
+static void comm_staged_reduce_scatter_sum(Comm *comm, const void *send_buf, void *recv_buf, size_t count,
+                                           CommType type) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    size_t part = count * comm_type_size(type);
+    size_t all = part * comm->size;
+    char *host = comm_staged_download(impl, send_buf, all, 0, all + part);
+    impl->host->reduce_scatter_sum(impl->host, host, host + all, count, type);
+    comm_staged_upload(impl, recv_buf, host + all, part);
+}
+
 static void comm_staged_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
     CommMpiStaged *impl = comm_staged_impl(comm);
     char *host = comm_staged_download(impl, buf, bytes, 0, bytes);
@@ -153,6 +164,7 @@ static Comm *comm_mpi_staged_create(MPI_Comm mc, cudaStream_t compute) {
     comm->ring_wait = comm_staged_ring_wait;
     comm->all_reduce_sum = comm_staged_all_reduce_sum;
     comm->all_gather = comm_staged_all_gather;
+    comm->reduce_scatter_sum = comm_staged_reduce_scatter_sum;
     comm->broadcast = comm_staged_broadcast;
     comm->barrier = comm_staged_barrier;
     comm->destroy = comm_staged_destroy;

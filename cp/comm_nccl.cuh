@@ -9,6 +9,13 @@ same code works within a node and across nodes.
 Every operation runs on the transport's own stream, ordered against the compute
 stream with events (cp/comm_cuda.cuh). A ring step is one ncclGroupStart/End
 holding the send to rank+1 and the receive from rank-1, so neither blocks the other.
+
+No hang when a peer fails: NCCL work whose peer died, or whose network broke,
+never completes, and the host waiting for the compute stream behind it would wait
+forever. While the host waits (cuda_stream_wait), comm_nccl_watch polls every
+communicator's asynchronous error and a deadline, GPT2CP_NCCL_TIMEOUT seconds
+(default 60) for one wait; on either it aborts the communicators and ends the job
+with the reason.
 */
 #ifndef CP_COMM_NCCL_CUH
 #define CP_COMM_NCCL_CUH
@@ -24,6 +31,61 @@ static void nccl_check(ncclResult_t result, const char *file, int line) {
     }
 }
 #define ncclCheck(result) nccl_check((result), __FILE__, __LINE__)
+
+// ----------------------------------------------------------------------------
+// watching for failures while the host waits
+
+#define COMM_NCCL_MAX_LIVE 8
+static ncclComm_t comm_nccl_live[COMM_NCCL_MAX_LIVE]; // this process's communicators
+static int comm_nccl_num_live = 0;
+static double comm_nccl_timeout = 60.0; // seconds
+
+static void comm_nccl_abort_all(void) {
+    for (int i = 0; i < comm_nccl_num_live; i++) { ncclCommAbort(comm_nccl_live[i]); }
+    comm_nccl_num_live = 0;
+    cuda_wait_watcher = NULL;
+}
+
+// the cuda_wait_watcher of llmc/cuda_common.cuh while any communicator lives
+static void comm_nccl_watch(double waited_seconds) {
+    for (int i = 0; i < comm_nccl_num_live; i++) {
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t result = ncclCommGetAsyncError(comm_nccl_live[i], &async);
+        if (result == ncclSuccess && (async == ncclSuccess || async == ncclInProgress)) { continue; }
+        const char *reason = ncclGetErrorString(result != ncclSuccess ? result : async);
+        comm_nccl_abort_all();
+        fatal("NCCL failed while this rank waited for the GPU: %s (a peer rank failed, or the network)", reason);
+    }
+    if (waited_seconds > comm_nccl_timeout) {
+        comm_nccl_abort_all();
+        fatal("the GPU made no progress for %.0f s: NCCL waits for a peer rank that is stuck or gone "
+              "(GPT2CP_NCCL_TIMEOUT sets the limit in seconds)", comm_nccl_timeout);
+    }
+}
+
+static void comm_nccl_watch_add(ncclComm_t nccl) {
+    if (comm_nccl_num_live == COMM_NCCL_MAX_LIVE) { fatal("more than %d NCCL communicators", COMM_NCCL_MAX_LIVE); }
+    const char *env = getenv("GPT2CP_NCCL_TIMEOUT");
+    if (env != NULL) {
+        char *end;
+        comm_nccl_timeout = strtod(env, &end);
+        if (end == env || *end != '\0' || !(comm_nccl_timeout > 0.0)) {
+            fatal("GPT2CP_NCCL_TIMEOUT='%s': expected a positive number of seconds", env);
+        }
+    }
+    comm_nccl_live[comm_nccl_num_live++] = nccl;
+    cuda_wait_watcher = comm_nccl_watch;
+}
+
+static void comm_nccl_watch_remove(ncclComm_t nccl) {
+    for (int i = 0; i < comm_nccl_num_live; i++) {
+        if (comm_nccl_live[i] == nccl) { comm_nccl_live[i] = comm_nccl_live[--comm_nccl_num_live]; }
+    }
+    if (comm_nccl_num_live == 0) { cuda_wait_watcher = NULL; }
+}
+
+// ----------------------------------------------------------------------------
+// the transport
 
 typedef struct {
     MPI_Comm mpi;     // the same group: creation and the barrier
@@ -79,6 +141,15 @@ static void comm_nccl_all_gather(Comm *comm, const void *send_buf, void *recv_bu
     comm_streams_compute_after(&impl->streams, impl->streams.done);
 }
 
+static void comm_nccl_reduce_scatter_sum(Comm *comm, const void *send_buf, void *recv_buf, size_t count,
+                                         CommType type) {
+    CommNccl *impl = comm_nccl_impl(comm);
+    comm_streams_after_compute(&impl->streams);
+    ncclCheck(ncclReduceScatter(send_buf, recv_buf, count, comm_nccl_type(type), ncclSum, impl->nccl,
+                                impl->streams.stream));
+    comm_streams_compute_after(&impl->streams, impl->streams.done);
+}
+
 static void comm_nccl_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
     CommNccl *impl = comm_nccl_impl(comm);
     comm_streams_after_compute(&impl->streams);
@@ -89,7 +160,7 @@ static void comm_nccl_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
 // every rank has arrived, and its queued GPU work is done
 static void comm_nccl_barrier(Comm *comm) {
     CommNccl *impl = comm_nccl_impl(comm);
-    cudaCheck(cudaStreamSynchronize(impl->streams.compute));
+    cuda_stream_wait(impl->streams.compute);
     MPI_Barrier(impl->mpi);
 }
 
@@ -97,6 +168,7 @@ static void comm_nccl_destroy(Comm *comm) {
     CommNccl *impl = comm_nccl_impl(comm);
     comm_streams_free(&impl->streams);
     comm_exchanges_free(impl->slots);
+    comm_nccl_watch_remove(impl->nccl);
     ncclCheck(ncclCommDestroy(impl->nccl));
     if (impl->mpi != MPI_COMM_WORLD && impl->mpi != MPI_COMM_SELF) { MPI_Comm_free(&impl->mpi); }
     free(impl);
@@ -116,6 +188,7 @@ static Comm *comm_nccl_create(MPI_Comm mc, cudaStream_t compute) {
     if (comm->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
     MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, mc);
     ncclCheck(ncclCommInitRank(&impl->nccl, comm->size, id, comm->rank));
+    comm_nccl_watch_add(impl->nccl);
     comm_streams_init(&impl->streams, compute);
     comm_exchanges_init(impl->slots);
     comm->impl = impl;
@@ -123,6 +196,7 @@ static Comm *comm_nccl_create(MPI_Comm mc, cudaStream_t compute) {
     comm->ring_wait = comm_nccl_ring_wait;
     comm->all_reduce_sum = comm_nccl_all_reduce_sum;
     comm->all_gather = comm_nccl_all_gather;
+    comm->reduce_scatter_sum = comm_nccl_reduce_scatter_sum;
     comm->broadcast = comm_nccl_broadcast;
     comm->barrier = comm_nccl_barrier;
     comm->destroy = comm_nccl_destroy;

@@ -5,30 +5,42 @@ attention work each rank does, for one (T, cp, layout). Optionally draws it as a
     make cp_layout
     ./cp_layout -t 16 -cp 4 -cl round_robin
     ./cp_layout -t 1024 -cp 4 -cl contiguous -png docs/contiguous.png
+    ./cp_layout -t 1024 -cp 4 -cl packed -i dev/data/austen/austen_train.bin -b 8 -dm 1
 
 Every number comes from the same cp/ code the trainers run: each rank's tokens from
-a CpSharder (cp_sharder_init + cp_shard_batch on a dummy batch of one row, as the
-trainer shards each step), the work from block_visibility_table and pair_visible
-(cp/block_mask.h), over the same ring schedule as cp/ring_attention.h: at step s
-rank r attends its queries to the K/V block that started on rank (r - s) mod cp.
-Queries never move, so a pair (q, k) is computed by the rank that owns q.
+a CpSharder (cp_sharder_init + cp_shard_batch, as the trainer shards each step), the
+work from block_visibility_table and pair_visible (cp/block_mask.h), over the same
+ring schedule as cp/ring_attention.h: at step s rank r attends its queries to the
+K/V block that started on rank (r - s) mod cp. Queries never move, so a pair (q, k)
+is computed by the rank that owns q. All-gather attention (cp/allgather_attention.h)
+meets the same blocks with the same tile skipping: the same work.
 
-Work of one rank, summed over the ring, in query-key pairs:
+The batch: without -i, one row of T tokens of one document (the layout alone). With
+-i FILE, real data: B rows (-b) read from the start of an llm.c token file, in
+windows of T tokens like the trainer's loader (llmc/dataloader.h); with -dm 1 an
+EOT token (50256) opens a new document and attention is masked to documents, which
+the packed layout (-cl packed) needs. The work is summed over the rows.
+
+Work of one rank, summed over the ring and the rows, in query-key pairs:
     computed  pairs inside (query half, key half) tiles that are not BLOCK_SKIP:
               what a tiled kernel computes (BLOCK_MASKED tiles count in full)
-    visible   pairs that pass pair_visible: what the mask keeps. Pad queries (global
-              index >= T) see keys too, so this counts their wasted rows
-    useful    visible pairs of a real query (< T): the work of cp 1; summed over the
-              ranks it is T*(T+1)/2 for every cp and layout
+    visible   pairs that pass pair_visible: what the mask keeps. Pad queries see
+              the pad keys before them (pads are a document of their own), so this
+              counts their wasted rows
+    useful    visible pairs of a real query: the work of cp 1; summed over the
+              ranks it is T*(T+1)/2 per row for every cp and layout without
+              documents, the sum of n*(n+1)/2 over the row's documents with them
 
 Output: one line per rank and footer lines, with fixed columns so that
 awk '$1 == "rank" {print $5}' picks the computed column of every rank:
     $1 rank|max|mean|imbalance|total|cp1  $2 rank id  $3 real  $4 pad
     $5 computed  $6 visible  $7 useful  $8.. owned global indices as ranges
-The imbalance of a column is max/mean over the ranks (1.000 = perfectly balanced);
-cp1 is the same count for one rank holding the whole row (layout identity).
+real and pad count the rank's tokens over all rows, the ranges are row 0's. The
+imbalance of a column is max/mean over the ranks (1.000 = perfectly balanced); cp1
+is the same count for one rank holding the whole row (layout identity).
 
-The counts touch every pair: O(T^2) time, so T is capped at MAX_T.
+The counts touch every pair: O(B T^2) time, so T is capped at MAX_T and B * T at
+MAX_BT.
 */
 #define _POSIX_C_SOURCE 200809L // mkdtemp
 #include <stdio.h>
@@ -39,8 +51,14 @@ The counts touch every pair: O(T^2) time, so T is capped at MAX_T.
 #include "../cp/layout.h"
 #include "../cp/sharder.h"
 #include "../cp/block_mask.h"
+#include "../llmc/dataloader.h"
 
 #define MAX_T 65536
+#define MAX_BT (1 << 20)
+// GPT-2's <|endoftext|> (GPT2_EOT of llmc/gpt2.h): it opens each document of the data
+#define EOT_TOKEN 50256
+// the tool counts pairs and never embeds a token: any 16-bit token is valid
+#define ANY_TOKEN 65536
 // up to this many tokens per side the picture shows every pair; beyond, cells of
 // ceil(P / MAX_CELLS) x ceil(P / MAX_CELLS) pairs
 #define MAX_CELLS 64
@@ -69,20 +87,50 @@ typedef struct {
     long long *computed; // (cells, cells) computed pairs per cell
 } PairGrid;
 
-// Shards a dummy batch of one row for every rank, as the trainer does each step.
-// sh: (cp,) sharders, freed by the caller. Returns CP_ERROR with the reason in
-// sh[0].error when (T, cp, layout) is not a valid configuration.
-static int shard_all_ranks(CpSharder *sh, CpLayoutKind kind, int T, int cp) {
-    // token 0 everywhere, no document token: one document per row, like the
-    // trainer's -1; max_positions = T keeps every position id in range
-    int *dummy = (int *)callocCheck((size_t)T, sizeof(int));
+// The batch the layout is computed for.
+typedef struct {
+    int B, T;
+    int *inputs;        // (B, T)
+    int *targets;       // (B, T)
+    int document_token; // the token that opens a document, or -1: one document per row
+} Batch;
+
+// One row of T tokens 0 and no document token: the layout alone.
+static Batch dummy_batch(int T) {
+    Batch batch = {1, T, (int *)callocCheck((size_t)T, sizeof(int)), (int *)callocCheck((size_t)T, sizeof(int)), -1};
+    return batch;
+}
+
+// B rows of T tokens from the start of an llm.c token file, read by the trainer's
+// loader (one data-parallel replica, its first step).
+static Batch file_batch(const char *path, int B, int T, int document_token) {
+    DataLoader dl;
+    dataloader_init(&dl, path, "-i", B, T, 0, 1, ANY_TOKEN);
+    dataloader_next_batch(&dl);
+    Batch batch = {B, T, (int *)mallocCheck((size_t)B * T * sizeof(int)), (int *)mallocCheck((size_t)B * T * sizeof(int)),
+                   document_token};
+    memcpy(batch.inputs, dl.inputs, (size_t)B * T * sizeof(int));
+    memcpy(batch.targets, dl.targets, (size_t)B * T * sizeof(int));
+    dataloader_free(&dl);
+    return batch;
+}
+
+static void batch_free(Batch *batch) {
+    free(batch->inputs);
+    free(batch->targets);
+}
+
+// Shards the batch for every rank, as the trainer does each step. sh: (cp,)
+// sharders, freed by the caller. Returns CP_ERROR with the reason in sh[0].error
+// when (T, cp, layout) is not a valid configuration.
+static int shard_all_ranks(CpSharder *sh, CpLayoutKind kind, int cp, const Batch *batch) {
     int status = CP_OK;
-    for (int r = 0; r < cp; r++) { cp_sharder_init(&sh[r], kind, r, cp, T, -1); }
+    // max_positions = T keeps every position id in range
+    for (int r = 0; r < cp; r++) { cp_sharder_init(&sh[r], kind, r, cp, batch->T, batch->document_token); }
     for (int r = 0; r < cp && status == CP_OK; r++) {
-        status = cp_shard_batch(&sh[r], dummy, dummy, 1, T);
+        status = cp_shard_batch(&sh[r], batch->inputs, batch->targets, batch->B, batch->T);
         if (status != CP_OK && r != 0) { memcpy(sh[0].error, sh[r].error, sizeof(sh[0].error)); }
     }
-    free(dummy);
     return status;
 }
 
@@ -90,42 +138,47 @@ static const char *visibility_name(BlockVisibility v) {
     return v == BLOCK_SKIP ? "BLOCK_SKIP" : v == BLOCK_FULL ? "BLOCK_FULL" : "BLOCK_MASKED";
 }
 
-// Walks the ring schedule and counts every rank's work; fills grid when given.
-// work: (cp,)
+// Walks the ring schedule over every row and counts every rank's work; fills grid
+// when given. work: (cp,)
 static void ring_work(const CpSharder *sh, int cp, Work *work, PairGrid *grid) {
-    int T = sh[0].layout.original_seq_len;
+    int B = sh[0].layout.B;
     int Tl = sh[0].layout.local_len;
     for (int r = 0; r < cp; r++) {
-        const ShardLayout *q = &sh[r].layout;
         Work w = {0, 0, 0};
-        for (int s = 0; s < cp; s++) {
-            // the K/V block this rank holds at step s
-            const ShardLayout *k = &sh[(r - s + cp) % cp].layout;
-            BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS];
-            SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
-            block_visibility_table(q->global_index, q->document, k->global_index, k->document, Tl, vis, qs, ks);
-            for (int a = 0; a < RING_SUBBLOCKS; a++) {
-                for (int c = 0; c < RING_SUBBLOCKS; c++) {
-                    int computed = vis[a][c] != BLOCK_SKIP;
-                    for (int i = qs[a].start; i < qs[a].end; i++) {
-                        int qi = q->global_index[i];
-                        for (int j = ks[c].start; j < ks[c].end; j++) {
-                            int kj = k->global_index[j];
-                            int visible = pair_visible(qi, q->document[i], kj, k->document[j]);
-                            // a tile decision that disagrees with its own pairs would
-                            // make these numbers (and the trainers) silently wrong
-                            if ((visible && !computed) || (!visible && vis[a][c] == BLOCK_FULL)) {
-                                fatal("cp/block_mask.h: rank %d step %d tile (%d, %d) is %s but pair (q %d, k %d) is %s",
-                                      r, s, a, c, visibility_name(vis[a][c]), qi, kj,
-                                      visible ? "visible" : "masked");
-                            }
-                            w.computed += computed;
-                            w.visible += visible;
-                            w.useful += visible && qi < T;
-                            if (grid) {
-                                size_t cell = (size_t)(qi / grid->bin) * grid->cells + kj / grid->bin;
-                                grid->computed[cell] += computed;
-                                grid->visible[cell * cp + r] += visible;
+        for (int b = 0; b < B; b++) {
+            size_t row = (size_t)b * Tl;
+            const int *q_index = sh[r].layout.global_index + row, *q_doc = sh[r].layout.document + row;
+            const int *q_original = sh[r].layout.original_index + row;
+            for (int s = 0; s < cp; s++) {
+                // the K/V block this rank holds at step s
+                const ShardLayout *k = &sh[(r - s + cp) % cp].layout;
+                const int *k_index = k->global_index + row, *k_doc = k->document + row;
+                BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS];
+                SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
+                block_visibility_table(q_index, q_doc, k_index, k_doc, Tl, vis, qs, ks);
+                for (int a = 0; a < RING_SUBBLOCKS; a++) {
+                    for (int c = 0; c < RING_SUBBLOCKS; c++) {
+                        int computed = vis[a][c] != BLOCK_SKIP;
+                        for (int i = qs[a].start; i < qs[a].end; i++) {
+                            int qi = q_index[i];
+                            for (int j = ks[c].start; j < ks[c].end; j++) {
+                                int kj = k_index[j];
+                                int visible = pair_visible(qi, q_doc[i], kj, k_doc[j]);
+                                // a tile decision that disagrees with its own pairs would
+                                // make these numbers (and the trainers) silently wrong
+                                if ((visible && !computed) || (!visible && vis[a][c] == BLOCK_FULL)) {
+                                    fatal("cp/block_mask.h: rank %d row %d step %d tile (%d, %d) is %s but pair "
+                                          "(q %d, k %d) is %s", r, b, s, a, c, visibility_name(vis[a][c]), qi, kj,
+                                          visible ? "visible" : "masked");
+                                }
+                                w.computed += computed;
+                                w.visible += visible;
+                                w.useful += visible && q_original[i] >= 0;
+                                if (grid) {
+                                    size_t cell = (size_t)(qi / grid->bin) * grid->cells + kj / grid->bin;
+                                    grid->computed[cell] += computed;
+                                    grid->visible[cell * cp + r] += visible;
+                                }
                             }
                         }
                     }
@@ -171,7 +224,7 @@ static WorkStats work_stats(const Work *work, int cp) {
             st.total[c] += v;
         }
         st.mean[c] = (double)st.total[c] / cp;
-        // every rank owns a real token (cp_check_config), which sees itself: mean > 0
+        // every row has a real token, which sees itself: the total, hence the mean, is > 0
         st.imbalance[c] = st.max[c] / st.mean[c];
     }
     return st;
@@ -179,22 +232,25 @@ static WorkStats work_stats(const Work *work, int cp) {
 
 #define ROW_LABEL "%-9s %4s %7s %7s"
 
-static void print_table(const CpSharder *sh, int cp, const Work *work, const WorkStats *st, const Work *cp1) {
+// data: NULL for the layout alone, else what -i read (a comment line)
+static void print_table(const CpSharder *sh, int cp, const Work *work, const WorkStats *st, const Work *cp1,
+                        const char *data) {
     const ShardLayout *lay0 = &sh[0].layout;
-    int T = lay0->original_seq_len, P = lay0->padded_seq_len, Tl = lay0->local_len;
+    int B = lay0->B, T = lay0->original_seq_len, P = lay0->padded_seq_len, Tl = lay0->local_len;
     printf("# cp_layout T %d cp %d layout %s: padded to P %d, %d tokens per rank, %d sub-blocks per block\n",
            T, cp, cp_layout_names[sh[0].kind], P, Tl, RING_SUBBLOCKS);
+    if (data) { printf("# data: %s\n", data); }
     printf("# computed: pairs in tiles not skipped; visible: pairs the mask keeps (pad queries too); "
            "useful: visible pairs of real queries\n");
     printf("#" ROW_LABEL " %14s %14s %14s  %s\n", "", "rank", "real", "pad", "computed", "visible", "useful",
-           "tokens (global indices; >= T are pad)");
+           data ? "tokens of row 0 (global indices)" : "tokens (global indices; >= T are pad)");
     char *ranges = (char *)mallocCheck((size_t)Tl * 24 + 1);
     for (int r = 0; r < cp; r++) {
         const ShardLayout *lay = &sh[r].layout;
         int real = 0;
-        for (int i = 0; i < Tl; i++) { real += lay->original_index[i] >= 0; }
+        for (size_t i = 0; i < (size_t)B * Tl; i++) { real += lay->original_index[i] >= 0; }
         format_ranges(lay->global_index, Tl, ranges, (size_t)Tl * 24 + 1);
-        printf("%-9s %4d %7d %7d %14lld %14lld %14lld  %s\n", "rank", r, real, Tl - real,
+        printf("%-9s %4d %7d %7d %14lld %14lld %14lld  %s\n", "rank", r, real, B * Tl - real,
                work[r].computed, work[r].visible, work[r].useful, ranges);
     }
     free(ranges);
@@ -203,8 +259,26 @@ static void print_table(const CpSharder *sh, int cp, const Work *work, const Wor
     printf(ROW_LABEL " %14.3f %14.3f %14.3f\n", "imbalance", "-", "-", "-",
            st->imbalance[0], st->imbalance[1], st->imbalance[2]);
     printf(ROW_LABEL " %14lld %14lld %14lld\n", "total", "-", "-", "-", st->total[0], st->total[1], st->total[2]);
-    // one rank, the whole row, the same tile skipping; useful = T*(T+1)/2
+    // one rank, the whole row, the same tile skipping; useful = T*(T+1)/2 per row of one document
     printf(ROW_LABEL " %14lld %14lld %14lld\n", "cp1", "-", "-", "-", cp1->computed, cp1->visible, cp1->useful);
+}
+
+// What -i read, for the table: "FILE: B rows of T tokens from its start, D documents
+// (EOT 50256 opens one, attention masked to them)". Documents by the sharder's rule.
+static void describe_data(char *out, size_t size, const char *path, const Batch *batch) {
+    int documents = batch->B;
+    if (batch->document_token >= 0) {
+        int *docs = (int *)mallocCheck((size_t)batch->T * sizeof(int));
+        documents = 0;
+        for (int b = 0; b < batch->B; b++) {
+            cp_row_documents(batch->inputs + (size_t)b * batch->T, batch->T, batch->document_token, docs);
+            documents += docs[batch->T - 1] + 1; // ids count up from 0 within a row
+        }
+        free(docs);
+    }
+    snprintf(out, size, "%s: %d rows of %d tokens from its start, %d documents%s", path, batch->B, batch->T,
+             documents, batch->document_token >= 0 ? " (an EOT 50256 opens one; attention masked to them)"
+                                                    : " (one per row: -dm 0)");
 }
 
 // ----------------------------------------------------------------------------
@@ -276,9 +350,12 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *w
                "  set terminal png size 1600,760 noenhanced\n"
                "}\n"
                "set output '%s'\n", png);
-    fprintf(f, "set multiplot layout 1,2 title \"T %d, cp %d, layout %s (padded to %d): imbalance max/mean "
+    int B = lay0->B;
+    char rows[32] = "";
+    if (B > 1) { snprintf(rows, sizeof(rows), ", %d rows summed", B); }
+    fprintf(f, "set multiplot layout 1,2 title \"T %d%s, cp %d, layout %s (padded to %d): imbalance max/mean "
                "computed %.3f, visible %.3f, useful %.3f\" font ',14'\n",
-            T, cp, cp_layout_names[sh[0].kind], P, st->imbalance[0], st->imbalance[1], st->imbalance[2]);
+            T, rows, cp, cp_layout_names[sh[0].kind], P, st->imbalance[0], st->imbalance[1], st->imbalance[2]);
     // left: the matrix, query rows downward, key columns rightward
     if (g->bin == 1) {
         fprintf(f, "set title 'query-key pairs: colour = rank that computes the pair'\n");
@@ -304,7 +381,9 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *w
         fprintf(f, "set arrow from 0,%d to %d,%d nohead front lw 0.6 lc rgb '#808080'\n", i, extent, i);
     }
     free(tile_of);
-    if (P > T) { // where the pad slots start
+    // where the pad slots start (packed puts them between the documents instead)
+    int pad_from_T = P > T && sh[0].kind != CP_LAYOUT_PACKED;
+    if (pad_from_T) {
         fprintf(f, "set arrow from %d,0 to %d,%d nohead front lw 2 dt 2 lc rgb 'black'\n", T, T, extent);
         fprintf(f, "set arrow from 0,%d to %d,%d nohead front lw 2 dt 2 lc rgb 'black'\n", T, extent, T);
     }
@@ -316,7 +395,7 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *w
     fprintf(f, ", \\\n  NaN with boxes fs solid 1.0 lc rgb '#%06x' title 'computed, masked'", MASKED_COLOR);
     fprintf(f, ", \\\n  NaN with boxes fs empty lc rgb '#808080' title 'not computed'");
     fprintf(f, ", \\\n  NaN with lines lc rgb '#808080' title 'tile edges'");
-    if (P > T) { fprintf(f, ", \\\n  NaN with lines lw 2 dt 2 lc rgb 'black' title 'pad from %d'", T); }
+    if (pad_from_T) { fprintf(f, ", \\\n  NaN with lines lw 2 dt 2 lc rgb 'black' title 'pad from %d'", T); }
     fprintf(f, "\n");
 
     // right: the work per rank, three bars per rank at offsets -1/4, 0, +1/4 (clustered
@@ -359,11 +438,17 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *w
 
 __attribute__((format(printf, 1, 2), noreturn))
 static void usage_error(const char *fmt, ...) {
-    fprintf(stderr, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|identity [-png FILE]\n"
+    fprintf(stderr, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|packed|identity [-i FILE [-b B] [-dm 0|1]]"
+                    " [-png FILE]\n"
                     "  -t    sequence length T (1..%d)\n"
                     "  -cp   context-parallel size (ranks in the ring, >= 1)\n"
-                    "  -cl   layout (cp/layout.h); identity needs -cp 1\n"
-                    "  -png  also draw the attention matrix and the work per rank (needs gnuplot)\n", MAX_T);
+                    "  -cl   layout (cp/layout.h); identity needs -cp 1, packed needs -dm 1\n"
+                    "  -i    an llm.c token file: lay out its first B rows of T tokens (default: one row of\n"
+                    "        one document)\n"
+                    "  -b    rows read with -i (default 1; B * T <= %d)\n"
+                    "  -dm   with -i, 1: an EOT token (%d) opens a document, attention is masked to documents\n"
+                    "  -png  also draw the attention matrix (summed over the rows) and the work per rank\n"
+                    "        (needs gnuplot)\n", MAX_T, MAX_BT, EOT_TOKEN);
     va_list args;
     va_start(args, fmt);
     fprintf(stderr, "error: ");
@@ -383,12 +468,13 @@ static int parse_int(const char *flag, const char *value) {
 }
 
 int main(int argc, char **argv) {
-    int T = 0, cp = 0, kind = -1, have_T = 0, have_cp = 0;
-    const char *png = NULL;
+    int T = 0, cp = 0, kind = -1, have_T = 0, have_cp = 0, B = 1, documents = 0, have_B = 0, have_dm = 0;
+    const char *png = NULL, *input = NULL;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         int known = strcmp(flag, "-t") == 0 || strcmp(flag, "-cp") == 0 || strcmp(flag, "-cl") == 0
-                    || strcmp(flag, "-png") == 0;
+                    || strcmp(flag, "-png") == 0 || strcmp(flag, "-i") == 0 || strcmp(flag, "-b") == 0
+                    || strcmp(flag, "-dm") == 0;
         if (!known) { usage_error("unknown flag '%s'", flag); }
         if (i + 1 >= argc) { usage_error("%s needs a value", flag); }
         const char *value = argv[++i];
@@ -397,20 +483,30 @@ int main(int argc, char **argv) {
         else if (strcmp(flag, "-cl") == 0) {
             kind = cp_layout_from_name(value);
             if (kind < 0) { usage_error("unknown layout '%s'", value); }
-        } else { png = value; }
+        }
+        else if (strcmp(flag, "-i") == 0) { input = value; }
+        else if (strcmp(flag, "-b") == 0) { B = parse_int(flag, value); have_B = 1; }
+        else if (strcmp(flag, "-dm") == 0) { documents = parse_int(flag, value); have_dm = 1; }
+        else { png = value; }
     }
     if (!have_T) { usage_error("-t is required"); }
     if (!have_cp) { usage_error("-cp is required"); }
     if (kind < 0) { usage_error("-cl is required"); }
     if (T < 1 || T > MAX_T) { usage_error("-t %d: must be in 1..%d (the counts visit every pair)", T, MAX_T); }
     if (cp < 1) { usage_error("-cp %d: must be at least 1", cp); }
+    if (!input && (have_B || have_dm)) { usage_error("-b and -dm read data: they need -i"); }
+    if (B < 1 || (long)B * T > MAX_BT) { usage_error("-b %d: B * T must be in 1..%d", B, MAX_BT); }
+    if (documents != 0 && documents != 1) { usage_error("-dm %d: must be 0 or 1", documents); }
     if (png && strchr(png, '\'')) { usage_error("-png '%s': a file name with a single quote is not supported", png); }
     if (png && !gnuplot_found()) { fatal("-png needs gnuplot, which is not on the PATH (Debian: apt-get install gnuplot-nox)"); }
 
+    Batch batch = input ? file_batch(input, B, T, documents ? EOT_TOKEN : -1) : dummy_batch(T);
+    char data[512];
+    if (input) { describe_data(data, sizeof(data), input, &batch); }
     // the sharder's own checks decide which layouts are valid (identity at cp 1 only,
-    // no rank without a real token), with the trainer's error message
+    // no rank without a real token, packed with documents), with the trainer's message
     CpSharder *sh = (CpSharder *)callocCheck((size_t)cp, sizeof(CpSharder));
-    if (shard_all_ranks(sh, (CpLayoutKind)kind, T, cp) != CP_OK) { usage_error("%s", sh[0].error); }
+    if (shard_all_ranks(sh, (CpLayoutKind)kind, cp, &batch) != CP_OK) { usage_error("%s", sh[0].error); }
 
     PairGrid grid = {0};
     if (png) {
@@ -425,14 +521,14 @@ int main(int argc, char **argv) {
     ring_work(sh, cp, work, png ? &grid : NULL);
     WorkStats st = work_stats(work, cp);
 
-    // the reference: one rank, the whole row
+    // the reference: one rank, the whole rows, the same documents
     CpSharder whole;
     Work cp1;
-    if (shard_all_ranks(&whole, CP_LAYOUT_IDENTITY, T, 1) != CP_OK) { fatal("%s", whole.error); }
+    if (shard_all_ranks(&whole, CP_LAYOUT_IDENTITY, 1, &batch) != CP_OK) { fatal("%s", whole.error); }
     ring_work(&whole, 1, &cp1, NULL);
     cp_sharder_free(&whole);
 
-    print_table(sh, cp, work, &st, &cp1);
+    print_table(sh, cp, work, &st, &cp1, input ? data : NULL);
     fflush(stdout);
     if (png) {
         draw_png(png, sh, cp, work, &st, &grid);
@@ -442,5 +538,6 @@ int main(int argc, char **argv) {
     for (int r = 0; r < cp; r++) { cp_sharder_free(&sh[r]); }
     free(sh);
     free(work);
+    batch_free(&batch);
     return 0;
 }

@@ -18,6 +18,7 @@ only where an event says so.
 
 #include <float.h>
 #include <math.h>
+#include <time.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include "utils.h"
@@ -89,8 +90,30 @@ static void cuda_free_context(void) {
     cuda_ctx.stream = NULL;
 }
 
+// Set by a transport whose work can hang the stream when a peer fails (NCCL,
+// cp/comm_nccl.cuh): while the host waits for a stream, it is called with the
+// seconds waited so far, and ends the job when it sees a failure or a deadline.
+static void (*cuda_wait_watcher)(double waited_seconds) = NULL;
+
+// Waits on the host until `stream` has done all its queued work; polls, so that
+// the watcher sees a hang, where one is installed.
+static void cuda_stream_wait(cudaStream_t stream) {
+    if (cuda_wait_watcher == NULL) {
+        cudaCheck(cudaStreamSynchronize(stream));
+        return;
+    }
+    struct timespec start, now;
+    clock_gettime(CLOCK_MONOTONIC, &start);
+    cudaError_t status;
+    while ((status = cudaStreamQuery(stream)) == cudaErrorNotReady) {
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        cuda_wait_watcher((double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec));
+    }
+    cudaCheck(status);
+}
+
 static void cuda_sync(void) {
-    cudaCheck(cudaStreamSynchronize(cuda_ctx.stream));
+    cuda_stream_wait(cuda_ctx.stream);
 }
 
 // ----------------------------------------------------------------------------
@@ -114,6 +137,9 @@ static void cuda_upload(void *dst, const void *src, size_t bytes) {
 }
 
 static void cuda_download(void *dst, const void *src, size_t bytes) {
+    // a copy into pageable memory blocks the host inside cudaMemcpyAsync until the
+    // stream reaches it: wait for the stream first, where a watcher can see a hang
+    cuda_sync();
     cudaCheck(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cuda_ctx.stream));
     cuda_sync();
 }

@@ -149,6 +149,23 @@ static void dataloader_reset(DataLoader *dl) {
     dataloader_open_shard(dl, 0);
 }
 
+// Continues where a checkpoint left off: the next step's span starts `position`
+// tokens into shard `shard`. A token offset, so it holds for any B, T and dp.
+// Returns 0, or -1 with the reason in why.
+static int dataloader_resume(DataLoader *dl, uint64_t shard, uint64_t position, char *why, size_t why_size) {
+    if (shard >= dl->files.gl_pathc) {
+        return problem(why, why_size, "data shard %llu, but the pattern matches %zu file(s)",
+                       (unsigned long long)shard, dl->files.gl_pathc);
+    }
+    dataloader_open_shard(dl, (size_t)shard);
+    if (position > dl->shard_tokens) {
+        return problem(why, why_size, "data position %llu is past the %zu tokens of '%s'",
+                       (unsigned long long)position, dl->shard_tokens, dl->files.gl_pathv[shard]);
+    }
+    dl->position = (size_t)position;
+    return 0;
+}
+
 // Loads the next step's window into inputs and targets.
 static void dataloader_next_batch(DataLoader *dl) {
     size_t BT = (size_t)dl->B * dl->T;

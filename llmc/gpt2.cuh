@@ -6,8 +6,9 @@ in device memory), the same order of operations and the same backward scratch
 reuse (dresidual, dbtc, dbt4c), so that the two can be read side by side.
 
 The host side is gpt2.h's: a model is created or loaded into a host GPT2
-(gpt2_init_random / gpt2_load_checkpoint), which keeps the configuration and a
-host copy of the parameters for checkpoints, and is then copied to the device.
+(gpt2_init_random / gpt2_load_checkpoint; on resume also given the checkpoint's
+AdamW moments), which keeps the configuration and a host copy of the parameters
+and moments for checkpoints, and is then copied to the device.
 
 Token ids, position ids and targets come from the sharder on the host; the
 forward pass copies them to the device. The backward pass reads the host ids once
@@ -28,7 +29,7 @@ more to bucket the embedding gradients (llmc/encoder.cuh).
 #include "residual.cuh"
 
 typedef struct {
-    GPT2 host;                // configuration, sizes, host parameters (checkpoints)
+    GPT2 host;                // configuration, sizes, host parameters and moments (checkpoints)
     GPT2Config config;
     size_t num_parameters;
     ParameterTensors params;  // views into params_memory (device)
@@ -51,7 +52,8 @@ typedef struct {
     TokenBuckets wpe_buckets;
 } ActivationsCuda;
 
-// Takes over `host` (its parameters are copied to the device; host keeps them).
+// Takes over `host` (its parameters and AdamW moments are copied to the device;
+// host keeps them).
 static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
     memset(model, 0, sizeof(*model));
     model->host = *host;
@@ -64,9 +66,9 @@ static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
     model->m_memory = (float *)cudaMallocCheck(bytes);
     model->v_memory = (float *)cudaMallocCheck(bytes);
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, bytes, cuda_ctx.stream));
-    cudaCheck(cudaMemsetAsync(model->m_memory, 0, bytes, cuda_ctx.stream));
-    cudaCheck(cudaMemsetAsync(model->v_memory, 0, bytes, cuda_ctx.stream));
     cuda_upload(model->params_memory, model->host.params_memory, bytes);
+    cuda_upload(model->m_memory, model->host.m_memory, bytes);
+    cuda_upload(model->v_memory, model->host.v_memory, bytes);
     point_parameters(&model->params, model->params_memory, model->host.param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->host.param_sizes);
     // the largest deterministic reduction's scratch: dbias of fcb (4C) and layernorm's two sums
@@ -85,9 +87,12 @@ static void gpt2_cuda_free(GPT2Cuda *model) {
     memset(model, 0, sizeof(*model));
 }
 
-// the device parameters into the host copy (for checkpoints)
-static void gpt2_cuda_params_to_host(GPT2Cuda *model) {
-    cuda_download(model->host.params_memory, model->params_memory, model->num_parameters * sizeof(float));
+// the device parameters and AdamW moments into the host copy (for checkpoints)
+static void gpt2_cuda_to_host(GPT2Cuda *model) {
+    size_t bytes = model->num_parameters * sizeof(float);
+    cuda_download(model->host.params_memory, model->params_memory, bytes);
+    cuda_download(model->host.m_memory, model->m_memory, bytes);
+    cuda_download(model->host.v_memory, model->v_memory, bytes);
 }
 
 static void activations_cuda_init(ActivationsCuda *acts, GPT2Config c, int B, int T) {

@@ -355,13 +355,15 @@ static void gpt2_write_checkpoint_header(const GPT2 *model, int header[256]) {
     header[7] = model->config.padded_vocab_size;
 }
 
+// Written atomically (llmc/utils.h): a crash mid-write leaves no half checkpoint.
 static void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
     int header[256];
     gpt2_write_checkpoint_header(model, header);
-    FILE *fp = fopenCheck(path, "wb");
-    fwriteCheck(header, sizeof(int), 256, fp, path);
-    fwriteCheck(model->params_memory, sizeof(float), model->num_parameters, fp, path);
-    fcloseCheck(fp, path);
+    AtomicFile af;
+    atomic_open(&af, path);
+    fwriteCheck(header, sizeof(int), 256, af.fp, path);
+    fwriteCheck(model->params_memory, sizeof(float), model->num_parameters, af.fp, path);
+    atomic_commit(&af);
 }
 
 // ----------------------------------------------------------------------------

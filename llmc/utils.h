@@ -10,19 +10,22 @@ calls MPI_Abort; without it (unit tests, tools) a fatal error is a plain exit(1)
 #define LLMC_UTILS_H
 
 #include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 // ----------------------------------------------------------------------------
 // fatal errors
 
 // called after the message is printed; must not return
 static void (*fatal_exit_hook)(void) = NULL;
-// the rank that prints errors every rank detects identically (see fatal_everywhere)
+// this rank's index in the job (0 without MPI): errors found by one rank name it
 static int fatal_rank = 0;
 // set by the transport once every rank takes part in collectives
 static void (*fatal_wait_for_printer)(void) = NULL;
@@ -34,15 +37,27 @@ static void fatal_exit(void) {
     exit(1);
 }
 
+// Prints "error: [rank N: ]message" with one write, so that the launcher's own
+// lines (Open MPI's MPI_ABORT banner) cannot land in the middle of it.
+static void fatal_print(int name_rank, const char *fmt, va_list args) {
+    char line[2048];
+    int n = name_rank ? snprintf(line, sizeof(line), "error: rank %d: ", fatal_rank)
+                      : snprintf(line, sizeof(line), "error: ");
+    vsnprintf(line + n, sizeof(line) - n - 1, fmt, args);
+    size_t len = strlen(line);
+    line[len++] = '\n';
+    fflush(stdout);
+    fflush(stderr);
+    if (write(STDERR_FILENO, line, len) < 0) { /* nowhere left to report it */ }
+}
+
 // An error this rank found on its own (a bad token in its window, a failed write):
-// it prints one line and ends the job.
+// it prints one line, naming the rank when the job runs under MPI, and ends the job.
 __attribute__((format(printf, 1, 2), noreturn))
 static void fatal(const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, args);
-    fprintf(stderr, "\n");
+    fatal_print(fatal_wait_for_printer != NULL, fmt, args);
     va_end(args);
     fatal_exit();
     abort(); // unreachable: fatal_exit never returns
@@ -51,19 +66,79 @@ static void fatal(const char *fmt, ...) {
 // An error every rank finds identically (a bad flag, a bad file header): rank 0
 // prints the one line and ends the job, the other ranks wait to be ended by it,
 // so the message appears once and is never cut off by another rank's abort.
+// Should rank 0 not end the job after all, the waiting rank reports it itself,
+// naming its rank.
 __attribute__((format(printf, 1, 2), noreturn))
 static void fatal_everywhere(const char *fmt, ...) {
+    int waited = 0;
     if (fatal_rank != 0 && fatal_wait_for_printer) {
         fatal_wait_for_printer();
+        waited = 1;
     }
     va_list args;
     va_start(args, fmt);
-    fprintf(stderr, "error: ");
-    vfprintf(stderr, fmt, args);
-    fprintf(stderr, "\n");
+    fatal_print(waited, fmt, args);
     va_end(args);
     fatal_exit();
     abort();
+}
+
+// ----------------------------------------------------------------------------
+// fatal signals: one line naming the rank and the signal, then the default action
+
+static const struct {
+    int sig;
+    const char *name;
+} fatal_signals[] = {
+    {SIGTERM, "SIGTERM"}, {SIGINT, "SIGINT"}, {SIGSEGV, "SIGSEGV"}, {SIGBUS, "SIGBUS"}, {SIGFPE, "SIGFPE"},
+};
+#define NUM_FATAL_SIGNALS ((int)(sizeof(fatal_signals) / sizeof(fatal_signals[0])))
+
+// appends the decimal digits of v to line at *len (async-signal-safe, unlike printf)
+static void append_decimal(char *line, size_t *len, int v) {
+    char digits[12];
+    int n = 0;
+    do { digits[n++] = (char)('0' + v % 10); v /= 10; } while (v > 0);
+    while (n > 0) { line[(*len)++] = digits[--n]; }
+}
+
+static void append_text(char *line, size_t *len, const char *s) {
+    while (*s) { line[(*len)++] = *s++; }
+}
+
+// Only async-signal-safe calls: write(2), getppid, raise. A SIGTERM or SIGINT sent
+// by our parent, the launcher, is the launcher ending the whole job after another
+// rank failed or was stopped, which it reports itself: a line from every rank would
+// only bury that report. SA_RESETHAND has restored the default action, so the
+// raise ends the process as the signal would have.
+static void fatal_signal_handler(int sig, siginfo_t *info, void *context) {
+    (void)context;
+    int from_launcher = (sig == SIGTERM || sig == SIGINT) && info != NULL && info->si_code == SI_USER &&
+                        info->si_pid == getppid();
+    if (!from_launcher) {
+        char line[96];
+        size_t len = 0;
+        append_text(line, &len, "rank ");
+        append_decimal(line, &len, fatal_rank);
+        append_text(line, &len, ": killed by signal ");
+        append_decimal(line, &len, sig);
+        append_text(line, &len, " (");
+        for (int i = 0; i < NUM_FATAL_SIGNALS; i++) {
+            if (fatal_signals[i].sig == sig) { append_text(line, &len, fatal_signals[i].name); }
+        }
+        append_text(line, &len, ")\n");
+        if (write(STDERR_FILENO, line, len) < 0) { /* nothing else is safe here */ }
+    }
+    raise(sig);
+}
+
+static void fatal_install_signal_handlers(void) {
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_sigaction = fatal_signal_handler;
+    action.sa_flags = SA_SIGINFO | SA_RESETHAND;
+    sigemptyset(&action.sa_mask);
+    for (int i = 0; i < NUM_FATAL_SIGNALS; i++) { sigaction(fatal_signals[i].sig, &action, NULL); }
 }
 
 // ----------------------------------------------------------------------------
@@ -120,6 +195,46 @@ static void *calloc_check(size_t nmemb, size_t size, const char *file, int line)
     return ptr;
 }
 #define callocCheck(nmemb, size) calloc_check(nmemb, size, __FILE__, __LINE__)
+
+// ----------------------------------------------------------------------------
+// writing a file atomically: to `path`.tmp, flushed to disk, renamed into place,
+// so that a reader (or a resume after a crash) sees the whole file or none of it
+
+typedef struct {
+    FILE *fp;
+    char path[4096];
+    char tmp_path[4100];
+} AtomicFile;
+
+static void atomic_open(AtomicFile *af, const char *path) {
+    snprintf(af->path, sizeof(af->path), "%s", path);
+    snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp", path);
+    af->fp = fopenCheck(af->tmp_path, "wb");
+}
+
+// Syncs the directory that holds `path`, so that a rename or a removal in it
+// survives a crash of the machine.
+static void fsync_parent_dir(const char *path) {
+    char dir[4096];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) { slash[1] = '\0'; } else if (slash) { *slash = '\0'; } else { snprintf(dir, sizeof(dir), "."); }
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    if (fd < 0 || fsync(fd) != 0) { fatal("cannot sync directory '%s' to disk: %s", dir, strerror(errno)); }
+    close(fd);
+}
+
+// Flushes and syncs the file, renames it into place and syncs its directory.
+static void atomic_commit(AtomicFile *af) {
+    if (fflush(af->fp) != 0 || fsync(fileno(af->fp)) != 0) {
+        fatal("cannot flush '%s' to disk: %s", af->tmp_path, strerror(errno));
+    }
+    fcloseCheck(af->fp, af->tmp_path);
+    if (rename(af->tmp_path, af->path) != 0) {
+        fatal("cannot rename '%s' to '%s': %s", af->tmp_path, af->path, strerror(errno));
+    }
+    fsync_parent_dir(af->path);
+}
 
 // ----------------------------------------------------------------------------
 // reporting a problem to the caller instead of ending the job: the file parsers

@@ -148,11 +148,12 @@ expect_error val_tokens_bad_magic 2 "token file '.*tokens_magic\.bin': bad magic
 # maxT 64 (the default -g 64 must fit), V = Vp 50257, L 1, NH 1, C 4; llm.c's order
 maxT=64 V=50257 Vp=50257 L=1 NH=1 C=4
 params=$((Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C))
+# make_checkpoint NAME [CHANNELS]: zero weights of the model above (C = CHANNELS)
 make_checkpoint() {
-    local f=$WORK/$1
-    head -c $((1024 + 4 * params)) /dev/zero >"$f"
+    local f=$WORK/$1 c=${2:-$C}
+    head -c $((1024 + 4 * (Vp * c + maxT * c + L * (12 * c * c + 13 * c) + 2 * c))) /dev/zero >"$f"
     local i=0
-    for v in 20240326 3 $maxT $V $L $NH $C $Vp; do
+    for v in 20240326 3 $maxT $V $L $NH $c $Vp; do
         put_i32 "$f" $((4 * i)) "$v"
         i=$((i + 1))
     done
@@ -188,6 +189,40 @@ expect_error ckpt_directory 2 "checkpoint '$WORK': not a regular file" \
     "${BASE[@]}" -cp 2 -e "$WORK"
 expect_error init_too_deep 2 "-e d100000: sizes beyond this trainer's bounds" \
     "${BASE[@]}" -cp 2 -e d100000
+
+# ---------------------------------------------------------------------------
+# checkpoints to resume from (-y 1): a step-0 checkpoint of the tiny model by 2
+# ranks, then one defect per copy; every rank must exit with the one line
+echo "== resume"
+# -x 0: resume, and nothing to train (no checkpoint is written over the source)
+RESUME=("${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -y 1 -x 0)
+expect_success resume_source 2 "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -x 0 -o "$WORK/resume_good"
+resume_dir() { rm -rf "$WORK/$1"; cp -r "$WORK/resume_good" "$WORK/$1"; }
+state0=state_00000000_00000.bin
+state1=state_00000000_00001.bin
+expect_success resume_good_control 2 "${RESUME[@]}" -o "$WORK/resume_good"
+resume_dir resume_truncated;  truncate -s 5000 "$WORK/resume_truncated/$state1"
+expect_error state_truncated 2 "rank 1: state file '.*resume_truncated/$state1': 5000 bytes, expected [0-9]+ for $params parameters" \
+    "${RESUME[@]}" -o "$WORK/resume_truncated"
+resume_dir resume_missing;    rm "$WORK/resume_missing/$state1"
+expect_error state_missing 2 "rank 1: state file '.*resume_missing/$state1': cannot open it: No such file" \
+    "${RESUME[@]}" -o "$WORK/resume_missing"
+resume_dir resume_magic;      put_i32 "$WORK/resume_magic/$state0" 0 20240326
+expect_error state_bad_magic 2 "rank 0: state file '.*resume_magic/$state0': bad magic 20240326" \
+    "${RESUME[@]}" -o "$WORK/resume_magic"
+resume_dir resume_nan;        put_i32 "$WORK/resume_nan/$state1" $((1024 + 64 + 4 * 7)) 0x7fc00000
+expect_error state_nan_moment 2 "rank 1: state file '.*resume_nan/$state1': optimizer moment 7 is not a valid number" \
+    "${RESUME[@]}" -o "$WORK/resume_nan"
+# the state of another model: the weights of a model with C 8 in place of C 4
+resume_dir resume_other;      make_checkpoint resume_other/model_00000000.bin 8
+expect_error state_other_model 2 "rank 0: state file '.*resume_other/$state0': optimizer state of $params parameters, the model has [0-9]+" \
+    "${RESUME[@]}" -o "$WORK/resume_other"
+resume_dir resume_model_cut;  truncate -s 2048 "$WORK/resume_model_cut/model_00000000.bin"
+expect_error resume_model_truncated 2 "checkpoint '.*resume_model_cut/model_00000000\.bin': 2048 bytes, but its header describes" \
+    "${RESUME[@]}" -o "$WORK/resume_model_cut"
+# an error on one rank alone names it: only rank 0 writes -tl
+expect_error tl_unwritable 2 "rank 0: cannot open '.*/no_such_dir/losses\.tl'" \
+    "${BASE[@]}" -cp 2 -tl "$WORK/no_such_dir/losses.tl"
 
 # ---------------------------------------------------------------------------
 # tokenizer (-k)

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # dev/cp_layout against cases worked out by hand, plus properties that hold for every
 # (T, cp, layout): the ranks own each padded position once, their useful work sums to
-# T*(T+1)/2, and round_robin balances T = 1024 at cp 4 better than contiguous.
+# T*(T+1)/2, and round_robin balances T = 1024 at cp 4 better than contiguous. With
+# real data (-i, documents -dm 1): a packed case by hand, and on the Austen data the
+# useful work summed over the ranks equals the document-masked pairs counted in awk.
 # Run from the repo root (CTest does); builds the tool with make.
 set -euo pipefail
 
@@ -217,6 +219,96 @@ for col in 5 7; do
 done
 
 # ----------------------------------------------------------------------------
+# Real data (-i, -b, -dm): token files in llm.c's format, written here.
+
+# le N BYTES: N as BYTES little-endian bytes
+le() {
+    local out="" i
+    for ((i = 0; i < $2; i++)); do out+=$(printf '\\x%02x' $(( ($1 >> (8 * i)) & 255 ))); done
+    printf "$out"
+}
+# write_tokens FILE TOKEN...: header (magic 20240520, version 1, count), then uint16 tokens
+write_tokens() {
+    local file=$1; shift
+    { le 20240520 4; le 1 4; le $# 4; head -c $((253 * 4)) /dev/zero; for t in "$@"; do le "$t" 2; done; } > "$file"
+}
+EOT=50256
+
+# T 10, cp 2, packed, one row with an EOT at t = 6 (the worked example of
+# cp/layout.h): documents [0, 6) and [6, 10), padded to 8 and 4, P 12. Each
+# document splits head-tail on its own: r0 = [0 1 6 7 8 11], r1 = [2 3 4 5 9 10];
+# slots 6, 7 are pad (document -1), slots 8..11 hold tokens 6..9 (document 1).
+# Halves of 3: r0 {0,1,6} {7,8,11}, r1 {2,3,4} {5,9,10}; documents r0 {0,0,-1}
+# {-1,1,1}, r1 {0,0,0} {0,1,1}. A tile is SKIP when every key lies after every query
+# or the halves share no document, FULL only within one document; here every other
+# tile mixes documents and is MASKED (9 pairs computed).
+#   r0 step 0 (own): {0,1,6}x{0,1,6} MASKED, visible q0:1 q1:2 pad 6:1 = 4;
+#      x{7,8,11} SKIP (keys after queries); {7,8,11}x{0,1,6} MASKED, pad 7 sees
+#      pad 6 = 1; {7,8,11}x{7,8,11} MASKED, pad 7:1, q8:1, q11:{8,11} 2 = 4
+#      -> 27 computed, 9 visible
+#   r0 step 1 (r1's {2,3,4} {5,9,10}): all four tiles MASKED (index ranges overlap,
+#      documents overlap), only q11 sees 9 and 10 -> 36 computed, 2 visible
+#   r0: 63 computed, 11 visible, useful (tokens 0, 1, 6, 9: 1+2+1+4) 8
+#   r1 step 0: {2,3,4}x{2,3,4} MASKED 6; x{5,9,10} SKIP; {5,9,10}x{2,3,4} MASKED,
+#      q5 sees 3; {5,9,10}x{5,9,10} MASKED, q5:1 q9:1 q10:2 = 4 -> 27, 13
+#   r1 step 1 (r0's): {2,3,4}x{0,1,6} MASKED, 2 each = 6; x{7,8,11} SKIP;
+#      {5,9,10}x{0,1,6} MASKED, q5 sees 0, 1 = 2; {5,9,10}x{7,8,11} MASKED, q9 and
+#      q10 see 8 = 2 -> 27, 10
+#   r1: 54 computed, 23 visible = useful (tokens 2..5 of document 0: 3+4+5+6,
+#      tokens 7, 8 of document 1: 2+3)
+#   mean 58.5, 17.0, 15.5: imbalance 63/58.5 = 1.077, 23/17 = 1.353, 23/15.5 = 1.484
+#   totals 117, 34 = 31 + pads (1+2), 31 = 6*7/2 + 4*5/2
+#   cp1: halves {0..4} (document 0), {5..9} (0,1,1,1,1): MASKED 15 visible, SKIP,
+#   MASKED (q5 sees 5), MASKED (q5:1, q6..q9: 1+2+3+4) -> 75 computed, 31 visible
+# Tokens 1..10 but for the EOT; an 11th for the last target.
+write_tokens "$tmp/doc2.bin" 1 2 3 4 5 6 $EOT 8 9 10 11
+expect "-t 10 -cp 2 -cl packed -i $tmp/doc2.bin -dm 1" \
+    "rank 0 4 2 63 11 8 0-1 6-8 11" \
+    "rank 1 6 0 54 23 23 2-5 9-10" \
+    "max - - - 63 23 23" \
+    "mean - - - 58.5 17.0 15.5" \
+    "imbalance - - - 1.077 1.353 1.484" \
+    "total - - - 117 34 31" \
+    "cp1 - - - 75 31 31"
+# the same file without document masking is one causal row: the numbers of the
+# dummy row of T 10 (above), whatever the tokens are
+[ "$(table -t 10 -cp 2 -cl round_robin -i "$tmp/doc2.bin" -dm 0)" = "$(table -t 10 -cp 2 -cl round_robin)" ] \
+    || fail "-i without documents differs from the layout alone"
+
+# Properties on the embedded Austen data, B rows of T tokens from its start: the
+# useful pairs summed over the ranks equal the document-masked causal pair count,
+# sum over the rows' documents of n(n+1)/2, computed here in awk from the file's
+# tokens (od); every row holds P - T pads of document -1, each seeing the pads at
+# or before it, so visible = useful + B (P-T)(P-T+1)/2; the ranks hold B T real
+# tokens and B P slots.
+austen=dev/data/austen/austen_train.bin
+B=8
+for T in 257 1024; do
+    pairs=$(od -An -v -tu2 -j 1024 -N $((B * T * 2)) "$austen" | awk -v T="$T" -v eot=$EOT '
+        { for (i = 1; i <= NF; i++) { t = n % T; n++
+              if (t == 0 || $i == eot) { total += len * (len + 1) / 2; len = 0 }
+              len++ } }
+        END { total += len * (len + 1) / 2; printf "%d\n", total }')
+    for cp in 2 3 4; do
+        for cl in contiguous round_robin packed; do
+            "$tool" -t "$T" -cp "$cp" -cl "$cl" -i "$austen" -b "$B" -dm 1 > "$tmp/out" \
+                || fail "-i austen -t $T -cp $cp -cl $cl failed"
+            awk -v B="$B" -v T="$T" -v cp="$cp" -v pairs="$pairs" '
+                /^# cp_layout/ { for (i = 1; i < NF; i++) if ($i == "P") P = $(i + 1) + 0 }
+                $1 == "rank" { real += $3; slots += $3 + $4; visible += $6; useful += $7 }
+                END {
+                    if (useful != pairs) { print "useful " useful " != document-masked pairs " pairs; bad = 1 }
+                    pads = P - T
+                    if (visible != useful + B * pads * (pads + 1) / 2) { print "visible " visible " != useful + pad pairs"; bad = 1 }
+                    if (real != B * T) { print "real tokens " real " != B T"; bad = 1 }
+                    if (slots != B * P) { print "slots " slots " != B P"; bad = 1 }
+                    exit bad
+                }' "$tmp/out" > "$tmp/why" || fail "-i austen -t $T -cp $cp -cl $cl: $(cat "$tmp/why")"
+        done
+    done
+done
+
+# ----------------------------------------------------------------------------
 # Bad flags: the usage, then exactly one error line, and a non-zero exit.
 bad_flags() {
     local reason=$1; shift
@@ -235,6 +327,10 @@ bad_flags "unknown flag" -t 8 -cp 2 -cl contiguous -x 1
 bad_flags "must be at least 1" -t 8 -cp 0 -cl contiguous
 bad_flags "identity needs cp 1" -t 8 -cp 2 -cl identity
 bad_flags "leaves rank 3 without a real token" -t 3 -cp 4 -cl round_robin
+bad_flags "they need -i" -t 8 -cp 2 -cl contiguous -b 2
+bad_flags "layout packed needs documents" -t 8 -cp 2 -cl packed
+bad_flags "layout packed needs documents" -t 10 -cp 2 -cl packed -i "$tmp/doc2.bin" -dm 0
+bad_flags "must be 0 or 1" -t 10 -cp 2 -cl packed -i "$tmp/doc2.bin" -dm 2
 
 # ----------------------------------------------------------------------------
 # -png: without gnuplot on the PATH a clear error and no file; with gnuplot (when
@@ -255,4 +351,4 @@ if command -v gnuplot > /dev/null; then
 else
     echo "png: gnuplot not installed, checked the error only (apt-get install gnuplot-nox)"
 fi
-echo "OK: hand-computed cases, $checked configurations, bad flags, png"
+echo "OK: hand-computed cases, $checked configurations, real data with documents, bad flags, png"

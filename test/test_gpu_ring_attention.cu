@@ -1,26 +1,33 @@
 /*
-MPI test of ring attention on the GPU (cp/ring_attention.cuh) against the CPU ring
-(cp/ring_attention.h, itself checked against a double-precision reference by
-test_ring_attention.c), and of the device transport's verbs.
+MPI test of the context-parallel attention algorithms on the GPU, ring attention
+(cp/ring_attention.cuh) and all-gather attention (cp/allgather_attention.cuh),
+against their CPU twins (cp/ring_attention.h, cp/allgather_attention.h, both
+checked against a double-precision reference by test_ring_attention.c), and of
+the device transport's verbs.
 
-On every rank of the CP group the same local Q, K, V and dO go through both rings:
-the CPU ring over MPI on host memory (cp/comm_mpi.h), the GPU ring over the staged
-MPI transport on device memory (cp/comm_mpi_staged.cuh, so that several ranks can
-share one GPU). Each rank compares its own outputs O, LSE and dQ | dK | dV: with the
-K/V blocks and the dK/dV accumulators travelling the ring, every rank's outputs
-depend on every other rank's data. Cases: layouts identity (np 1), contiguous and
-round_robin; T = 7, 37, 100 (most pad); with and without document masking (an EOT
-token opens a document); head sizes 32 and 80 (not a multiple of the warp).
-The GPU backward is run twice and must give the same bits (no atomics).
+On every rank of the CP group the same local Q, K, V and dO go through each
+algorithm twice: on the CPU over MPI on host memory (cp/comm_mpi.h), on the GPU
+over the staged MPI transport on device memory (cp/comm_mpi_staged.cuh, so that
+several ranks can share one GPU), both through the AttentionVerbs the trainers
+call. Each rank compares its own outputs O, LSE and dQ | dK | dV: with the K/V
+blocks travelling the ring or all-gathered, and dK/dV sent home, every rank's
+outputs depend on every other rank's data. Cases: layouts identity (np 1),
+contiguous and round_robin; T = 7, 37, 100 (most pad); with and without document
+masking (an EOT token opens a document); head sizes 32 and 80 (not a multiple of
+the warp); and packed (documents split head-tail) at T = 100. Each GPU backward
+is run twice and must give the same bits (no atomics).
 
 Tolerance: relative 2-norm error 1e-5. Inputs are U(-1, 1), so scores are O(1)
 and every output is a sum of at most T = 100 terms: fp32 rounding in a different
 order (warp lanes vs a serial loop) gives ~ sqrt(T) * 6e-8 ~ 1e-6 relative.
 
-Also the transport: all_reduce_sum (float, double), all_gather and broadcast on
-device memory against the values they must produce.
+Also the transport: all_reduce_sum (float, double), all_gather, reduce_scatter_sum
+(float, double) and broadcast on device memory against the values they must
+produce.
 With no GPU the binary exits 77 (skipped) on every rank.
 */
+#include "cp/allgather_attention.cuh"
+#include "cp/allgather_attention.h"
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
 #include "cp/ring_attention.cuh"
@@ -31,6 +38,57 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #define B 2
 #define MAX_SEQ_LEN 128
 #define DOC_TOKEN 3
+
+// One algorithm's forward and backward on the CPU and on the GPU, from the same
+// local data; the GPU's outputs must match the CPU's.
+// qkv: (BT, 3C)   dout: (BT, C), host; BT = B * local tokens
+static void check_algorithm(const char *label, const char *algorithm, AttentionVerbs cpu, AttentionVerbs gpu,
+                            const float *qkv, const float *dout, int BT, int C, int NH) {
+    size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;
+    float *out = (float *)mallocCheck(nout * sizeof(float));
+    float *lse = (float *)mallocCheck(nlse * sizeof(float));
+    float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
+    cpu.forward(cpu.ctx, out, lse, qkv);
+    cpu.backward(cpu.ctx, dqkv, dout, qkv, out, lse);
+
+    float *d_qkv = device_copy(qkv, nqkv), *d_dout = device_copy(dout, nout);
+    float *d_out = (float *)cudaMallocCheck(nout * sizeof(float));
+    float *d_lse = (float *)cudaMallocCheck(nlse * sizeof(float));
+    float *d_dqkv = (float *)cudaMallocCheck(nqkv * sizeof(float));
+    poison_device(d_out, nout * sizeof(float));
+    poison_device(d_lse, nlse * sizeof(float));
+    poison_device(d_dqkv, nqkv * sizeof(float));
+    gpu.forward(gpu.ctx, d_out, d_lse, d_qkv);
+    gpu.backward(gpu.ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse);
+    char what[200];
+    snprintf(what, sizeof(what), "%s %s: O", algorithm, label);
+    check_rel_device(what, d_out, out, nout, 1e-5);
+    snprintf(what, sizeof(what), "%s %s: LSE", algorithm, label);
+    check_rel_device(what, d_lse, lse, nlse, 1e-5);
+    // dqkv holds dQ | dK | dV in each token's 3C: split them to name the one that differs
+    float *got = host_copy(d_dqkv, nqkv);
+    float *part = (float *)mallocCheck(nout * sizeof(float)), *part_ref = (float *)mallocCheck(nout * sizeof(float));
+    const char *names[3] = {"dQ", "dK", "dV"};
+    for (int which = 0; which < 3; which++) {
+        for (size_t bt = 0; bt < (size_t)BT; bt++) {
+            for (int c = 0; c < C; c++) {
+                part[bt * C + c] = got[bt * 3 * C + which * C + c];
+                part_ref[bt * C + c] = dqkv[bt * 3 * C + which * C + c];
+            }
+        }
+        snprintf(what, sizeof(what), "%s %s: %s", algorithm, label, names[which]);
+        check_rel(what, part, part_ref, nout, 1e-5);
+    }
+    // determinism: the backward pass again, the same bits
+    poison_device(d_dqkv, nqkv * sizeof(float));
+    gpu.backward(gpu.ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse);
+    float *again = host_copy(d_dqkv, nqkv);
+    CHECK(memcmp(got, again, nqkv * sizeof(float)) == 0, "%s %s: two GPU backward passes differ", algorithm, label);
+
+    cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
+    cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dqkv));
+    free(out); free(lse); free(dqkv); free(got); free(again); free(part); free(part_ref);
+}
 
 static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, int with_documents, int NH,
                      int HS) {
@@ -55,68 +113,36 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     }
     CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "%s: shard_batch: %s", label, sh.error);
     int Tl = sh.layout.local_len;
-    size_t nqkv = (size_t)B * Tl * 3 * C, nout = (size_t)B * Tl * C, nlse = (size_t)B * NH * Tl;
+    size_t nqkv = (size_t)B * Tl * 3 * C, nout = (size_t)B * Tl * C;
     rng_seed(&rng, 1000 + 31 * host_comm->rank + T + HS);
     float *qkv = (float *)mallocCheck(nqkv * sizeof(float));
     float *dout = (float *)mallocCheck(nout * sizeof(float));
     fill_uniform(&rng, qkv, nqkv, -1.0f, 1.0f);
     fill_uniform(&rng, dout, nout, -1.0f, 1.0f);
 
-    // the CPU ring
-    float *out = (float *)mallocCheck(nout * sizeof(float));
-    float *lse = (float *)mallocCheck(nlse * sizeof(float));
-    float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
-    RingAttention ra;
-    ring_attention_init(&ra, host_comm, B, Tl, C, NH);
-    ra.layout = &sh.layout;
-    ring_attention_forward(&ra, out, lse, qkv);
-    ring_attention_backward(&ra, dqkv, dout, qkv, out, lse);
+    RingAttention ring;
+    ring_attention_init(&ring, host_comm, B, Tl, C, NH);
+    ring.layout = &sh.layout;
+    RingAttentionCuda ring_gpu;
+    ring_attention_cuda_init(&ring_gpu, dev_comm, B, Tl, C, NH);
+    ring_gpu.layout = &sh.layout;
+    check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu), qkv, dout, B * Tl,
+                    C, NH);
+    ring_attention_cuda_free(&ring_gpu);
+    ring_attention_free(&ring);
+    AllgatherAttention ag;
+    allgather_attention_init(&ag, host_comm, B, Tl, C, NH);
+    ag.layout = &sh.layout;
+    AllgatherAttentionCuda ag_gpu;
+    allgather_attention_cuda_init(&ag_gpu, dev_comm, B, Tl, C, NH);
+    ag_gpu.layout = &sh.layout;
+    check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu), qkv,
+                    dout, B * Tl, C, NH);
+    allgather_attention_cuda_free(&ag_gpu);
+    allgather_attention_free(&ag);
 
-    // the GPU ring
-    float *d_qkv = device_copy(qkv, nqkv), *d_dout = device_copy(dout, nout);
-    float *d_out = (float *)cudaMallocCheck(nout * sizeof(float));
-    float *d_lse = (float *)cudaMallocCheck(nlse * sizeof(float));
-    float *d_dqkv = (float *)cudaMallocCheck(nqkv * sizeof(float));
-    poison_device(d_out, nout * sizeof(float));
-    poison_device(d_lse, nlse * sizeof(float));
-    poison_device(d_dqkv, nqkv * sizeof(float));
-    RingAttentionCuda gra;
-    ring_attention_cuda_init(&gra, dev_comm, B, Tl, C, NH);
-    gra.layout = &sh.layout;
-    ring_attention_cuda_forward(&gra, d_out, d_lse, d_qkv);
-    ring_attention_cuda_backward(&gra, d_dqkv, d_dout, d_qkv, d_out, d_lse);
-    char what[200];
-    snprintf(what, sizeof(what), "%s: O", label);
-    check_rel_device(what, d_out, out, nout, 1e-5);
-    snprintf(what, sizeof(what), "%s: LSE", label);
-    check_rel_device(what, d_lse, lse, nlse, 1e-5);
-    // dqkv holds dQ | dK | dV in each token's 3C: split them to name the one that differs
-    float *got = host_copy(d_dqkv, nqkv);
-    float *part = (float *)mallocCheck(nout * sizeof(float)), *part_ref = (float *)mallocCheck(nout * sizeof(float));
-    const char *names[3] = {"dQ", "dK", "dV"};
-    for (int which = 0; which < 3; which++) {
-        for (size_t bt = 0; bt < (size_t)B * Tl; bt++) {
-            for (int c = 0; c < C; c++) {
-                part[bt * C + c] = got[bt * 3 * C + which * C + c];
-                part_ref[bt * C + c] = dqkv[bt * 3 * C + which * C + c];
-            }
-        }
-        snprintf(what, sizeof(what), "%s: %s", label, names[which]);
-        check_rel(what, part, part_ref, nout, 1e-5);
-    }
-    // determinism: the backward pass again, the same bits
-    poison_device(d_dqkv, nqkv * sizeof(float));
-    ring_attention_cuda_backward(&gra, d_dqkv, d_dout, d_qkv, d_out, d_lse);
-    float *again = host_copy(d_dqkv, nqkv);
-    CHECK(memcmp(got, again, nqkv * sizeof(float)) == 0, "%s: two GPU backward passes differ", label);
-
-    ring_attention_cuda_free(&gra);
-    ring_attention_free(&ra);
     cp_sharder_free(&sh);
-    cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
-    cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dqkv));
-    free(inputs); free(targets); free(qkv); free(dout); free(out); free(lse); free(dqkv);
-    free(got); free(again); free(part); free(part_ref);
+    free(inputs); free(targets); free(qkv); free(dout);
 }
 
 // The collectives of the device transport against what they must produce.
@@ -148,6 +174,29 @@ static void test_transport(Comm *comm) {
     poison_device(d_all, count * n * sizeof(float));
     comm->all_gather(comm, d_x, d_all, count * sizeof(float));
     check_rel_device("transport all_gather", d_all, expected, count * n, 0.0);
+
+    // reduce_scatter_sum: rank r sends (r + 1) * (k * 10000 + i) as element i of part
+    // k, so rank k receives (1 + ... + n) * (k * 10000 + i), exact in float
+    float *parts = (float *)mallocCheck(count * n * sizeof(float));
+    for (int k = 0; k < n; k++) {
+        for (size_t i = 0; i < count; i++) { parts[k * count + i] = (float)(r + 1) * (float)(k * 10000 + (int)i); }
+    }
+    for (size_t i = 0; i < count; i++) { expected[i] = (float)(n * (n + 1) / 2) * (float)(r * 10000 + (int)i); }
+    cuda_upload(d_all, parts, count * n * sizeof(float));
+    poison_device(d_x, count * sizeof(float));
+    comm->reduce_scatter_sum(comm, d_all, d_x, count, COMM_FLOAT);
+    check_rel_device("transport reduce_scatter_sum float", d_x, expected, count, 0.0);
+    // in double: rank r sends (0.5 (r + 1) (k + 1), 1) as part k, so rank k receives
+    // (0.25 n (n + 1) (k + 1), n)
+    double *dparts = (double *)mallocCheck(2 * n * sizeof(double));
+    double *d_dparts = (double *)cudaMallocCheck(2 * n * sizeof(double));
+    for (int k = 0; k < n; k++) { dparts[2 * k] = 0.5 * (r + 1) * (k + 1); dparts[2 * k + 1] = 1.0; }
+    cuda_upload(d_dparts, dparts, 2 * n * sizeof(double));
+    comm->reduce_scatter_sum(comm, d_dparts, d_dv, 2, COMM_DOUBLE);
+    cuda_download(dv, d_dv, sizeof(dv));
+    CHECK(dv[0] == 0.25 * n * (n + 1) * (r + 1) && dv[1] == n, "reduce_scatter_sum double: got %g %g", dv[0], dv[1]);
+    free(parts); free(dparts);
+    cudaCheck(cudaFree(d_dparts));
 
     int root = n - 1;
     for (size_t i = 0; i < count; i++) {
@@ -186,6 +235,8 @@ int main(int argc, char **argv) {
             run_case(host_comm, dev_comm, kinds[k], lengths[l], 1, 1, 80);
         }
     }
+    // packed: documents split head-tail one by one, pad slots between them
+    run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 100, 1, 2, 32);
     dev_comm->destroy(dev_comm);
     host_comm->destroy(host_comm);
     cuda_free_context();

@@ -1,21 +1,30 @@
 /*
-MPI test of ring attention (cp/ring_attention.h) against the single-process
-reference (test/reference_attention.h, itself checked by finite differences in
-test_attention_reference.c).
+MPI test of the two context-parallel attention algorithms, ring attention
+(cp/ring_attention.h) and all-gather attention (cp/allgather_attention.h), against
+the single-process reference (test/reference_attention.h, itself checked by finite
+differences in test_attention_reference.c).
 
 Every rank draws the same Q, K, V and dO for the whole (B, T) sequence, computes
 the reference on its own copy in double, then shards them with the layout
-(cp_shard_batch, cp_shard_tokens with zero fills), runs the ring forward and
-backward over a Comm of all ranks, gathers O, LSE, dQ, dK, dV back to global order
-(cp_gather_tokens, trim) and compares element by element, for layouts identity
-(np 1), contiguous and round_robin, T = 3, 7, 16, 37, 100 (most need padding), and
-with document masking (an EOT token opens a new document, as in cp_row_documents).
+(cp_shard_batch, cp_shard_tokens with zero fills), runs each algorithm's forward
+and backward (through the AttentionVerbs the trainers call) over a Comm of all
+ranks, gathers O, LSE, dQ, dK, dV back to global order (cp_gather_tokens, trim)
+and compares element by element, for layouts identity (np 1), contiguous,
+round_robin and packed, T = 3, 7, 16, 37, 100 (most need padding), and with
+document masking (an EOT token opens a new document, as in cp_row_documents).
 
-Tolerance |ring - ref| <= 1e-5 + 1e-5 |ref|. The ring runs in fp32: each output is
-a sum of at most T = 100 terms of size O(1) (inputs U(-1, 1), HS = 8, so scores are
-below ~3 and LSE below ~8), whose rounding error is ~ sqrt(T) * 6e-8 * O(1) ~ 1e-6,
-and the block-wise log-sum-exp merges add a few ulps of LSE. The absolute part
-covers the many O(1) values, the relative part the few larger dK, dV and LSE.
+Tolerance against the reference |got - ref| <= 1e-5 + 1e-5 |ref|. Both run in
+fp32: each output is a sum of at most T = 100 terms of size O(1) (inputs
+U(-1, 1), HS = 8, so scores are below ~3 and LSE below ~8), whose rounding error
+is ~ sqrt(T) * 6e-8 * O(1) ~ 1e-6, and the block-wise log-sum-exp merges add a
+few ulps of LSE. The absolute part covers the many O(1) values, the relative part
+the few larger dK, dV and LSE.
+
+The all-gather must also equal the ring closely, |ag - ring| <= 1e-6 + 1e-6 |ring|:
+it meets the same blocks in the same order with the same block functions, so O,
+LSE and dQ have the same rounding; dK and dV differ only in the order in which the
+cp ranks' shares are summed (the ring adds them as the accumulator travels, the
+reduce-scatter in its own order), a few fp32 ulps of values below ~10.
 
 It also checks, without running anything, that the sub-block visibility tables
 skip what the layouts say must be skipped (cp/block_mask.h), see
@@ -24,6 +33,7 @@ check_block_skipping.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "cp/allgather_attention.h"
 #include "cp/comm_mpi.h"
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
@@ -38,10 +48,17 @@ check_block_skipping.
 #define DOC_TOKEN 3
 #define ATOL 1e-5
 #define RTOL 1e-5
+#define ATOL_RING 1e-6 // all-gather against the ring
+#define RTOL_RING 1e-6
 
-// the worst |ring - ref| of each quantity over all cases, for the log
-static double worst_diff[5];
-static const char *quantity_names[5] = {"O", "LSE", "dQ", "dK", "dV"};
+enum { RING, ALLGATHER, NUM_ALGORITHMS };
+static const char *algorithm_names[NUM_ALGORITHMS] = {"ring", "allgather"};
+#define NUM_QUANTITIES 5
+static const char *quantity_names[NUM_QUANTITIES] = {"O", "LSE", "dQ", "dK", "dV"};
+// the worst |got - ref| of each algorithm and quantity over all cases, and of
+// |allgather - ring|, for the log
+static double worst_diff[NUM_ALGORITHMS][NUM_QUANTITIES];
+static double worst_vs_ring[NUM_QUANTITIES];
 
 // Document of every token of a row, counted here: the number of document tokens at
 // positions 1..t (one at t = 0 opens document 0, which is open anyway).
@@ -63,16 +80,94 @@ static void make_inputs(Rng *rng, int *inputs, int T, int with_documents) {
     for (int k = 0; k < 3; k++) { inputs[T + row1[k]] = DOC_TOKEN; }
 }
 
-static void compare(const float *got, const double *expected, size_t n, int quantity, const char *layout, int T,
-                    int documents) {
-    CloseCheck cc;
-    close_begin(&cc, ATOL, RTOL, "%s T %d%s: %s", layout, T, documents ? " documents" : "", quantity_names[quantity]);
-    for (size_t i = 0; i < n; i++) {
-        close_add(&cc, i, got[i], expected[i]);
-        double d = fabs(got[i] - expected[i]);
-        if (d > worst_diff[quantity]) { worst_diff[quantity] = d; }
+// The five quantities of one run in global order: O (B, T, C), LSE (B, NH, T),
+// and dQ, dK, dV each (B, T, C), split out of dqkv to name the one that differs.
+typedef struct {
+    double *q[NUM_QUANTITIES];
+    size_t n[NUM_QUANTITIES];
+} Outputs;
+
+static void outputs_init(Outputs *o, int T) {
+    size_t nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    for (int q = 0; q < NUM_QUANTITIES; q++) {
+        o->n[q] = q == 1 ? nlse : nout;
+        o->q[q] = (double *)mallocCheck(o->n[q] * sizeof(double));
     }
-    close_end(&cc);
+}
+
+static void outputs_free(Outputs *o) {
+    for (int q = 0; q < NUM_QUANTITIES; q++) { free(o->q[q]); }
+}
+
+// out: (B, T, C)   lse: (B, NH, T)   dqkv: (B, T, 3C)
+static void outputs_fill(Outputs *o, const double *out, const double *lse, const double *dqkv, int T) {
+    memcpy(o->q[0], out, o->n[0] * sizeof(double));
+    memcpy(o->q[1], lse, o->n[1] * sizeof(double));
+    for (size_t bt = 0; bt < (size_t)B * T; bt++) {
+        for (int which = 0; which < 3; which++) {
+            for (int c = 0; c < C; c++) { o->q[2 + which][bt * C + c] = dqkv[bt * 3 * C + which * C + c]; }
+        }
+    }
+}
+
+// a new double array holding x: (n)
+static double *widen(const float *x, size_t n) {
+    double *d = (double *)mallocCheck(n * sizeof(double));
+    for (size_t i = 0; i < n; i++) { d[i] = x[i]; }
+    return d;
+}
+
+// got against expected, quantity by quantity; worst: the worst diffs to update
+static void compare(const Outputs *got, const Outputs *expected, double atol, double rtol, double *worst,
+                    const char *what, const char *layout, int T, int documents) {
+    for (int q = 0; q < NUM_QUANTITIES; q++) {
+        CloseCheck cc;
+        close_begin(&cc, atol, rtol, "%s T %d%s: %s %s", layout, T, documents ? " documents" : "", what,
+                    quantity_names[q]);
+        for (size_t i = 0; i < got->n[q]; i++) {
+            close_add(&cc, i, got->q[q][i], expected->q[q][i]);
+            double d = fabs(got->q[q][i] - expected->q[q][i]);
+            if (d > worst[q]) { worst[q] = d; }
+        }
+        close_end(&cc);
+    }
+}
+
+// Runs one algorithm's forward and backward on this rank's shard and gathers its
+// outputs into global order.   qkv_l: (B, Tl, 3C)   dout_l: (B, Tl, C)
+static void run_algorithm(Comm *comm, CpSharder *sh, AttentionVerbs attn, const float *qkv_l, const float *dout_l,
+                          Outputs *result) {
+    int T = sh->layout.original_seq_len, Tl = sh->layout.local_len;
+    size_t lqkv = (size_t)B * Tl * 3 * C, lout = (size_t)B * Tl * C, llse = (size_t)B * NH * Tl;
+    float *out_l = (float *)mallocCheck(lout * sizeof(float));
+    float *lse_l = (float *)mallocCheck(llse * sizeof(float));
+    float *lse_tok = (float *)mallocCheck(llse * sizeof(float));
+    float *dqkv_l = (float *)mallocCheck(lqkv * sizeof(float));
+    attn.forward(attn.ctx, out_l, lse_l, qkv_l);
+    attn.backward(attn.ctx, dqkv_l, dout_l, qkv_l, out_l, lse_l);
+    // lse is (B, NH, Tl): make it token-major (B, Tl, NH) so that it gathers like a token tensor
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < Tl; t++) { lse_tok[((size_t)b * Tl + t) * NH + h] = lse_l[((size_t)b * NH + h) * Tl + t]; }
+        }
+    }
+    size_t nqkv = (size_t)B * T * 3 * C, nout = (size_t)B * T * C, nlse = (size_t)B * NH * T;
+    float *out = (float *)mallocCheck(nout * sizeof(float));
+    float *lse_g = (float *)mallocCheck(nlse * sizeof(float));
+    float *lse = (float *)mallocCheck(nlse * sizeof(float));
+    float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
+    CHECK(cp_gather_tokens(sh, comm, out_l, C * sizeof(float), 1, out) == CP_OK, "gather out: %s", sh->error);
+    CHECK(cp_gather_tokens(sh, comm, lse_tok, NH * sizeof(float), 1, lse_g) == CP_OK, "gather lse: %s", sh->error);
+    CHECK(cp_gather_tokens(sh, comm, dqkv_l, 3 * C * sizeof(float), 1, dqkv) == CP_OK, "gather dqkv: %s", sh->error);
+    for (int b = 0; b < B; b++) {
+        for (int h = 0; h < NH; h++) {
+            for (int t = 0; t < T; t++) { lse[((size_t)b * NH + h) * T + t] = lse_g[((size_t)b * T + t) * NH + h]; }
+        }
+    }
+    double *out_d = widen(out, nout), *lse_d = widen(lse, nlse), *dqkv_d = widen(dqkv, nqkv);
+    outputs_fill(result, out_d, lse_d, dqkv_d, T);
+    free(out_l); free(lse_l); free(lse_tok); free(dqkv_l); free(out); free(lse_g); free(lse); free(dqkv);
+    free(out_d); free(lse_d); free(dqkv_d);
 }
 
 static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
@@ -91,80 +186,55 @@ static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
     make_inputs(&rng, inputs, T, with_documents);
 
     // the reference, in double, on this rank's copy of the whole sequence
-    double *qkv_d = (double *)mallocCheck(nqkv * sizeof(double));
-    double *dout_d = (double *)mallocCheck(nout * sizeof(double));
+    double *qkv_d = widen(qkv, nqkv);
+    double *dout_d = widen(dout, nout);
     double *ref_out = (double *)mallocCheck(nout * sizeof(double));
     double *ref_lse = (double *)mallocCheck(nlse * sizeof(double));
     double *ref_dqkv = (double *)mallocCheck(nqkv * sizeof(double));
     int *doc = NULL;
-    for (size_t i = 0; i < nqkv; i++) { qkv_d[i] = qkv[i]; }
-    for (size_t i = 0; i < nout; i++) { dout_d[i] = dout[i]; }
     if (with_documents) {
         doc = (int *)mallocCheck((size_t)B * T * sizeof(int));
         for (int b = 0; b < B; b++) { count_documents(inputs + b * T, T, doc + b * T); }
     }
     ref_attention_forward(ref_out, ref_lse, qkv_d, doc, B, T, C, NH);
     ref_attention_backward(ref_dqkv, dout_d, qkv_d, doc, B, T, C, NH);
+    Outputs ref;
+    outputs_init(&ref, T);
+    outputs_fill(&ref, ref_out, ref_lse, ref_dqkv, T);
 
-    // shard, run the ring, gather
+    // shard, run each algorithm, gather
     CpSharder sh;
     cp_sharder_init(&sh, kind, comm->rank, np, MAX_SEQ_LEN, with_documents ? DOC_TOKEN : -1);
     CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "%s T %d: shard_batch: %s", name, T, sh.error);
     int Tl = sh.layout.local_len;
-    size_t lqkv = (size_t)B * Tl * 3 * C, lout = (size_t)B * Tl * C, llse = (size_t)B * NH * Tl;
-    float *qkv_l = (float *)mallocCheck(lqkv * sizeof(float));
-    float *dout_l = (float *)mallocCheck(lout * sizeof(float));
-    float *out_l = (float *)mallocCheck(lout * sizeof(float));
-    float *lse_l = (float *)mallocCheck(llse * sizeof(float));
-    float *lse_tok = (float *)mallocCheck(llse * sizeof(float));
-    float *dqkv_l = (float *)mallocCheck(lqkv * sizeof(float));
+    float *qkv_l = (float *)mallocCheck((size_t)B * Tl * 3 * C * sizeof(float));
+    float *dout_l = (float *)mallocCheck((size_t)B * Tl * C * sizeof(float));
     float zeros[3 * C] = {0};
     CHECK(cp_shard_tokens(&sh, qkv, 3 * C * sizeof(float), B, T, zeros, qkv_l) == CP_OK, "shard qkv: %s", sh.error);
     CHECK(cp_shard_tokens(&sh, dout, C * sizeof(float), B, T, zeros, dout_l) == CP_OK, "shard dout: %s", sh.error);
     RingAttention ra;
     ring_attention_init(&ra, comm, B, Tl, C, NH);
     ra.layout = &sh.layout;
-    ring_attention_forward(&ra, out_l, lse_l, qkv_l);
-    ring_attention_backward(&ra, dqkv_l, dout_l, qkv_l, out_l, lse_l);
-    // lse is (B, NH, Tl): make it token-major (B, Tl, NH) so that it gathers like a token tensor
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < Tl; t++) { lse_tok[((size_t)b * Tl + t) * NH + h] = lse_l[((size_t)b * NH + h) * Tl + t]; }
-        }
+    AllgatherAttention ag;
+    allgather_attention_init(&ag, comm, B, Tl, C, NH);
+    ag.layout = &sh.layout;
+    AttentionVerbs verbs[NUM_ALGORITHMS] = {ring_attention_verbs(&ra), allgather_attention_verbs(&ag)};
+    Outputs got[NUM_ALGORITHMS];
+    for (int a = 0; a < NUM_ALGORITHMS; a++) {
+        outputs_init(&got[a], T);
+        run_algorithm(comm, &sh, verbs[a], qkv_l, dout_l, &got[a]);
+        compare(&got[a], &ref, ATOL, RTOL, worst_diff[a], algorithm_names[a], name, T, with_documents);
     }
-    float *out = (float *)mallocCheck(nout * sizeof(float));
-    float *lse_g = (float *)mallocCheck(nlse * sizeof(float));
-    float *lse = (float *)mallocCheck(nlse * sizeof(float));
-    float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
-    CHECK(cp_gather_tokens(&sh, comm, out_l, C * sizeof(float), 1, out) == CP_OK, "gather out: %s", sh.error);
-    CHECK(cp_gather_tokens(&sh, comm, lse_tok, NH * sizeof(float), 1, lse_g) == CP_OK, "gather lse: %s", sh.error);
-    CHECK(cp_gather_tokens(&sh, comm, dqkv_l, 3 * C * sizeof(float), 1, dqkv) == CP_OK, "gather dqkv: %s", sh.error);
-    for (int b = 0; b < B; b++) {
-        for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < T; t++) { lse[((size_t)b * NH + h) * T + t] = lse_g[((size_t)b * T + t) * NH + h]; }
-        }
-    }
+    compare(&got[ALLGATHER], &got[RING], ATOL_RING, RTOL_RING, worst_vs_ring, "allgather vs ring", name, T,
+            with_documents);
 
-    compare(out, ref_out, nout, 0, name, T, with_documents);
-    compare(lse, ref_lse, nlse, 1, name, T, with_documents);
-    // dqkv holds dQ | dK | dV in each token's 3C: split them to name the one that differs
-    float *part = (float *)mallocCheck(nout * sizeof(float));
-    double *part_ref = (double *)mallocCheck(nout * sizeof(double));
-    for (int which = 0; which < 3; which++) {
-        for (size_t bt = 0; bt < (size_t)B * T; bt++) {
-            for (int c = 0; c < C; c++) {
-                part[bt * C + c] = dqkv[bt * 3 * C + which * C + c];
-                part_ref[bt * C + c] = ref_dqkv[bt * 3 * C + which * C + c];
-            }
-        }
-        compare(part, part_ref, nout, 2 + which, name, T, with_documents);
-    }
-
+    for (int a = 0; a < NUM_ALGORITHMS; a++) { outputs_free(&got[a]); }
+    outputs_free(&ref);
     ring_attention_free(&ra);
+    allgather_attention_free(&ag);
     cp_sharder_free(&sh);
     free(qkv); free(dout); free(inputs); free(targets); free(qkv_d); free(dout_d); free(ref_out); free(ref_lse);
-    free(ref_dqkv); free(doc); free(qkv_l); free(dout_l); free(out_l); free(lse_l); free(lse_tok); free(dqkv_l);
-    free(out); free(lse_g); free(lse); free(dqkv); free(part); free(part_ref);
+    free(ref_dqkv); free(doc); free(qkv_l); free(dout_l);
 }
 
 // ----------------------------------------------------------------------------
@@ -264,8 +334,13 @@ int main(int argc, char **argv) {
     // np 4 T 3 in both layouts
     CHECK(tested >= 2 * (num_T + 2) - 2 + 2, "only %d cases ran", tested);
     if (comm->rank == 0) {
-        printf("test_ring_attention np %d: OK, %d cases; worst |ring - ref|:", np, tested);
-        for (int q = 0; q < 5; q++) { printf(" %s %.2g", quantity_names[q], worst_diff[q]); }
+        printf("test_ring_attention np %d: OK, %d cases", np, tested);
+        for (int a = 0; a < NUM_ALGORITHMS; a++) {
+            printf("; worst |%s - ref|:", algorithm_names[a]);
+            for (int q = 0; q < NUM_QUANTITIES; q++) { printf(" %s %.2g", quantity_names[q], worst_diff[a][q]); }
+        }
+        printf("; worst |allgather - ring|:");
+        for (int q = 0; q < NUM_QUANTITIES; q++) { printf(" %s %.2g", quantity_names[q], worst_vs_ring[q]); }
         printf("\n");
     }
     comm->destroy(comm);

@@ -141,7 +141,7 @@ template <typename K> static EmuLauncher<K> make_launcher(K k, dim3 g, dim3 b, s
 
 // ---- runtime
 typedef int cudaError_t;
-enum { cudaSuccess = 0, cudaErrorNoDevice = 100 };
+enum { cudaSuccess = 0, cudaErrorNotReady = 600, cudaErrorNoDevice = 100 };
 typedef void *cudaStream_t;
 typedef void *cudaEvent_t;
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
@@ -156,6 +156,7 @@ static cudaError_t cudaSetDevice(int) { return cudaSuccess; }
 static cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned) { static int x; *s = &x; return cudaSuccess; }
 static cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 static cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }
+static cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 static cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { static int x; *e = &x; return cudaSuccess; }
 static cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 static cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }

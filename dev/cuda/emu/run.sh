@@ -4,7 +4,7 @@
 # compiled with g++ against the fake CUDA headers of this folder.
 #
 #     bash dev/cuda/emu/run.sh            the GPU tests, 1 to 4 ranks
-#     bash dev/cuda/emu/run.sh trainer    also train_gpt2cp (-ct mpi) vs the CPU twin
+#     bash dev/cuda/emu/run.sh trainer    also train_gpt2cp (-ct mpi) vs the CPU twin, and its resume
 #
 # Slow (every thread is a fiber): small sizes only. NCCL is not emulated.
 set -euo pipefail
@@ -53,3 +53,11 @@ ARGS=(-e d1 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0)
 paste <(awk -F'trl:' '/trl:/ { print $2 }' "$WORK/cpu/main.log") <(awk -F'trl:' '/trl:/ { print $2 }' "$WORK/gpu/main.log")
 paste <(od -An -v -f -w4 "$WORK/cpu.tl") <(od -An -v -f -w4 "$WORK/gpu.tl") |
     awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "max |token loss diff| %.2e over %d tokens\n", m, NR; exit !(NR > 0 && m < 1e-4) }'
+# resume: 1 step, a checkpoint, then -y 1 on to step 2 gives the 2-step run's losses
+# and weights bit for bit (the AdamW moments go through the host copy both ways)
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -x 1 -o "$WORK/gpu_resume" > "$WORK/gpu_resume1.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -y 1 -o "$WORK/gpu_resume" > "$WORK/gpu_resume2.out"
+grep -q '^resuming from step 1: ' "$WORK/gpu_resume2.out"
+diff "$WORK/gpu/main.log" "$WORK/gpu_resume/main.log"
+cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_resume/model_00000002.bin"
+echo "resume at step 1: main.log and the step-2 weights bit for bit"

@@ -1,0 +1,108 @@
+/*
+All-gather attention on the GPU: cp/allgather_attention.h with the block
+computations of cp/attention_block.cuh and every buffer in device memory (the
+costs and the trade-off against the ring are in the CPU header).
+
+Forward: this rank's K/V block is all-gathered on the transport's stream (the
+transport orders it after the compute that wrote the block, and the compute after
+the gather, cp/comm_cuda.cuh); the local queries then meet the cp blocks in the
+ring's order. Backward gathers again, writes every block's dK | dV contribution
+into its own slot of the full-length buffer (the dKV kernel writes every row, so
+nothing is zeroed), and one reduce_scatter_sum sends each block's sum home.
+*/
+#ifndef CP_ALLGATHER_ATTENTION_CUH
+#define CP_ALLGATHER_ATTENTION_CUH
+
+#include "allgather_attention.h" // allgather_source: the same order of the blocks
+#include "attention_block.cuh"
+#include "comm.h"
+#include "sharder.h"
+#include "../llmc/attention_verbs.h"
+#include "../llmc/cuda_common.cuh"
+
+typedef struct {
+    Comm *comm;                   // the CP group, on device memory
+    const ShardLayout *layout;    // this step's layout (host): coordinates of the local tokens
+    int B, T, C, NH;              // T = local tokens per row; buffers fit these sizes
+    size_t kv_bytes;              // bytes of one rank's K/V block
+    size_t dkv_bytes;             // bytes of one rank's dK | dV
+    void *kv_own;                 // this rank's K/V block, its part of the gather (device)
+    char *kv_all;                 // every rank's K/V block, rank i's at i * kv_bytes
+    float *dkv_all;               // dK | dV of every rank's block, rank i's 2 x (B, NH, T, HS) at i * dkv_bytes
+    float *dkv_own;               // the sum over the ranks of this rank's dK | dV, 2 x (B, NH, T, HS)
+    AttentionQueriesCuda queries; // the local queries and their state
+    size_t bytes;                 // device memory init allocated
+} AllgatherAttentionCuda;
+
+static void allgather_attention_cuda_init(AllgatherAttentionCuda *ag, Comm *comm, int B, int T, int C, int NH) {
+    memset(ag, 0, sizeof(*ag));
+    attention_queries_cuda_init(&ag->queries, B, T, C, NH, &ag->bytes);
+    ag->comm = comm;
+    ag->B = B; ag->T = T; ag->C = C; ag->NH = NH;
+    ag->kv_bytes = kv_block_bytes(B, T, C);
+    ag->dkv_bytes = dkv_block_bytes(B, T, C);
+    int cp = comm->size;
+    ag->kv_own = attention_cuda_alloc(&ag->bytes, ag->kv_bytes);
+    ag->kv_all = (char *)attention_cuda_alloc(&ag->bytes, cp * ag->kv_bytes);
+    ag->dkv_all = (float *)attention_cuda_alloc(&ag->bytes, cp * ag->dkv_bytes);
+    ag->dkv_own = (float *)attention_cuda_alloc(&ag->bytes, ag->dkv_bytes);
+}
+
+static void allgather_attention_cuda_free(AllgatherAttentionCuda *ag) {
+    void *buffers[] = {ag->kv_own, ag->kv_all, ag->dkv_all, ag->dkv_own};
+    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { cudaCheck(cudaFree(buffers[i])); }
+    attention_queries_cuda_free(&ag->queries);
+    memset(ag, 0, sizeof(*ag));
+}
+
+static KVBlock allgather_block_cuda(const AllgatherAttentionCuda *ag, int rank) {
+    return kv_block_view(ag->kv_all + rank * ag->kv_bytes, ag->B, ag->NH, ag->T, ag->C / ag->NH);
+}
+
+// out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
+static void allgather_attention_cuda_forward(AllgatherAttentionCuda *ag, float *out, float *lse, const float *qkv) {
+    Comm *comm = ag->comm;
+    KVBlock own = kv_block_view(ag->kv_own, ag->B, ag->NH, ag->T, ag->C / ag->NH);
+    attention_forward_begin_cuda(&ag->queries, ag->layout, &own, qkv, lse);
+    comm->all_gather(comm, ag->kv_own, ag->kv_all, ag->kv_bytes);
+    for (int step = 0; step < comm->size; step++) {
+        KVBlock blk = allgather_block_cuda(ag, allgather_source(comm, step));
+        attend_block_forward_cuda(&ag->queries, &blk, lse);
+    }
+    attention_forward_end_cuda(&ag->queries, out);
+}
+
+// dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
+static void allgather_attention_cuda_backward(AllgatherAttentionCuda *ag, float *dqkv, const float *dout,
+                                              const float *qkv, const float *out, const float *lse) {
+    Comm *comm = ag->comm;
+    size_t dkv_floats = ag->dkv_bytes / sizeof(float);
+    KVBlock own = kv_block_view(ag->kv_own, ag->B, ag->NH, ag->T, ag->C / ag->NH);
+    attention_backward_begin_cuda(&ag->queries, ag->layout, &own, qkv, dout, out);
+    comm->all_gather(comm, ag->kv_own, ag->kv_all, ag->kv_bytes);
+    for (int step = 0; step < comm->size; step++) {
+        int src = allgather_source(comm, step);
+        KVBlock blk = allgather_block_cuda(ag, src);
+        attend_block_backward_cuda(&ag->queries, &blk, lse, ag->dkv_all + src * dkv_floats);
+    }
+    // every rank's share of block i, summed, to rank i
+    comm->reduce_scatter_sum(comm, ag->dkv_all, ag->dkv_own, dkv_floats, COMM_FLOAT);
+    attention_backward_end_cuda(&ag->queries, dqkv, ag->dkv_own);
+}
+
+static void allgather_attention_cuda_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
+    allgather_attention_cuda_forward((AllgatherAttentionCuda *)ctx, out, lse, qkv);
+}
+
+static void allgather_attention_cuda_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                                   const float *out, const float *lse) {
+    allgather_attention_cuda_backward((AllgatherAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the GPU model's attention verbs (device pointers), computed by all-gather attention
+static AttentionVerbs allgather_attention_cuda_verbs(AllgatherAttentionCuda *ag) {
+    AttentionVerbs verbs = {ag, allgather_attention_cuda_forward_verb, allgather_attention_cuda_backward_verb};
+    return verbs;
+}
+
+#endif // CP_ALLGATHER_ATTENTION_CUH

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Checkpoint and resume (-n, -y) on the CPU trainer, against the uninterrupted run:
+#   1. cp 2 round_robin: 20 steps in one go (A), and 10 steps then -y 1 to 20 (B):
+#      B's main.log lines and -tl losses of steps 10..19, and its final model and
+#      state files, are byte-identical to A's
+#   2. resuming the cp 2 checkpoint at cp 1 prints a note and matches A within 1e-4
+#   3. crash safety: with the newest step's DONE marker gone, its model file cut
+#      short and .tmp leftovers around, -y 1 resumes from the previous complete step
+#      (again bit for bit); -y 1 on a directory without a checkpoint starts afresh
+#
+#   bash test/e2e_resume.sh
+#
+# Env: MPIRUN, BUILD_DIR (scratch), REPO_ROOT (the trainer is REPO_ROOT/train_gpt2cp_cpu).
+set -euo pipefail
+
+REPO_ROOT=${REPO_ROOT:-$(pwd)}
+MPIRUN=${MPIRUN:-mpirun}
+BUILD_DIR=${BUILD_DIR:-$REPO_ROOT/build}
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+TRAINER=$REPO_ROOT/train_gpt2cp_cpu
+WORK=$BUILD_DIR/e2e_resume
+
+if [[ ! -x $TRAINER ]]; then
+    echo "FAIL: $TRAINER is missing: build it first with 'make train_gpt2cp_cpu' at the repo root" >&2
+    exit 1
+fi
+cd "$REPO_ROOT"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+
+B=2 T=64
+# warmup over 15 steps, so that the schedule is mid-warmup at the resume point;
+# validation every 10 steps and a checkpoint every 10
+COMMON=(-e d1 -b $B -t $T -l 1e-3 -u 15 -v 10 -m 2 -s 0 -n 10)
+STEP_BYTES=$((B * T * 4)) # one step of -tl at dp 1
+failures=0
+
+fail() {
+    echo "FAIL: $*"
+    failures=$((failures + 1))
+}
+
+# train NAME NP [flags...]: one run, its output in $WORK/NAME.out; must exit 0
+train() {
+    local name=$1 np=$2
+    shift 2
+    local start=$SECONDS
+    if ! timeout 120 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
+        "$TRAINER" "${COMMON[@]}" "$@" >"$WORK/$name.out" 2>&1; then
+        echo "FAIL: run $name (np $np, $*) exited non-zero; its output:" >&2
+        tail -n 30 "$WORK/$name.out" >&2
+        exit 1
+    fi
+    echo "run $name: $((SECONDS - start)) s"
+}
+
+# train lines of steps FIRST..LAST of a main.log
+trl_lines() { awk -F'[: ]' -v a="$2" -v b="$3" '$3 == "trl" && $2 >= a && $2 <= b' "$1"; }
+
+# same_bytes WHAT FILE1 FILE2 [SKIP]: the files are identical (from byte SKIP on)
+same_bytes() {
+    local skip=${4:-0}
+    if ! cmp -s <(tail -c +$((skip + 1)) "$2") <(tail -c +$((skip + 1)) "$3"); then
+        fail "$1: $2 and $3 differ$( [[ $skip -gt 0 ]] && echo " after byte $skip")"
+    else
+        echo "ok   $1 identical ($(($(stat -c %s "$2") - skip)) bytes)"
+    fi
+}
+
+# ---- 1. cp 2 round_robin: uninterrupted vs interrupted at step 10
+echo "== resume at the same cp: bit for bit"
+train A 2 -cp 2 -cl round_robin -x 20 -o "$WORK/A" -tl "$WORK/A.tl"
+train B_first 2 -cp 2 -cl round_robin -x 10 -o "$WORK/B" -tl "$WORK/B.tl"
+train B_resumed 2 -cp 2 -cl round_robin -x 20 -y 1 -o "$WORK/B" -tl "$WORK/B.tl"
+grep -q '^resuming from step 10: ' "$WORK/B_resumed.out" || fail "B_resumed does not say it resumed from step 10"
+if grep -q '^note:' "$WORK/B_resumed.out"; then fail "B_resumed printed a note: $(grep -m1 '^note:' "$WORK/B_resumed.out")"; fi
+if [[ $(trl_lines "$WORK/A/main.log" 10 19 | wc -l) -ne 10 ]]; then fail "A's main.log lacks steps 10..19"; fi
+if [[ "$(trl_lines "$WORK/A/main.log" 10 19)" == "$(trl_lines "$WORK/B/main.log" 10 19)" ]]; then
+    echo "ok   main.log trl lines of steps 10..19 identical"
+else
+    fail "main.log trl lines of steps 10..19 differ:"
+    diff <(trl_lines "$WORK/A/main.log" 10 19) <(trl_lines "$WORK/B/main.log" 10 19) || true
+fi
+# main.log was appended to, nothing repeated: the whole log is A's
+same_bytes "main.log" "$WORK/A/main.log" "$WORK/B/main.log"
+[[ $(stat -c %s "$WORK/B.tl") -eq $((20 * STEP_BYTES)) ]] || fail "B.tl holds $(stat -c %s "$WORK/B.tl") bytes, expected 20 steps"
+same_bytes "-tl losses of steps 10..19" "$WORK/A.tl" "$WORK/B.tl" $((10 * STEP_BYTES))
+same_bytes "final weights" "$WORK/A/model_00000020.bin" "$WORK/B/model_00000020.bin"
+for r in 00000 00001; do
+    same_bytes "final state of rank $r" "$WORK/A/state_00000020_$r.bin" "$WORK/B/state_00000020_$r.bin"
+done
+for f in DONE_00000010 DONE_00000020 model_00000010.bin state_00000010_00001.bin; do
+    [[ -f $WORK/A/$f ]] || fail "A wrote no $f"
+done
+
+# ---- 2. the cp 2 checkpoint at cp 1: allowed, with a note, close but not bit for bit
+echo
+echo "== resume at another cp"
+mkdir -p "$WORK/C"
+cp "$WORK/B"/*00000010* "$WORK/C/"
+train C 1 -cp 1 -x 20 -y 1 -o "$WORK/C"
+note=$(grep -m1 '^note: the checkpoint was written by 2 rank(s) at cp 2, layout round_robin' "$WORK/C.out" || true)
+if [[ -n $note ]]; then echo "ok   note printed: ${note:0:100}..."; else fail "no note about the other cp in C's output"; fi
+paste <(trl_lines "$WORK/A/main.log" 10 19) <(trl_lines "$WORK/C/main.log" 10 19) | awk -F'trl:' '
+    { split($2, a, /[ \t]/); d = a[1] - $3; if (d < 0) d = -d; if (d > m) m = d; n++ }
+    END { printf "max |loss(cp 1 resumed) - loss(cp 2)| over %d steps: %.2e\n", n, m; exit !(n == 10 && m <= 1e-4) }' ||
+    fail "cp 1 resumed from cp 2 does not match within 1e-4 over steps 10..19"
+
+# ---- 3. crash safety: an incomplete newest checkpoint is never trusted
+echo
+echo "== crash in the middle of checkpoint 20"
+cp -r "$WORK/A" "$WORK/D"
+rm "$WORK/D/DONE_00000020"
+truncate -s 4096 "$WORK/D/model_00000020.bin"
+touch "$WORK/D/DONE_00000030.tmp" "$WORK/D/model_00000030.bin.tmp"
+cp "$WORK/A.tl" "$WORK/D.tl"
+train D 2 -cp 2 -cl round_robin -x 20 -y 1 -o "$WORK/D" -tl "$WORK/D.tl"
+if grep -q '^resuming from step 10: ' "$WORK/D.out"; then echo "ok   resumed from step 10, the newest complete checkpoint"
+else fail "D did not resume from step 10: $(grep -m1 '^resuming\|^error' "$WORK/D.out" || true)"; fi
+# A's -tl file held 20 steps: the resumed run cut it back to the 10 before its checkpoint
+same_bytes "-tl after resuming a longer file" "$WORK/A.tl" "$WORK/D.tl"
+same_bytes "rewritten checkpoint 20" "$WORK/A/model_00000020.bin" "$WORK/D/model_00000020.bin"
+
+echo
+echo "== -y 1 without a checkpoint starts afresh"
+train E 2 -cp 2 -cl round_robin -x 2 -y 1 -o "$WORK/E"
+grep -q "^-y 1: no complete checkpoint in $WORK/E: starting from scratch" "$WORK/E.out" ||
+    fail "E does not say that it starts from scratch"
+[[ "$(trl_lines "$WORK/E/main.log" 0 1)" == "$(trl_lines "$WORK/A/main.log" 0 1)" ]] ||
+    fail "E's first steps differ from A's"
+
+echo
+if [[ $failures -gt 0 ]]; then
+    echo "FAIL e2e_resume: $failures check(s) failed ($SECONDS s)"
+    exit 1
+fi
+echo "PASS e2e_resume ($SECONDS s)"
