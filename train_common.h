@@ -20,6 +20,7 @@ only in where the model runs.
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "cp/attention_kind.h"
 #include "cp/comm_mpi.h"
 #include "cp/layout.h"
 #include "cp/loss.h"
@@ -57,6 +58,8 @@ typedef struct {
     int tf32;                   // -f
     int cp_size;                // -cp
     const char *layout;         // -cl
+    int document_masking;       // -dm
+    const char *attention;      // -ca
     const char *token_loss_path; // -tl
     const char *transport;      // -ct
 } TrainConfig;
@@ -96,7 +99,9 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-g", FLAG_INT, &cfg->gen_tokens, "tokens to generate per sample"},
         {"-f", FLAG_INT, &cfg->tf32, "TF32 matmuls on the GPU (0/1)"},
         {"-cp", FLAG_INT, &cfg->cp_size, "context-parallel size (dp = world / cp)"},
-        {"-cl", FLAG_STRING, &cfg->layout, "CP layout: identity | contiguous | round_robin"},
+        {"-cl", FLAG_STRING, &cfg->layout, "CP layout: identity | contiguous | round_robin | packed (needs -dm 1)"},
+        {"-dm", FLAG_INT, &cfg->document_masking, "document masking: tokens attend within their document, EOT opens one (0/1)"},
+        {"-ca", FLAG_STRING, &cfg->attention, "CP attention algorithm: ring | allgather"},
         {"-tl", FLAG_STRING, &cfg->token_loss_path, "write per-token losses (float32 [steps][dp*B][T], global order)"},
         {"-ct", FLAG_STRING, &cfg->transport, transports},
     };
@@ -129,6 +134,8 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->tf32 = 1;
     cfg->cp_size = 1;
     cfg->layout = NULL; // identity at cp 1, round_robin above
+    cfg->document_masking = 0;
+    cfg->attention = "ring";
     cfg->token_loss_path = NULL;
     cfg->transport = "nccl";
 }
@@ -239,10 +246,19 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (cfg->layout == NULL) { cfg->layout = cfg->cp_size == 1 ? "identity" : "round_robin"; }
     int kind = cp_layout_from_name(cfg->layout);
     if (kind < 0) {
-        fatal_everywhere("-cl '%s': unknown layout (identity | contiguous | round_robin)", cfg->layout);
+        fatal_everywhere("-cl '%s': unknown layout (identity | contiguous | round_robin | packed)", cfg->layout);
     }
     if (kind == CP_LAYOUT_IDENTITY && cfg->cp_size != 1) {
         fatal_everywhere("-cl identity needs -cp 1, got -cp %d", cfg->cp_size);
+    }
+    if (cfg->document_masking != 0 && cfg->document_masking != 1) {
+        fatal_everywhere("-dm %d: document masking is 0 or 1", cfg->document_masking);
+    }
+    if (kind == CP_LAYOUT_PACKED && !cfg->document_masking) {
+        fatal_everywhere("-cl packed splits documents: it needs -dm 1");
+    }
+    if (cp_attention_from_name(cfg->attention) < 0) {
+        fatal_everywhere("-ca '%s': unknown attention algorithm (ring | allgather)", cfg->attention);
     }
     return (CpLayoutKind)kind;
 }
@@ -264,6 +280,15 @@ static void validate_against_model(const TrainConfig *cfg, GPT2Config c) {
     if (cfg->sample_every > 0 && cfg->gen_tokens > c.max_seq_len) {
         fatal_everywhere("-g %d exceeds the model's max_seq_len %d", cfg->gen_tokens, c.max_seq_len);
     }
+    if (cfg->document_masking && GPT2_EOT >= c.vocab_size) {
+        fatal_everywhere("-dm 1: documents open with the EOT token %d, outside the model's vocabulary of %d",
+                         GPT2_EOT, c.vocab_size);
+    }
+}
+
+// The token that opens a document, or -1 when documents are not masked.
+static int document_token(const TrainConfig *cfg) {
+    return cfg->document_masking ? GPT2_EOT : -1;
 }
 
 static void make_output_dir(const char *dir) {
@@ -398,9 +423,15 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     printf("| %-21s | %-50d |\n", "world", f->world_size);
     printf("| %-21s | %-50d |\n", "cp", cfg->cp_size);
     printf("| %-21s | %-50d |\n", "dp", f->dp_size);
-    printf("| %-21s | %-50s |\n", "layout", cfg->layout);
+    char layout[128];
+    snprintf(layout, sizeof(layout), "%s%s, attention %s", cfg->layout,
+             cfg->document_masking ? " (document masking)" : "", cfg->attention);
+    printf("| %-21s | %-50s |\n", "layout", layout);
     printf("| %-21s | %-50s |\n", "transport", f->transport);
-    printf("| %-21s | %-50d |\n", "padded T", f->padded_T);
+    char padded[128];
+    if (strcmp(cfg->layout, "packed") == 0) { snprintf(padded, sizeof(padded), "%d at least (depends on the documents)", f->padded_T); }
+    else { snprintf(padded, sizeof(padded), "%d", f->padded_T); }
+    printf("| %-21s | %-50s |\n", "padded T", padded);
     printf("| %-21s | %-50d |\n", "tokens per rank (row)", f->local_T);
     printf("| %-21s | %-50d |\n", "steps", f->steps);
     char start[128];
@@ -496,21 +527,12 @@ static Mesh mesh_split_mpi(int cp_size, MPI_Comm *world, MPI_Comm *cp, MPI_Comm 
     return m;
 }
 
-// Loads the loader's next batch and shards it for this rank into sh, the step's
-// sharder (built here, freed by the caller); ends the job if the layout cannot.
-static void next_sharded_batch(CpSharder *sh, DataLoader *dl, CpLayoutKind layout, const Mesh *m, int max_seq_len) {
-    dataloader_next_batch(dl);
-    cp_sharder_init(sh, layout, m->cp_rank, m->cp_size, max_seq_len, -1);
-    if (cp_shard_batch(sh, dl->inputs, dl->targets, dl->B, dl->T) != CP_OK) {
-        fatal_everywhere("%s", sh->error);
-    }
-}
-
 // What a run needs besides the model: sizes, data, tokenizer, logs, the -tl file,
 // the schedule, the sampling RNG and the step timer.
 typedef struct {
     CpLayoutKind layout;
-    int padded_T, local_T;  // the row after padding, and this rank's share of it
+    int padded_T, local_T;  // the row after padding, and this rank's share of it: what the
+                            // buffers fit (packed: the longest batch so far)
     int steps, val_batches;
     DataLoader train_loader, val_loader;
     Tokenizer tokenizer;
@@ -550,7 +572,7 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     run->start_step = run->resumed ? resume_step : 0;
     validate_against_model(cfg, c);
     CpSharder probe; // checks (T, cp, layout) before anything is allocated for it
-    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, -1);
+    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, document_token(cfg));
     if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
     run->padded_T = cp_padded_len(layout, cfg->T, cfg->cp_size);
     run->local_T = run->padded_T / cfg->cp_size;
@@ -578,6 +600,25 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     run->schedule = schedule;
     rng_seed(&run->sample_rng, SAMPLE_SEED);
     run->tokens_per_step = (double)mesh->dp_size * cfg->B * cfg->T;
+}
+
+// Loads the loader's next batch and shards it for this rank into sh, the step's
+// sharder (built here, freed by the caller); ends the job if the layout cannot.
+// The packed layout's length depends on the data: a batch is padded to at least
+// the longest one so far, so the buffers sized by run->local_T grow now and then
+// but never shrink and regrow.
+static void next_sharded_batch(CpSharder *sh, DataLoader *dl, TrainRun *run, const TrainConfig *cfg, const Mesh *m,
+                               int max_seq_len) {
+    dataloader_next_batch(dl);
+    cp_sharder_init(sh, run->layout, m->cp_rank, m->cp_size, max_seq_len, document_token(cfg));
+    sh->min_padded_len = run->padded_T;
+    if (cp_shard_batch(sh, dl->inputs, dl->targets, dl->B, dl->T) != CP_OK) {
+        fatal_everywhere("%s", sh->error);
+    }
+    if (sh->layout.padded_seq_len > run->padded_T) {
+        run->padded_T = sh->layout.padded_seq_len;
+        run->local_T = sh->layout.local_len;
+    }
 }
 
 static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
@@ -839,7 +880,7 @@ static void generate_sample(const TrainConfig *cfg, GPT2Config c, const Tokenize
     int *no_targets = (int *)mallocCheck((size_t)T * sizeof(int));
     for (int t = 0; t < T; t++) { tokens[t] = GPT2_EOT; no_targets[t] = IGNORE_INDEX; }
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, c.max_seq_len, -1);
+    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, c.max_seq_len, document_token(cfg));
     printf("generating:\n---\n");
     for (int t = 1; t < T; t++) {
         if (cp_shard_batch(&sh, tokens, no_targets, 1, T) != CP_OK) { fatal("%s", sh.error); }

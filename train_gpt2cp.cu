@@ -30,7 +30,7 @@ tensor cores, -f 0 is full fp32 (the runs validated against the CPU twin).
 #include "cp/comm_mpi_staged.cuh"
 #include "cp/comm_nccl.cuh"
 #include "cp/loss.cuh"
-#include "cp/ring_attention.cuh"
+#include "cp/attention.cuh"
 #include "llmc/gpt2.cuh"
 
 #define TRANSPORTS "transport: nccl | mpi"
@@ -99,11 +99,11 @@ static void load_model(GPT2Cuda *model, GPT2 *host, Comm *world) {
 
 typedef struct {
     const TrainConfig *cfg;
-    CpLayoutKind layout;
+    TrainRun *run;
     Ranks *ranks;
     GPT2Cuda *model;
     ActivationsCuda *acts;
-    RingAttentionCuda *ring;
+    CpAttentionCuda *attention;
     double *loss_stats; // device double[2]
 } Trainer;
 
@@ -111,9 +111,12 @@ typedef struct {
 // loss statistics of the global batch. The sharder is the step's: built here,
 // freed by the caller after the backward pass.
 static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh) {
-    next_sharded_batch(sh, dl, tr->layout, &tr->ranks->mesh, tr->model->config.max_seq_len);
-    tr->ring->layout = &sh->layout;
-    AttentionVerbs attn = ring_attention_cuda_verbs(tr->ring);
+    next_sharded_batch(sh, dl, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
+    if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
+        activations_cuda_free(tr->acts);
+        activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T);
+    }
+    AttentionVerbs attn = cp_attention_cuda_bind(tr->attention, &sh->layout);
     gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     local_loss_stats_cuda(tr->loss_stats, tr->acts->t.losses, tr->acts->targets, n);
@@ -189,12 +192,11 @@ int main(int argc, char **argv) {
 
     ActivationsCuda acts;
     activations_cuda_init(&acts, c, cfg.B, run.local_T);
-    RingAttentionCuda ring;
-    ring_attention_cuda_init(&ring, ranks.cp, cfg.B, run.local_T, c.channels, c.num_heads);
+    CpAttentionCuda attention;
+    cp_attention_cuda_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), ranks.cp, cfg.B,
+                           run.local_T, c.channels, c.num_heads);
     double *loss_stats = (double *)cudaMallocCheck(2 * sizeof(double));
-    Trainer tr = {&cfg, layout, &ranks, &model, &acts, &ring, loss_stats};
-    float *losses_host = NULL; // (B, local_T): -tl
-    if (cfg.token_loss_path) { losses_host = (float *)mallocCheck((size_t)cfg.B * run.local_T * sizeof(float)); }
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, loss_stats};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -215,7 +217,7 @@ int main(int argc, char **argv) {
         LossStats stats = forward_step(&tr, &run.train_loader, &sh);
         float loss = mean_loss(stats);
         gpt2_cuda_zero_grad(&model);
-        AttentionVerbs attn = ring_attention_cuda_verbs(&ring);
+        AttentionVerbs attn = cp_attention_cuda_bind(&attention, &sh.layout);
         // dloss over the valid targets of the global batch: summing every rank's
         // gradient below then gives the gradient of the mean loss
         float dloss = stats.valid_count > 0 ? (float)(1.0 / stats.valid_count) : 0.0f;
@@ -226,8 +228,11 @@ int main(int argc, char **argv) {
         float lr = learning_rate_at(&run.schedule, step);
         gpt2_cuda_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
         if (cfg.token_loss_path) {
-            cuda_download(losses_host, acts.t.losses, (size_t)cfg.B * run.local_T * sizeof(float));
+            size_t n = (size_t)sh.layout.B * sh.layout.local_len;
+            float *losses_host = (float *)mallocCheck(n * sizeof(float)); // (B, local_T)
+            cuda_download(losses_host, acts.t.losses, n * sizeof(float));
             write_token_losses(&run, &cfg, &sh, ranks.cp_host, ranks.dp_host, losses_host);
+            free(losses_host);
         }
         cp_sharder_free(&sh);
         cuda_sync(); // the step's time includes its update
@@ -235,10 +240,9 @@ int main(int argc, char **argv) {
     }
 
     print_peak_memory(mesh);
-    free(losses_host);
     cudaCheck(cudaFree(loss_stats));
     train_run_free(&run, &cfg);
-    ring_attention_cuda_free(&ring);
+    cp_attention_cuda_free(&attention);
     activations_cuda_free(&acts);
     gpt2_cuda_free(&model);
     ranks_free(&ranks);

@@ -19,7 +19,7 @@ Same flags as the GPU trainer; see -h.
 #include "train_common.h"
 #include "cp/comm_mpi.h"
 #include "cp/loss.h"
-#include "cp/ring_attention.h"
+#include "cp/attention.h"
 
 typedef struct {
     Mesh mesh;
@@ -49,20 +49,23 @@ static void ranks_free(Ranks *r) {
 
 typedef struct {
     const TrainConfig *cfg;
-    CpLayoutKind layout;
+    TrainRun *run;
     Ranks *ranks;
     GPT2 *model;
     Activations *acts;
-    RingAttention *ring;
+    CpAttention *attention;
 } Trainer;
 
 // The forward pass of the loader's next batch on this rank's shard; returns the
 // loss statistics of the global batch. The sharder is the step's: built here,
 // freed by the caller after the backward pass.
 static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh) {
-    next_sharded_batch(sh, dl, tr->layout, &tr->ranks->mesh, tr->model->config.max_seq_len);
-    tr->ring->layout = &sh->layout;
-    AttentionVerbs attn = ring_attention_verbs(tr->ring);
+    next_sharded_batch(sh, dl, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
+    if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
+        activations_free(tr->acts);
+        activations_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T);
+    }
+    AttentionVerbs attn = cp_attention_bind(tr->attention, &sh->layout);
     gpt2_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     return global_loss_stats(tr->ranks->world, local_loss_stats(tr->acts->t.losses, sh->local.targets, n));
@@ -124,9 +127,10 @@ int main(int argc, char **argv) {
 
     Activations acts;
     activations_init(&acts, c, cfg.B, run.local_T);
-    RingAttention ring;
-    ring_attention_init(&ring, ranks.cp, cfg.B, run.local_T, c.channels, c.num_heads);
-    Trainer tr = {&cfg, layout, &ranks, &model, &acts, &ring};
+    CpAttention attention;
+    cp_attention_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), ranks.cp, cfg.B,
+                      run.local_T, c.channels, c.num_heads);
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -144,7 +148,7 @@ int main(int argc, char **argv) {
         LossStats stats = forward_step(&tr, &run.train_loader, &sh);
         float loss = mean_loss(stats);
         gpt2_zero_grad(&model);
-        AttentionVerbs attn = ring_attention_verbs(&ring);
+        AttentionVerbs attn = cp_attention_bind(&attention, &sh.layout);
         // dloss over the valid targets of the global batch: summing every rank's
         // gradient below then gives the gradient of the mean loss
         float dloss = stats.valid_count > 0 ? (float)(1.0 / stats.valid_count) : 0.0f;
@@ -161,7 +165,7 @@ int main(int argc, char **argv) {
 
     print_peak_memory(mesh);
     train_run_free(&run, &cfg);
-    ring_attention_free(&ring);
+    cp_attention_free(&attention);
     activations_free(&acts);
     gpt2_free(&model);
     ranks_free(&ranks);

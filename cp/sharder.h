@@ -69,6 +69,7 @@ typedef struct {
     int cp_rank, cp_size;
     int max_positions;   // the model's max_seq_len
     int document_token;  // a token that opens a new document (EOT), or -1: one document per row
+    int min_padded_len;  // packed: pad every batch to at least this (0: to its longest row)
     int has_layout;      // set by the first cp_shard_batch
     ShardLayout layout;
     LocalBatch local;
@@ -159,8 +160,10 @@ static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, 
     for (int b = 0; b < B; b++) { cp_row_documents(inputs + (size_t)b * T, T, sh->document_token, docs + (size_t)b * T); }
     int P = cp_padded_len(sh->kind, T, cp);
     if (sh->kind == CP_LAYOUT_PACKED) {
-        // every row is padded to the longest row's packed length
-        P = 0;
+        // every row is padded to the longest row's packed length, and the batch to
+        // the caller's minimum: a trainer keeps its buffers' size that way, instead
+        // of resizing them for every batch of a slightly different length
+        P = round_up(sh->min_padded_len, 2 * cp);
         for (int b = 0; b < B; b++) {
             int row_len = cp_packed_row_len(docs + (size_t)b * T, T, cp);
             if (row_len > P) { P = row_len; }

@@ -13,7 +13,10 @@
 #      ring attention against the CPU ring on 1 to 4 ranks sharing the GPU
 #   4. trains the same small model (-e d2 -b 4 -t 256 -x 20 -f 0, Austen data) with
 #      the CPU twin (cp 1, the reference) and with train_gpt2cp at cp 1 (NCCL) and
-#      cp 2 and 4 x {contiguous, round_robin} (-ct mpi, ranks sharing the GPU)
+#      cp 2 and 4 x {contiguous, round_robin} (-ct mpi, ranks sharing the GPU);
+#      then with document masking (-dm 1, text with short documents) the packed
+#      layout and the all-gather attention against the CPU twin with -dm 1; and a
+#      resume: 10 steps, then -y 1 to 20, must repeat the 20-step run's losses
 #   5. prints a table, also written to $OUT/gpu_check.txt when OUT is set: per run,
 #      |step loss - CPU twin| at step 1 and the max over 20 steps, the max
 #      |per-token loss - CPU twin| (gathered with -tl) at step 1 and over all
@@ -116,15 +119,39 @@ train() {
         -o "$WORK/$name" -tl "$WORK/$name.tl" "$@"
 }
 OMP_NUM_THREADS=$CORES train cpu_cp1 1 ./train_gpt2cp_cpu -cp 1 || fail "the CPU twin's run"
+# the runs compared in the table, and the CPU twin's run each is compared with
 declare -a runs=()
-train gpu_cp1_nccl 1 ./train_gpt2cp -cp 1 -ct nccl && runs+=(gpu_cp1_nccl) || fail "gpu cp 1 (nccl)"
+declare -A reference=()
+# gpu NAME NP REFERENCE FLAGS...: a train_gpt2cp run for the table
+gpu() {
+    local name=$1 np=$2 ref=$3
+    shift 3
+    train "$name" "$np" ./train_gpt2cp "$@" && { runs+=("$name"); reference[$name]=$ref; } || fail "$name"
+}
+gpu gpu_cp1_nccl 1 cpu_cp1 -cp 1 -ct nccl
 for cp in 2 4; do
     for layout in contiguous round_robin; do
-        name=gpu_cp${cp}_${layout}_mpi
-        train "$name" "$cp" ./train_gpt2cp -cp "$cp" -cl "$layout" -ct mpi && runs+=("$name") ||
-            fail "gpu cp $cp $layout (-ct mpi)"
+        gpu "gpu_cp${cp}_${layout}_mpi" "$cp" cpu_cp1 -cp "$cp" -cl "$layout" -ct mpi
     done
 done
+# documents: the validation text with an EOT every 7 to 66 tokens over the span read
+source test/binary_files.sh
+DOCS=$WORK/short_documents.bin
+cp dev/data/austen/austen_val.bin "$DOCS"
+for ((t = 3; t <= STEPS * B * T + 1; t += 7 + (t * 37) % 60)); do put_u16 "$DOCS" $((1024 + 2 * t)) 50256; done
+OMP_NUM_THREADS=$CORES train cpu_docs_cp1 1 ./train_gpt2cp_cpu -cp 1 -dm 1 -i "$DOCS" || fail "the CPU twin's -dm 1 run"
+gpu gpu_docs_cp1_nccl 1 cpu_docs_cp1 -cp 1 -dm 1 -i "$DOCS" -ct nccl
+gpu gpu_docs_cp2_packed_mpi 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -i "$DOCS" -ct mpi
+gpu gpu_docs_cp4_packed_allgather 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -i "$DOCS" -ca allgather -ct mpi
+gpu gpu_docs_cp4_rr_allgather 4 cpu_docs_cp1 -cp 4 -cl round_robin -dm 1 -i "$DOCS" -ca allgather -ct mpi
+# resume: 10 steps with a checkpoint, then -y 1 on to 20, against the 20-step run
+RESUME=$WORK/gpu_resume
+train gpu_resume_first 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -x 10 -o "$RESUME" -tl "$RESUME.tl" &&
+    train gpu_resume_rest 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -y 1 -o "$RESUME" -tl "$RESUME.tl" ||
+    fail "the resumed GPU run"
+if ! cmp -s "$WORK/gpu_cp2_round_robin_mpi/main.log" "$RESUME/main.log"; then
+    fail "resume: main.log after -y 1 differs from the uninterrupted run's"
+fi
 
 # ---- 5. the table
 PER_STEP=$((B * T))
@@ -135,39 +162,42 @@ token_losses() { od -An -v -f -w4 "$1" | awk '{ print $1 }'; }
 # mean tok/s of the progress lines after the first step
 tokens_per_s() { awk '/^step / && $2 !~ /^1\// { for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s") { s += $i; n++ } }
                       END { if (n) printf "%.0f", s / n; else print "-" }' "$1"; }
-ref_steps=$WORK/cpu_cp1.steps
-ref_tokens=$WORK/cpu_cp1.tokens
-if [[ -f $WORK/cpu_cp1/main.log && -f $WORK/cpu_cp1.tl ]]; then
-    step_losses "$WORK/cpu_cp1/main.log" > "$ref_steps"
-    token_losses "$WORK/cpu_cp1.tl" > "$ref_tokens"
-    [[ $(wc -l < "$ref_steps") -eq $STEPS ]] || fail "the CPU twin logged $(wc -l < "$ref_steps") steps, not $STEPS"
-    [[ $(wc -l < "$ref_tokens") -eq $((STEPS * PER_STEP)) ]] || fail "the CPU twin's -tl file has the wrong size"
-else
-    fail "no reference: the CPU twin's run left no main.log / -tl file"
-fi
+for ref in cpu_cp1 cpu_docs_cp1; do
+    if [[ -f $WORK/$ref/main.log && -f $WORK/$ref.tl ]]; then
+        step_losses "$WORK/$ref/main.log" > "$WORK/$ref.steps"
+        token_losses "$WORK/$ref.tl" > "$WORK/$ref.tokens"
+        [[ $(wc -l < "$WORK/$ref.steps") -eq $STEPS ]] || fail "$ref logged $(wc -l < "$WORK/$ref.steps") steps, not $STEPS"
+        [[ $(wc -l < "$WORK/$ref.tokens") -eq $((STEPS * PER_STEP)) ]] || fail "$ref: the -tl file has the wrong size"
+    else
+        fail "no reference: the CPU twin's run $ref left no main.log / -tl file"
+    fi
+done
 {
     printf "GPU check: train_gpt2cp vs the CPU twin (cp 1), %s, %d steps, fp32 (-f 0)\n" "${COMMON[*]}" "$STEPS"
     printf "tolerances: step loss %s at step 1, %s over %d steps; per-token loss %s at step 1\n" 1e-4 1e-3 "$STEPS" 1e-3
-    printf "%-28s %14s %14s %14s %14s %10s  %s\n" config "|dstep| s1" "|dstep| max" "|dtok| s1" "|dtok| max" "tok/s" verdict
-    printf "%-28s %14s %14s %14s %14s %10s  %s\n" cpu_cp1_reference - - - - "$(tokens_per_s "$WORK/cpu_cp1.out" 2>/dev/null)" reference
+    printf "%-30s %12s %12s %12s %12s %10s  %s\n" config "|dstep| s1" "|dstep| max" "|dtok| s1" "|dtok| max" "tok/s" verdict
+    for ref in cpu_cp1 cpu_docs_cp1; do
+        printf "%-30s %12s %12s %12s %12s %10s  %s\n" "$ref" - - - - "$(tokens_per_s "$WORK/$ref.out" 2>/dev/null)" reference
+    done
 } > "$TABLE"
 for name in "${runs[@]}"; do
     step_losses "$WORK/$name/main.log" > "$WORK/$name.steps"
     token_losses "$WORK/$name.tl" > "$WORK/$name.tokens"
     if [[ $(wc -l < "$WORK/$name.steps") -ne $STEPS || $(wc -l < "$WORK/$name.tokens") -ne $((STEPS * PER_STEP)) ]]; then
-        printf "%-28s %s\n" "$name" "incomplete output: $(wc -l < "$WORK/$name.steps") steps, $(wc -l < "$WORK/$name.tokens") token losses" >> "$TABLE"
+        printf "%-30s %s\n" "$name" "incomplete output: $(wc -l < "$WORK/$name.steps") steps, $(wc -l < "$WORK/$name.tokens") token losses" >> "$TABLE"
         fail "$name: incomplete output"
         continue
     fi
-    read -r ds1 dsmax < <(paste "$WORK/$name.steps" "$ref_steps" | awk '
+    ref=${reference[$name]}
+    read -r ds1 dsmax < <(paste "$WORK/$name.steps" "$WORK/$ref.steps" | awk '
         { d = $1 - $2; if (d < 0) d = -d; if ($1 ~ /nan|inf/) d = 1e30; if (NR == 1) s1 = d; if (d > m) m = d }
         END { printf "%.3e %.3e\n", s1, m }')
-    read -r dt1 dtmax < <(paste "$WORK/$name.tokens" "$ref_tokens" | awk -v per="$PER_STEP" '
+    read -r dt1 dtmax < <(paste "$WORK/$name.tokens" "$WORK/$ref.tokens" | awk -v per="$PER_STEP" '
         { d = $1 - $2; if (d < 0) d = -d; if ($1 ~ /nan|inf/) d = 1e30; if (NR <= per && d > m1) m1 = d; if (d > m) m = d }
         END { printf "%.3e %.3e\n", m1, m }')
     verdict=ok
     awk -v a="$ds1" -v b="$dsmax" -v c="$dt1" 'BEGIN { exit !(a <= 1e-4 && b <= 1e-3 && c <= 1e-3) }' || verdict=FAIL
-    printf "%-28s %14s %14s %14s %14s %10s  %s\n" "$name" "$ds1" "$dsmax" "$dt1" "$dtmax" \
+    printf "%-30s %12s %12s %12s %12s %10s  %s\n" "$name" "$ds1" "$dsmax" "$dt1" "$dtmax" \
         "$(tokens_per_s "$WORK/$name.out")" "$verdict" >> "$TABLE"
     [[ $verdict == ok ]] || fail "$name: outside the tolerances"
 done

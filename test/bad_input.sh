@@ -249,6 +249,12 @@ expect_error layout_bogus 2 "-cl 'bogus': unknown layout" \
     "${BASE[@]}" -cp 2 -cl bogus
 expect_error identity_at_cp2 2 "-cl identity needs -cp 1, got -cp 2" \
     "${BASE[@]}" -cp 2 -cl identity
+expect_error packed_without_documents 2 "-cl packed splits documents: it needs -dm 1" \
+    "${BASE[@]}" -cp 2 -cl packed
+expect_error document_masking_bogus 2 "-dm 2: document masking is 0 or 1" \
+    "${BASE[@]}" -cp 2 -dm 2
+expect_error attention_bogus 2 "-ca 'bogus': unknown attention algorithm" \
+    "${BASE[@]}" -cp 2 -ca bogus
 expect_error unknown_flag 2 "unknown flag '-zz'" \
     "${BASE[@]}" -cp 2 -zz 1
 if ! grep -q '^usage:' "$WORK/unknown_flag.err"; then
@@ -268,12 +274,12 @@ cases=$((cases + 1))
 run_trainer 0 "$WORK/help.out" "$WORK/help.err" -h
 help_problems=()
 if [[ $rc -eq 0 || $rc -eq 124 || $rc -gt 128 ]]; then help_problems+=("exit code $rc, expected a non-zero exit"); fi
-for flag in -cp -cl -tl; do
+for flag in -cp -cl -tl -dm -ca; do
     if ! grep -qE "^ +$flag " "$WORK/help.out"; then help_problems+=("the usage does not list $flag"); fi
 done
 if ! grep -q '^usage:' "$WORK/help.out"; then help_problems+=("no usage line on stdout"); fi
 if [[ ${#help_problems[@]} -eq 0 ]]; then
-    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl\n' help "(1 process)" "$rc"
+    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -ca\n' help "(1 process)" "$rc"
 else
     failures=$((failures + 1))
     echo "FAIL help: $(IFS=';'; echo "${help_problems[*]}")"

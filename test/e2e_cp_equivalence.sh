@@ -6,57 +6,36 @@
 #
 #   bash test/e2e_cp_equivalence.sh COMPARE_RUNS
 #
-# COMPARE_RUNS: the compare_runs binary (test/compare_runs.c). Env: MPIRUN,
-# BUILD_DIR (scratch), REPO_ROOT (the trainer is REPO_ROOT/train_gpt2cp_cpu).
+# COMPARE_RUNS: the compare_runs binary (test/compare_runs.c). Env: see e2e_lib.sh.
 set -euo pipefail
-
 COMPARE=${1:?usage: e2e_cp_equivalence.sh COMPARE_RUNS}
-REPO_ROOT=${REPO_ROOT:-$(pwd)}
-MPIRUN=${MPIRUN:-mpirun}
-BUILD_DIR=${BUILD_DIR:-$REPO_ROOT/build}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-TRAINER=$REPO_ROOT/train_gpt2cp_cpu
-WORK=$BUILD_DIR/e2e_cp_equivalence
-
-if [[ ! -x $TRAINER ]]; then
-    echo "FAIL: $TRAINER is missing: build it first with 'make train_gpt2cp_cpu' at the repo root" >&2
-    exit 1
-fi
+E2E_NAME=e2e_cp_equivalence
+source "$(dirname "$0")/e2e_lib.sh"
 if [[ ! -x $COMPARE ]]; then
     echo "FAIL: compare tool '$COMPARE' is missing (cmake --build the test dir)" >&2
     exit 1
 fi
-cd "$REPO_ROOT"
-rm -rf "$WORK"
-mkdir -p "$WORK"
 
 STEPS=20
 T=100
 # -e d1 random init, a learning rate that moves the loss (about 10.85 -> 9.5 in 20 steps)
 COMMON=(-e d1 -t $T -x $STEPS -l 1e-3 -v 0 -s 0)
 
-# train NAME NP B [flags...]: one run, its output in $WORK/NAME (main.log) and $WORK/NAME.tl
-train() {
+# train_b NAME NP B [flags...]: one run at batch B, with its main.log in $WORK/NAME
+# and its per-token losses in $WORK/NAME.tl
+train_b() {
     local name=$1 np=$2 b=$3
     shift 3
-    local start=$SECONDS
-    if ! timeout 300 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
-        "$TRAINER" "${COMMON[@]}" -b "$b" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@" \
-        >"$WORK/$name.out" 2>&1; then
-        echo "FAIL: run $name (np $np, -b $b $*) exited non-zero; its output:" >&2
-        tail -n 30 "$WORK/$name.out" >&2
-        exit 1
-    fi
-    echo "run $name: $((SECONDS - start)) s"
+    train "$name" "$np" -b "$b" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@"
 }
 
 # ---- cp 1 reference and the six cp > 1 configurations, B = 2
-train ref_b2 1 2 -cp 1 -cl identity
+train_b ref_b2 1 2 -cp 1 -cl identity
 args=()
 for cp in 2 3 4; do
     for layout in contiguous round_robin; do
         name=cp${cp}_${layout}_b2
-        train "$name" "$cp" 2 -cp "$cp" -cl "$layout"
+        train_b "$name" "$cp" 2 -cp "$cp" -cl "$layout"
         args+=("$name" "$WORK/$name/main.log" "$WORK/$name.tl")
     done
 done
@@ -65,9 +44,9 @@ echo "== B = 2, T = $T, $STEPS steps: cp > 1 against cp 1"
 "$COMPARE" $STEPS $((2 * T)) "$WORK/ref_b2/main.log" "$WORK/ref_b2.tl" "${args[@]}"
 
 # ---- an odd batch with padding: B = 3, T = 100 at cp 3 (padded to 102 / 108)
-train ref_b3 1 3 -cp 1 -cl identity
-train cp3_contiguous_b3 3 3 -cp 3 -cl contiguous
-train cp3_round_robin_b3 3 3 -cp 3 -cl round_robin
+train_b ref_b3 1 3 -cp 1 -cl identity
+train_b cp3_contiguous_b3 3 3 -cp 3 -cl contiguous
+train_b cp3_round_robin_b3 3 3 -cp 3 -cl round_robin
 echo
 echo "== B = 3, T = $T, $STEPS steps: cp 3 against cp 1"
 "$COMPARE" $STEPS $((3 * T)) "$WORK/ref_b3/main.log" "$WORK/ref_b3.tl" \
@@ -79,10 +58,10 @@ echo "== B = 3, T = $T, $STEPS steps: cp 3 against cp 1"
 # the same tokens as one rank at B = 4 (replica k's rows are rows 2k, 2k+1 there);
 # the loss is the mean over all of them and the gradients are summed, so the runs
 # must match, per step and per token ([dp * B, T] rows in -tl)
-train ref_b4 1 4 -cp 1 -cl identity
-train dp2_cp1_b2 2 2 -cp 1 -cl identity
-train dp2_cp2_b2 4 2 -cp 2 -cl round_robin
-train dp2_cp2c_b2 4 2 -cp 2 -cl contiguous
+train_b ref_b4 1 4 -cp 1 -cl identity
+train_b dp2_cp1_b2 2 2 -cp 1 -cl identity
+train_b dp2_cp2_b2 4 2 -cp 2 -cl round_robin
+train_b dp2_cp2c_b2 4 2 -cp 2 -cl contiguous
 echo
 echo "== dp 2 x cp {1, 2}, B = 2, against one rank with B = 4"
 "$COMPARE" $STEPS $((4 * T)) "$WORK/ref_b4/main.log" "$WORK/ref_b4.tl" \
@@ -94,12 +73,7 @@ echo "== dp 2 x cp {1, 2}, B = 2, against one rank with B = 4"
 echo
 echo "== checkpoint round trip"
 CKPT_DIR=$WORK/ckpt
-if ! timeout 120 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 1 \
-    "$TRAINER" -e d1 -b 2 -t $T -x 0 -v 0 -s 0 -o "$CKPT_DIR" >"$WORK/ckpt.out" 2>&1; then
-    echo "FAIL: the -x 0 run exited non-zero; its output:" >&2
-    tail -n 30 "$WORK/ckpt.out" >&2
-    exit 1
-fi
+train ckpt 1 -b 2 -x 0 -o "$CKPT_DIR" # a later flag wins: no steps
 CKPT=$CKPT_DIR/model_00000000.bin
 if [[ ! -f $CKPT ]]; then
     echo "FAIL: -x 0 -o $CKPT_DIR wrote no $CKPT; the directory holds: $(ls "$CKPT_DIR")" >&2
@@ -124,7 +98,7 @@ if [[ $header != "$expected_header" ]]; then
 fi
 # the reloaded run must be the d1 run: same losses at every step, bit for bit in
 # main.log (same binary, same rank count, same weights)
-train reload_b2 1 2 -cp 1 -cl identity -e "$CKPT"
+train_b reload_b2 1 2 -cp 1 -cl identity -e "$CKPT"
 first_ref=$(grep -m1 '^s:0 trl:' "$WORK/ref_b2/main.log")
 first_reload=$(grep -m1 '^s:0 trl:' "$WORK/reload_b2/main.log")
 echo "first step from -e d1: '$first_ref'; from the checkpoint: '$first_reload'"

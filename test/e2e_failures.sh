@@ -10,34 +10,13 @@
 #   4. -l 1e30: the loss turns non-finite; the run stops naming the step, exits
 #      non-zero, writes no checkpoint after it, and the last one still resumes
 #
-#   bash test/e2e_failures.sh
-#
-# Env: MPIRUN, BUILD_DIR (scratch), REPO_ROOT (the trainer is REPO_ROOT/train_gpt2cp_cpu).
+#   bash test/e2e_failures.sh      (env: see e2e_lib.sh)
 set -euo pipefail
-
-REPO_ROOT=${REPO_ROOT:-$(pwd)}
-MPIRUN=${MPIRUN:-mpirun}
-BUILD_DIR=${BUILD_DIR:-$REPO_ROOT/build}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-TRAINER=$REPO_ROOT/train_gpt2cp_cpu
-WORK=$BUILD_DIR/e2e_failures
-LAUNCH=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none)
-
-if [[ ! -x $TRAINER ]]; then
-    echo "FAIL: $TRAINER is missing: build it first with 'make train_gpt2cp_cpu' at the repo root" >&2
-    exit 1
-fi
-cd "$REPO_ROOT"
-rm -rf "$WORK"
-mkdir -p "$WORK"
+E2E_NAME=e2e_failures
+source "$(dirname "$0")/e2e_lib.sh"
 source "$(dirname "$0")/binary_files.sh" # put_u16
 
 BASE=(-e d1 -b 2 -t 64 -v 0 -s 0 -cp 2)
-failures=0
-fail() {
-    echo "FAIL: $*"
-    failures=$((failures + 1))
-}
 
 # ---- 1. a rank killed mid-run
 # the pid of world rank RANK among the trainer processes writing to DIR (their -o:
@@ -166,8 +145,4 @@ else
 fi
 
 echo
-if [[ $failures -gt 0 ]]; then
-    echo "FAIL e2e_failures: $failures check(s) failed ($SECONDS s)"
-    exit 1
-fi
-echo "PASS e2e_failures ($SECONDS s)"
+finish

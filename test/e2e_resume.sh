@@ -8,52 +8,16 @@
 #      short and .tmp leftovers around, -y 1 resumes from the previous complete step
 #      (again bit for bit); -y 1 on a directory without a checkpoint starts afresh
 #
-#   bash test/e2e_resume.sh
-#
-# Env: MPIRUN, BUILD_DIR (scratch), REPO_ROOT (the trainer is REPO_ROOT/train_gpt2cp_cpu).
+#   bash test/e2e_resume.sh        (env: see e2e_lib.sh)
 set -euo pipefail
-
-REPO_ROOT=${REPO_ROOT:-$(pwd)}
-MPIRUN=${MPIRUN:-mpirun}
-BUILD_DIR=${BUILD_DIR:-$REPO_ROOT/build}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-TRAINER=$REPO_ROOT/train_gpt2cp_cpu
-WORK=$BUILD_DIR/e2e_resume
-
-if [[ ! -x $TRAINER ]]; then
-    echo "FAIL: $TRAINER is missing: build it first with 'make train_gpt2cp_cpu' at the repo root" >&2
-    exit 1
-fi
-cd "$REPO_ROOT"
-rm -rf "$WORK"
-mkdir -p "$WORK"
+E2E_NAME=e2e_resume
+source "$(dirname "$0")/e2e_lib.sh"
 
 B=2 T=64
 # warmup over 15 steps, so that the schedule is mid-warmup at the resume point;
 # validation every 10 steps and a checkpoint every 10
 COMMON=(-e d1 -b $B -t $T -l 1e-3 -u 15 -v 10 -m 2 -s 0 -n 10)
 STEP_BYTES=$((B * T * 4)) # one step of -tl at dp 1
-failures=0
-
-fail() {
-    echo "FAIL: $*"
-    failures=$((failures + 1))
-}
-
-# train NAME NP [flags...]: one run, its output in $WORK/NAME.out; must exit 0
-train() {
-    local name=$1 np=$2
-    shift 2
-    local start=$SECONDS
-    if ! timeout 120 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np "$np" \
-        "$TRAINER" "${COMMON[@]}" "$@" >"$WORK/$name.out" 2>&1; then
-        echo "FAIL: run $name (np $np, $*) exited non-zero; its output:" >&2
-        tail -n 30 "$WORK/$name.out" >&2
-        exit 1
-    fi
-    echo "run $name: $((SECONDS - start)) s"
-}
-
 # train lines of steps FIRST..LAST of a main.log
 trl_lines() { awk -F'[: ]' -v a="$2" -v b="$3" '$3 == "trl" && $2 >= a && $2 <= b' "$1"; }
 
@@ -130,8 +94,4 @@ grep -q "^-y 1: no complete checkpoint in $WORK/E: starting from scratch" "$WORK
     fail "E's first steps differ from A's"
 
 echo
-if [[ $failures -gt 0 ]]; then
-    echo "FAIL e2e_resume: $failures check(s) failed ($SECONDS s)"
-    exit 1
-fi
-echo "PASS e2e_resume ($SECONDS s)"
+finish

@@ -48,11 +48,25 @@ for np in 1 2 3 4; do "${MPIRUN[@]}" -np $np "$WORK/test_gpu_ring_attention" | t
 "${CXX[@]}" "$WORK/src/train_gpt2cp.cu" -o "$WORK/train_gpt2cp" "${LINK[@]}"
 make -s train_gpt2cp_cpu
 ARGS=(-e d1 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0)
+# compare CPU GPU: the two runs' step losses side by side, and their per-token losses
+# within 1e-4
+compare() {
+    paste <(awk -F'trl:' '/trl:/ { print $2 }' "$WORK/$1/main.log") <(awk -F'trl:' '/trl:/ { print $2 }' "$WORK/$2/main.log")
+    paste <(od -An -v -f -w4 "$WORK/$1.tl") <(od -An -v -f -w4 "$WORK/$2.tl") |
+        awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "max |token loss diff| %.2e over %d tokens\n", m, NR; exit !(NR > 0 && m < 1e-4) }'
+}
 "${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -o "$WORK/cpu" -tl "$WORK/cpu.tl" > "$WORK/cpu.out"
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -o "$WORK/gpu" -tl "$WORK/gpu.tl" > "$WORK/gpu.out"
-paste <(awk -F'trl:' '/trl:/ { print $2 }' "$WORK/cpu/main.log") <(awk -F'trl:' '/trl:/ { print $2 }' "$WORK/gpu/main.log")
-paste <(od -An -v -f -w4 "$WORK/cpu.tl") <(od -An -v -f -w4 "$WORK/gpu.tl") |
-    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d } END { printf "max |token loss diff| %.2e over %d tokens\n", m, NR; exit !(NR > 0 && m < 1e-4) }'
+compare cpu gpu
+# documents: the packed layout and the all-gather attention with -dm 1, on text with
+# an EOT every few tokens (the GPU's packed path, and its buffers growing with a batch)
+source test/binary_files.sh
+cp dev/data/austen/austen_val.bin "$WORK/docs.bin"
+for t in 3 11 12 30 47 51 70 99 120; do put_u16 "$WORK/docs.bin" $((1024 + 2 * t)) 50256; done
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -i "$WORK/docs.bin" -dm 1 -o "$WORK/cpu_docs" -tl "$WORK/cpu_docs.tl" > "$WORK/cpu_docs.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -i "$WORK/docs.bin" -dm 1 -cp 2 -cl packed -ca allgather -ct mpi \
+    -o "$WORK/gpu_docs" -tl "$WORK/gpu_docs.tl" > "$WORK/gpu_docs.out"
+compare cpu_docs gpu_docs
 # resume: 1 step, a checkpoint, then -y 1 on to step 2 gives the 2-step run's losses
 # and weights bit for bit (the AdamW moments go through the host copy both ways)
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -x 1 -o "$WORK/gpu_resume" > "$WORK/gpu_resume1.out"

@@ -1,0 +1,25 @@
+/*
+The attention algorithms a CP group can run (-ca): how its ranks share keys and
+values. ring passes K/V blocks around the ring (cp/ring_attention.h), all-gather
+gathers them all once per layer (cp/allgather_attention.h). Same attention, same
+verbs; cp/attention.h (CPU) and cp/attention.cuh (GPU) hold either.
+*/
+#ifndef CP_ATTENTION_KIND_H
+#define CP_ATTENTION_KIND_H
+
+#include <string.h>
+
+typedef enum { CP_ATTENTION_RING = 0, CP_ATTENTION_ALLGATHER = 1 } CpAttentionKind;
+
+static const char *cp_attention_names[] = {"ring", "allgather"};
+#define CP_NUM_ATTENTIONS 2
+
+// parse a -ca value; returns -1 when the name is unknown
+static int cp_attention_from_name(const char *name) {
+    for (int i = 0; i < CP_NUM_ATTENTIONS; i++) {
+        if (strcmp(name, cp_attention_names[i]) == 0) { return i; }
+    }
+    return -1;
+}
+
+#endif // CP_ATTENTION_KIND_H
