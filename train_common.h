@@ -704,6 +704,11 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
     }
     fail_if_any_rank(problem_found);
     run->sample_rng.state = s.rng_state;
+    if (same_shape && s.padded_len > (uint64_t)run->padded_T && s.padded_len <= (uint64_t)INT32_MAX) {
+        // the packed layout's buffers as the run left them: batches pad as they did
+        run->padded_T = (int)s.padded_len;
+        run->local_T = run->padded_T / mesh->cp_size;
+    }
     if (mesh->world_rank != 0) { return; }
     printf("resuming from step %d: %s/model_%08d.bin and %s\n", step, cfg->output_dir, step,
            same_shape ? "every rank's own state file" : "rank 0's state file on every rank");
@@ -754,7 +759,7 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     }
     TrainState s = {step, mesh->world_rank, mesh->world_size, mesh->cp_size, mesh->dp_size, (int)run->layout,
                     cfg->B, cfg->T, model->num_parameters, run->train_loader.shard_index,
-                    run->train_loader.position, run->sample_rng.state};
+                    run->train_loader.position, run->sample_rng.state, (uint64_t)run->padded_T};
     state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
     state_write(path, &s, model->m_memory, model->v_memory);
     MPI_Barrier(MPI_COMM_WORLD);

@@ -134,11 +134,10 @@ for cp in 2 4; do
         gpu "gpu_cp${cp}_${layout}_mpi" "$cp" cpu_cp1 -cp "$cp" -cl "$layout" -ct mpi
     done
 done
-# documents: the validation text with an EOT every 7 to 66 tokens over the span read
+# documents: rows of several short documents over the span the runs read
 source test/binary_files.sh
 DOCS=$WORK/short_documents.bin
-cp dev/data/austen/austen_val.bin "$DOCS"
-for ((t = 3; t <= STEPS * B * T + 1; t += 7 + (t * 37) % 60)); do put_u16 "$DOCS" $((1024 + 2 * t)) 50256; done
+short_documents "$DOCS" $((STEPS * B * T + 1))
 OMP_NUM_THREADS=$CORES train cpu_docs_cp1 1 ./train_gpt2cp_cpu -cp 1 -dm 1 -i "$DOCS" || fail "the CPU twin's -dm 1 run"
 gpu gpu_docs_cp1_nccl 1 cpu_docs_cp1 -cp 1 -dm 1 -i "$DOCS" -ct nccl
 gpu gpu_docs_cp2_packed_mpi 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -i "$DOCS" -ct mpi

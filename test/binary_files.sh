@@ -12,3 +12,12 @@ put_u16() {
     printf "$(printf '\\x%02x\\x%02x' $(($3 & 255)) $(($3 >> 8 & 255)))" |
         dd of="$1" bs=1 seek="$2" conv=notrunc status=none
 }
+
+# short_documents FILE SPAN: the validation text (dev/data/austen/austen_val.bin,
+# from the repo root) with an EOT every 7 to 66 tokens over its first SPAN tokens,
+# so that rows hold several documents of varied lengths
+short_documents() {
+    cp dev/data/austen/austen_val.bin "$1"
+    local t
+    for ((t = 3; t <= $2; t += 7 + (t * 37) % 60)); do put_u16 "$1" $((1024 + 2 * t)) 50256; done
+}

@@ -12,20 +12,12 @@ set -euo pipefail
 COMPARE=${1:?usage: e2e_documents.sh COMPARE_RUNS}
 E2E_NAME=e2e_documents
 source "$(dirname "$0")/e2e_lib.sh"
-source "$(dirname "$0")/binary_files.sh" # put_u16
+source "$(dirname "$0")/binary_files.sh" # short_documents
 
 STEPS=20 B=2 T=100
-EOT=50256
-# the validation text with an EOT every 7 to 66 tokens over the span the runs read
-# (STEPS * B * T + 1 tokens): rows hold several documents of varied lengths, so the
-# packed layout pads every one of them
+# rows of several short documents over the span the runs read
 DOCS=$WORK/short_documents.bin
-cp dev/data/austen/austen_val.bin "$DOCS"
-position=3
-while [[ $position -le $((STEPS * B * T + 1)) ]]; do
-    put_u16 "$DOCS" $((1024 + 2 * position)) $EOT
-    position=$((position + 7 + (position * 37) % 60))
-done
+short_documents "$DOCS" $((STEPS * B * T + 1))
 
 COMMON=(-e d1 -b $B -t $T -x $STEPS -l 1e-3 -v 0 -s 0 -i "$DOCS")
 # run NAME NP [flags...]: main.log in $WORK/NAME, per-token losses in $WORK/NAME.tl

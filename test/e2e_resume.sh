@@ -7,6 +7,7 @@
 #   3. crash safety: with the newest step's DONE marker gone, its model file cut
 #      short and .tmp leftovers around, -y 1 resumes from the previous complete step
 #      (again bit for bit); -y 1 on a directory without a checkpoint starts afresh
+#   4. the packed layout with short documents resumes bit for bit too
 #
 #   bash test/e2e_resume.sh        (env: see e2e_lib.sh)
 set -euo pipefail
@@ -84,6 +85,21 @@ else fail "D did not resume from step 10: $(grep -m1 '^resuming\|^error' "$WORK/
 # A's -tl file held 20 steps: the resumed run cut it back to the 10 before its checkpoint
 same_bytes "-tl after resuming a longer file" "$WORK/A.tl" "$WORK/D.tl"
 same_bytes "rewritten checkpoint 20" "$WORK/A/model_00000020.bin" "$WORK/D/model_00000020.bin"
+
+# ---- 4. the packed layout (data-dependent length): short documents make the
+# batches' padded length grow during the run; the resumed run pads its batches to
+# the same length as the uninterrupted one (the state keeps it), so again bit for bit
+echo
+echo "== packed layout with documents: resume bit for bit"
+source "$(dirname "$0")/binary_files.sh" # short_documents
+short_documents "$WORK/docs.bin" $((20 * B * T + 1))
+PACKED=(-cp 2 -cl packed -dm 1 -i "$WORK/docs.bin")
+train P 2 "${PACKED[@]}" -x 20 -o "$WORK/P" -tl "$WORK/P.tl"
+train Q_first 2 "${PACKED[@]}" -x 10 -o "$WORK/Q" -tl "$WORK/Q.tl"
+train Q_resumed 2 "${PACKED[@]}" -x 20 -y 1 -o "$WORK/Q" -tl "$WORK/Q.tl"
+same_bytes "packed main.log" "$WORK/P/main.log" "$WORK/Q/main.log"
+same_bytes "packed -tl" "$WORK/P.tl" "$WORK/Q.tl"
+same_bytes "packed model at step 20" "$WORK/P/model_00000020.bin" "$WORK/Q/model_00000020.bin"
 
 echo
 echo "== -y 1 without a checkpoint starts afresh"
