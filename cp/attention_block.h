@@ -193,6 +193,38 @@ static void attention_backward_end(AttentionQueries *aq, float *dqkv, const floa
     tokens_from_heads(dqkv + 2 * C, dkv + n, 3 * C, B, T, C, NH);
 }
 
+// One (batch row b, head h) of the local queries against one K/V block: which of
+// their sub-block pairs meet, the tokens' coordinates and the head's rows.
+typedef struct {
+    BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS]; // [query sub-block][key sub-block]
+    SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
+    const int *qi, *qd;     // (T) global index and document of the queries
+    const int *ki, *kd;     // (T) the same of the keys
+    size_t bh;              // b * NH + h
+    const float *q, *k, *v; // (T, HS) each
+} HeadBlock;
+
+static HeadBlock head_block(const AttentionQueries *aq, const KVBlock *blk, int b, int h) {
+    int T = aq->T, HS = aq->C / aq->NH;
+    HeadBlock hb;
+    hb.qi = aq->index + (size_t)b * T;
+    hb.qd = aq->document + (size_t)b * T;
+    hb.ki = blk->index + (size_t)b * T;
+    hb.kd = blk->document + (size_t)b * T;
+    block_visibility_table(hb.qi, hb.qd, hb.ki, hb.kd, T, hb.vis, hb.qs, hb.ks);
+    hb.bh = (size_t)b * aq->NH + h;
+    hb.q = aq->q + hb.bh * T * HS;
+    hb.k = blk->k + hb.bh * T * HS;
+    hb.v = blk->v + hb.bh * T * HS;
+    return hb;
+}
+
+// whether query i (of query sub-block a) sees key j (of key sub-block c)
+static int head_block_sees(const HeadBlock *hb, int a, int c, int i, int j) {
+    return hb->vis[a][c] == BLOCK_FULL ||
+           (hb->vis[a][c] == BLOCK_MASKED && pair_visible(hb->qi[i], hb->qd[i], hb->ki[j], hb->kd[j]));
+}
+
 // Attends the local queries to one K/V block and merges into (o, lse).
 // o: (B, NH, T, HS)   lse: (B, NH, T)
 static void attend_block_forward(AttentionQueries *aq, const KVBlock *blk, float *lse) {
@@ -201,31 +233,23 @@ static void attend_block_forward(AttentionQueries *aq, const KVBlock *blk, float
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS];
-            SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
-            const int *qi = aq->index + (size_t)b * T, *qd = aq->document + (size_t)b * T;
-            const int *ki = blk->index + (size_t)b * T, *kd = blk->document + (size_t)b * T;
-            block_visibility_table(qi, qd, ki, kd, T, vis, qs, ks);
-            size_t bh = (size_t)b * NH + h;
-            const float *q = aq->q + bh * T * HS;
-            const float *k = blk->k + bh * T * HS;
-            const float *v = blk->v + bh * T * HS;
-            float *o = aq->o + bh * T * HS;
-            float *row_lse = lse + bh * T;
-            float *score = aq->scores + bh * T; // score[j] for the keys j of this block
+            HeadBlock hb = head_block(aq, blk, b, h);
+            float *o = aq->o + hb.bh * T * HS;
+            float *row_lse = lse + hb.bh * T;
+            float *score = aq->scores + hb.bh * T; // score[j] for the keys j of this block
             for (int a = 0; a < RING_SUBBLOCKS; a++) {
-                for (int i = qs[a].start; i < qs[a].end; i++) {
+                for (int i = hb.qs[a].start; i < hb.qs[a].end; i++) {
                     // scores of the visible keys, and their max
                     float maxval = -INFINITY;
                     int any = 0;
                     for (int c = 0; c < RING_SUBBLOCKS; c++) {
-                        if (vis[a][c] == BLOCK_SKIP) { continue; }
-                        for (int j = ks[c].start; j < ks[c].end; j++) {
-                            if (vis[a][c] == BLOCK_MASKED && !pair_visible(qi[i], qd[i], ki[j], kd[j])) {
+                        if (hb.vis[a][c] == BLOCK_SKIP) { continue; }
+                        for (int j = hb.ks[c].start; j < hb.ks[c].end; j++) {
+                            if (!head_block_sees(&hb, a, c, i, j)) {
                                 score[j] = -INFINITY;
                                 continue;
                             }
-                            score[j] = dot(q + (size_t)i * HS, k + (size_t)j * HS, HS) * scale;
+                            score[j] = dot(hb.q + (size_t)i * HS, hb.k + (size_t)j * HS, HS) * scale;
                             if (score[j] > maxval) { maxval = score[j]; }
                             any = 1;
                         }
@@ -236,12 +260,12 @@ static void attend_block_forward(AttentionQueries *aq, const KVBlock *blk, float
                     float o_blk[HS];
                     memset(o_blk, 0, sizeof(o_blk));
                     for (int c = 0; c < RING_SUBBLOCKS; c++) {
-                        if (vis[a][c] == BLOCK_SKIP) { continue; }
-                        for (int j = ks[c].start; j < ks[c].end; j++) {
+                        if (hb.vis[a][c] == BLOCK_SKIP) { continue; }
+                        for (int j = hb.ks[c].start; j < hb.ks[c].end; j++) {
                             if (score[j] == -INFINITY) { continue; }
                             float p = expf(score[j] - maxval);
                             sum += p;
-                            const float *vj = v + (size_t)j * HS;
+                            const float *vj = hb.v + (size_t)j * HS;
                             for (int d = 0; d < HS; d++) { o_blk[d] += p * vj[d]; }
                         }
                     }
@@ -274,15 +298,8 @@ static void attend_block_backward(AttentionQueries *aq, const KVBlock *blk, cons
     #pragma omp parallel for collapse(2)
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS];
-            SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
-            const int *qi = aq->index + (size_t)b * T, *qd = aq->document + (size_t)b * T;
-            const int *ki = blk->index + (size_t)b * T, *kd = blk->document + (size_t)b * T;
-            block_visibility_table(qi, qd, ki, kd, T, vis, qs, ks);
-            size_t bh = (size_t)b * NH + h;
-            const float *q = aq->q + bh * T * HS;
-            const float *k = blk->k + bh * T * HS;
-            const float *v = blk->v + bh * T * HS;
+            HeadBlock hb = head_block(aq, blk, b, h);
+            size_t bh = hb.bh;
             const float *dout = aq->dout + bh * T * HS;
             const float *row_lse = lse + bh * T;
             const float *drow = aq->drow + bh * T;
@@ -290,16 +307,16 @@ static void attend_block_backward(AttentionQueries *aq, const KVBlock *blk, cons
             float *dk = dkv + bh * T * HS;
             float *dv = dkv + n + bh * T * HS;
             for (int a = 0; a < RING_SUBBLOCKS; a++) {
-                for (int i = qs[a].start; i < qs[a].end; i++) {
-                    const float *qrow = q + (size_t)i * HS;
+                for (int i = hb.qs[a].start; i < hb.qs[a].end; i++) {
+                    const float *qrow = hb.q + (size_t)i * HS;
                     const float *dorow = dout + (size_t)i * HS;
                     float *dqrow = dq + (size_t)i * HS;
                     for (int c = 0; c < RING_SUBBLOCKS; c++) {
-                        if (vis[a][c] == BLOCK_SKIP) { continue; }
-                        for (int j = ks[c].start; j < ks[c].end; j++) {
-                            if (vis[a][c] == BLOCK_MASKED && !pair_visible(qi[i], qd[i], ki[j], kd[j])) { continue; }
-                            const float *kj = k + (size_t)j * HS;
-                            const float *vj = v + (size_t)j * HS;
+                        if (hb.vis[a][c] == BLOCK_SKIP) { continue; }
+                        for (int j = hb.ks[c].start; j < hb.ks[c].end; j++) {
+                            if (!head_block_sees(&hb, a, c, i, j)) { continue; }
+                            const float *kj = hb.k + (size_t)j * HS;
+                            const float *vj = hb.v + (size_t)j * HS;
                             float p = expf(dot(qrow, kj, HS) * scale - row_lse[i]);
                             float ds = p * (dot(dorow, vj, HS) - drow[i]) * scale;
                             float *dkj = dk + (size_t)j * HS;
