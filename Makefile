@@ -15,7 +15,7 @@ BUILD_DIR ?= build
 
 CFLAGS = -O3 -march=native -Wall -Wextra -Wno-unused-function -std=gnu11
 LDLIBS = -lm
-DEPS = $(wildcard cp/*.h llmc/*.h) train_common.h
+DEPS = $(wildcard cp/*.h llmc/*.h train/*.h) train_common.h
 
 ifneq ($(NO_OMP),1)
   CFLAGS += -fopenmp
@@ -57,7 +57,7 @@ NVCC_FLAGS = -O3 -std=c++17 -arch=sm_$(GPU_ARCH) -DNO_BLAS -DOMPI_SKIP_MPICXX -D
 	-Xcompiler -Wall,-Wno-unused-function,-Wno-unknown-pragmas -I$(NCCL_HOME)/include
 CUDA_LDLIBS = -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -L$(NCCL_LIBDIR) -l:libnccl.so.2 \
 	-Xlinker -rpath,$(CUDA_HOME)/lib64 -Xlinker -rpath,$(NCCL_LIBDIR)
-CUDA_DEPS = $(wildcard cp/*.h cp/*.cuh llmc/*.h llmc/*.cuh) train_common.h
+CUDA_DEPS = $(wildcard cp/*.h cp/*.cuh llmc/*.h llmc/*.cuh train/*.h) train_common.h
 CMAKE_CUDA_ARGS = $(if $(HAVE_NVCC),-DCMAKE_CUDA_COMPILER=$(shell command -v $(NVCC)) -DGPU_ARCH=$(GPU_ARCH))
 
 .PHONY: all test run clean

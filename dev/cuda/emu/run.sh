@@ -19,7 +19,7 @@ mkdir -p "$WORK/src"
 python3 - "$REPO" "$WORK/src" <<'PY'
 import os, re, shutil, sys
 src, dst = sys.argv[1], sys.argv[2]
-for d in ['cp', 'llmc', 'test']:
+for d in ['cp', 'llmc', 'test', 'train']:
     os.makedirs(os.path.join(dst, d), exist_ok=True)
     for f in os.listdir(os.path.join(src, d)):
         p = os.path.join(src, d, f)

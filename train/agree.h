@@ -1,0 +1,123 @@
+/*
+The checks that every rank runs the same job: one collective verdict on
+problems a rank finds alone (fail_if_any_rank), and the comparison of each
+rank's view of the job (its flags; its model and data) with rank 0's.
+*/
+#ifndef TRAIN_AGREE_H
+#define TRAIN_AGREE_H
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include "../cp/comm_mpi.h"
+#include "../llmc/dataloader.h"
+#include "../llmc/gpt2.h"
+#include "../llmc/utils.h"
+#include "config.h"
+
+// MPI, and a line naming the rank on every fatal signal (llmc/utils.h)
+static void train_runtime_init(int *argc, char ***argv) {
+    mpi_runtime_init(argc, argv);
+    fatal_install_signal_handlers();
+}
+
+// Collective over the world: does any rank have a problem (why != NULL)? If one
+// has, the job ends on every rank with the reason of the lowest such rank, printed
+// once by rank 0 (so that no other rank's abort cuts it off) and naming that rank.
+// Problems a rank finds in its own files come here instead of fatal(), so that the
+// others do not wait for it in their next collective.
+static void fail_if_any_rank(const char *why) {
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    int first = why != NULL ? rank : size;
+    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first == size) { return; }
+    char reason[1024];
+    if (rank == first) { snprintf(reason, sizeof(reason), "%s", why); }
+    MPI_Bcast(reason, (int)sizeof(reason), MPI_CHAR, first, MPI_COMM_WORLD);
+    fatal_everywhere("rank %d: %s", first, reason);
+}
+
+// What one rank sees of the job as named values (its flags; its model and data),
+// fixed-size so that rank 0 can broadcast its own for every rank to compare.
+#define VIEW_FIELDS 40
+typedef struct {
+    int count;
+    struct {
+        char name[32];
+        char value[224];
+    } fields[VIEW_FIELDS];
+} JobView;
+
+__attribute__((format(printf, 3, 4)))
+static void view_add(JobView *view, const char *name, const char *fmt, ...) {
+    if (view->count == VIEW_FIELDS) { fatal("a JobView holds at most %d fields", VIEW_FIELDS); }
+    snprintf(view->fields[view->count].name, sizeof(view->fields[0].name), "%s", name);
+    va_list args;
+    va_start(args, fmt);
+    vsnprintf(view->fields[view->count].value, sizeof(view->fields[0].value), fmt, args);
+    va_end(args);
+    view->count++;
+}
+
+// Collective: every rank compares its view with rank 0's; the job ends, naming
+// the first field that differs and both values, if any rank's does. `rule` says
+// what must agree.
+static void check_ranks_agree(const JobView *mine, const char *rule) {
+    JobView *root = (JobView *)mallocCheck(sizeof(JobView));
+    *root = *mine;
+    MPI_Bcast(root, (int)sizeof(JobView), MPI_BYTE, 0, MPI_COMM_WORLD);
+    char why[1024];
+    const char *problem_found = NULL;
+    int n = mine->count > root->count ? mine->count : root->count;
+    for (int i = 0; i < n && problem_found == NULL; i++) {
+        const char *name = i < mine->count ? mine->fields[i].name : "(nothing)";
+        const char *root_name = i < root->count ? root->fields[i].name : "(nothing)";
+        if (strcmp(name, root_name) != 0) {
+            snprintf(why, sizeof(why), "runs another trainer than rank 0 (field %s, rank 0: %s)", name, root_name);
+            problem_found = why;
+        } else if (strcmp(mine->fields[i].value, root->fields[i].value) != 0) {
+            snprintf(why, sizeof(why), "%s is %s, but %s on rank 0 (%s)", name, mine->fields[i].value,
+                     root->fields[i].value, rule);
+            problem_found = why;
+        }
+    }
+    free(root);
+    fail_if_any_rank(problem_found);
+}
+
+// Every rank was started with the same flags (an MPMD launch, or a wrapper script,
+// can give ranks different ones). Runs before anything collective depends on them.
+static void check_flags_agree(TrainConfig *cfg, const char *transports) {
+    JobView view;
+    memset(&view, 0, sizeof(view));
+    Flag flags[MAX_FLAGS];
+    int nflags = train_flags(cfg, flags, transports);
+    for (int i = 0; i < nflags; i++) {
+        char value[sizeof(view.fields[0].value)];
+        format_flag_value(&flags[i], 9, value, sizeof(value)); // 9 digits tell any two floats apart
+        view_add(&view, flags[i].name, "%s", value);
+    }
+    check_ranks_agree(&view, "every rank must be started with the same flags");
+}
+
+// Every rank holds the same model and reads the same data files (same flags can
+// still name different files on different nodes). Before the first collective on
+// the model: a rank with another model would broadcast or reduce the wrong sizes.
+// val: the validation loader, NULL when the run does not validate.
+static void check_model_and_data_agree(GPT2Config c, const DataLoader *train, const DataLoader *val) {
+    JobView view;
+    memset(&view, 0, sizeof(view));
+    view_add(&view, "the model", "L %d, NH %d, C %d, maxT %d, V %d, Vp %d", c.num_layers, c.num_heads, c.channels,
+             c.max_seq_len, c.vocab_size, c.padded_vocab_size);
+    const DataLoader *loaders[2] = {train, val};
+    const char *names[2] = {"the -i data", "the -j data"};
+    for (int i = 0; i < (val != NULL ? 2 : 1); i++) {
+        view_add(&view, names[i], "%zu file(s) of %zu tokens with fingerprint %016llx", loaders[i]->files.gl_pathc,
+                 loaders[i]->total_tokens, (unsigned long long)loaders[i]->fingerprint);
+    }
+    check_ranks_agree(&view, "every rank must see the same model and data files");
+}
+
+#endif // TRAIN_AGREE_H

@@ -1,0 +1,104 @@
+/*
+What a run prints about itself: the start-up table, llm.c's progress line with
+the time left, and the peak memory per rank at the end.
+*/
+#ifndef TRAIN_PROGRESS_H
+#define TRAIN_PROGRESS_H
+
+#include <stdio.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include "../cp/comm_mpi.h"
+#include "../cp/mesh.h"
+#include "../llmc/gpt2.h"
+#include "config.h"
+
+typedef struct {
+    const char *trainer;   // "cpu" or "cuda"
+    const char *transport; // "mpi", "nccl", ...
+    int world_size, dp_size;
+    int padded_T, local_T;
+    size_t num_parameters;
+    int steps;
+    int start_step;        // 0, or the step of the checkpoint resumed from
+    int val_batches;
+} StartupFacts;
+
+static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const StartupFacts *f) {
+    printf("+-----------------------+----------------------------------------------------+\n");
+    printf("| %-21s | %-50s |\n", "trainer", f->trainer);
+    printf("| %-21s | %-50s |\n", "train data", cfg->train_pattern);
+    printf("| %-21s | %-50s |\n", "val data", cfg->val_pattern);
+    printf("| %-21s | %-50s |\n", "init", cfg->init);
+    printf("| %-21s | %-50s |\n", "output dir", cfg->output_dir ? cfg->output_dir : "(none)");
+    char model[128];
+    snprintf(model, sizeof(model), "L %d, NH %d, C %d, maxT %d, V %d (Vp %d)", c.num_layers, c.num_heads,
+             c.channels, c.max_seq_len, c.vocab_size, c.padded_vocab_size);
+    printf("| %-21s | %-50s |\n", "model", model);
+    printf("| %-21s | %-50zu |\n", "parameters", f->num_parameters);
+    printf("| %-21s | %-50d |\n", "batch B (per replica)", cfg->B);
+    printf("| %-21s | %-50d |\n", "sequence length T", cfg->T);
+    printf("| %-21s | %-50d |\n", "world", f->world_size);
+    printf("| %-21s | %-50d |\n", "cp", cfg->cp_size);
+    printf("| %-21s | %-50d |\n", "dp", f->dp_size);
+    char layout[128];
+    snprintf(layout, sizeof(layout), "%s%s, attention %s", cfg->layout,
+             cfg->document_masking ? " (document masking)" : "", cfg->attention);
+    printf("| %-21s | %-50s |\n", "layout", layout);
+    printf("| %-21s | %-50s |\n", "transport", f->transport);
+    char padded[128];
+    if (strcmp(cfg->layout, "packed") == 0) { snprintf(padded, sizeof(padded), "%d at least (depends on the documents)", f->padded_T); }
+    else { snprintf(padded, sizeof(padded), "%d", f->padded_T); }
+    printf("| %-21s | %-50s |\n", "padded T", padded);
+    printf("| %-21s | %-50d |\n", "tokens per rank (row)", f->local_T);
+    printf("| %-21s | %-50d |\n", "steps", f->steps);
+    char start[128];
+    if (f->start_step > 0) { snprintf(start, sizeof(start), "%d (resumed from a checkpoint)", f->start_step); }
+    else { snprintf(start, sizeof(start), "%d", f->start_step); }
+    printf("| %-21s | %-50s |\n", "first step", start);
+    printf("| %-21s | %-50g |\n", "learning rate", cfg->learning_rate);
+    printf("| %-21s | %-50d |\n", "val batches", f->val_batches);
+    printf("+-----------------------+----------------------------------------------------+\n");
+}
+
+static double wall_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void format_duration(char *buf, size_t size, double seconds) {
+    long s = (long)(seconds + 0.5);
+    if (s >= 3600) { snprintf(buf, size, "%ldh%02ldm", s / 3600, (s % 3600) / 60); }
+    else if (s >= 60) { snprintf(buf, size, "%ldm%02lds", s / 60, s % 60); }
+    else { snprintf(buf, size, "%lds", s); }
+}
+
+// llm.c's progress line, plus the time left at the mean speed so far
+static void print_progress(int step, int steps, float loss, float grad_norm, float lr, double step_seconds,
+                           double tokens_per_step, double mean_step_seconds) {
+    char eta[32];
+    format_duration(eta, sizeof(eta), mean_step_seconds * (steps - step - 1));
+    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | eta %s\n",
+           step + 1, steps, loss, grad_norm, lr, step_seconds * 1000.0, tokens_per_step / step_seconds, eta);
+    fflush(stdout);
+}
+
+// The peak resident memory of the ranks (getrusage), the largest over the world,
+// printed by rank 0: per-rank memory is what context parallelism divides.
+static void print_peak_memory(const Mesh *mesh) {
+    struct rusage usage;
+    getrusage(RUSAGE_SELF, &usage);
+    struct {
+        long kib;
+        int rank;
+    } mine = {usage.ru_maxrss, mesh->world_rank}, most;
+    MPI_Reduce(&mine, &most, 1, MPI_LONG_INT, MPI_MAXLOC, 0, MPI_COMM_WORLD);
+    if (mesh->world_rank == 0) {
+        printf("peak resident memory per rank: %.1f MiB (the most of %d rank(s), on rank %d; cp %d)\n",
+               most.kib / 1024.0, mesh->world_size, most.rank, mesh->cp_size);
+    }
+}
+
+#endif // TRAIN_PROGRESS_H
