@@ -1,5 +1,5 @@
 /*
-compare_runs: checks that training runs at cp > 1 reproduce the cp 1 run (DESIGN 5).
+compare_runs: checks that training runs at cp > 1 reproduce the cp 1 run (docs/DESIGN.md §5).
 
     compare_runs STEPS PER_STEP REF_LOG REF_TL [NAME LOG TL]...
 

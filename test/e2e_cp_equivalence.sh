@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End to end: the CPU trainer at cp {2, 3, 4} x {contiguous, round_robin} reproduces
-# the cp 1 (identity) run, step losses and gathered per-token losses (DESIGN 5);
+# the cp 1 (identity) run, step losses and gathered per-token losses (docs/DESIGN.md §5);
 # dp 2 x cp {1, 2} reproduces one rank with the batch of both replicas; and a
 # checkpoint written with -x 0 loads back into the same run.
 #

@@ -3,7 +3,7 @@
 # token attends only to its own document (an EOT token opens one). On a token
 # file cut into short documents, the packed layout at cp 2, 3, 4, contiguous and
 # round_robin with -dm 1, and the all-gather attention (-ca allgather) reproduce
-# the single-rank run with document masking, per step and per token (DESIGN 5
+# the single-rank run with document masking, per step and per token (docs/DESIGN.md §5
 # tolerances, checked by compare_runs). The masking must be live: the -dm 0 run
 # on the same data gives other per-token losses.
 #

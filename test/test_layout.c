@@ -3,8 +3,8 @@ Unit test of the CP layouts (cp/layout.h) and the sharder's single-rank verbs
 (cp/sharder.h), one process, no MPI.
 
 Checked against:
-  - the worked example of DESIGN §2, as hand-written arrays;
-  - an ownership oracle written here from the layout definitions of DESIGN §2
+  - the worked example of docs/DESIGN.md §2, as hand-written arrays;
+  - an ownership oracle written here from the layout definitions of docs/DESIGN.md §2
     (which rank owns global index g), for cp 1..8 and many T: padded length,
     the indices every rank owns and their order, and which configs leave a rank
     without a real token (those must be rejected by cp_check_config);
@@ -24,7 +24,7 @@ The shard -> gather identity needs a Comm of several ranks: see test_gather.c.
 #define MAX_CP 8
 
 // ----------------------------------------------------------------------------
-// the oracle: the layouts of DESIGN §2, written independently of cp/layout.h
+// the oracle: the layouts of docs/DESIGN.md §2, written independently of cp/layout.h
 
 static int oracle_pad_multiple(CpLayoutKind kind, int cp) {
     return kind == CP_LAYOUT_IDENTITY ? 1 : 2 * cp;
@@ -69,7 +69,7 @@ static int layout_valid_at(CpLayoutKind kind, int cp) {
 }
 
 // ----------------------------------------------------------------------------
-// DESIGN §2's worked example, S = 10
+// docs/DESIGN.md §2's worked example, S = 10
 
 static void check_example(CpLayoutKind kind, int cp, int expected_P, const int *expected, const char *name) {
     int P = cp_padded_len(kind, 10, cp);
