@@ -108,23 +108,33 @@ typedef struct {
 } Trainer;
 
 // The forward pass of the loader's next batch on this rank's shard; returns the
-// loss statistics of the global batch. The sharder is the step's: built here,
-// freed by the caller after the backward pass.
-static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh) {
+// loss statistics of the global batch. With train, the pass of a training step:
+// the gradients are zeroed and the classifier's backward runs with the forward
+// (gpt2_cuda_forward_train), weighted by the global batch's loss weight, counted
+// first. The sharder is the step's: built here, freed by the caller after the
+// backward pass.
+static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh, int train) {
     next_sharded_batch(sh, dl, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_cuda_free(tr->acts);
-        activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T);
+        activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
     }
     AttentionVerbs attn = cp_attention_cuda_bind(tr->attention, &sh->layout);
-    gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
+    if (train) {
+        double valid = global_valid_count_cuda(tr->ranks->world, tr->loss_stats, sh->local.targets, n);
+        gpt2_cuda_zero_grad(tr->model);
+        gpt2_cuda_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
+                                loss_weight(valid), &attn);
+    } else {
+        gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
+    }
     local_loss_stats_cuda(tr->loss_stats, tr->acts->t.losses, tr->acts->targets, n);
     return global_loss_stats_cuda(tr->ranks->world, tr->loss_stats);
 }
 
 static LossStats forward_step_verb(void *trainer, DataLoader *dl, CpSharder *sh) {
-    return forward_step((Trainer *)trainer, dl, sh);
+    return forward_step((Trainer *)trainer, dl, sh, 0);
 }
 
 // Sampling runs unsharded on this rank alone: the identity layout over a one-rank
@@ -143,7 +153,7 @@ static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
     AttentionVerbs attn = ring_attention_cuda_verbs(&s->ring);
     gpt2_cuda_forward(s->model, &s->acts, sh->local.inputs, sh->layout.position, NULL, &attn);
     size_t Vp = s->model->config.padded_vocab_size;
-    cuda_download(s->logits, s->acts.t.logits + (size_t)(t - 1) * Vp, Vp * sizeof(float));
+    cuda_download(s->logits, gpt2_cuda_logits(s->model, &s->acts, (size_t)(t - 1)), Vp * sizeof(float));
     return s->logits;
 }
 
@@ -152,7 +162,7 @@ static void sample(const TrainConfig *cfg, GPT2Cuda *model, Comm *self, TrainRun
     Sampler s;
     s.model = model;
     s.logits = (float *)mallocCheck((size_t)c.padded_vocab_size * sizeof(float));
-    activations_cuda_init(&s.acts, c, 1, cfg->gen_tokens);
+    activations_cuda_init(&s.acts, c, 1, cfg->gen_tokens, cfg->recompute);
     ring_attention_cuda_init(&s.ring, self, 1, cfg->gen_tokens, c.channels, c.num_heads);
     generate_sample(cfg, c, &run->tokenizer, &run->sample_rng, sampler_next_logits, &s);
     ring_attention_cuda_free(&s.ring);
@@ -191,7 +201,7 @@ int main(int argc, char **argv) {
     GPT2Config c = model.config;
 
     ActivationsCuda acts;
-    activations_cuda_init(&acts, c, cfg.B, run.local_T);
+    activations_cuda_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
     CpAttentionCuda attention;
     cp_attention_cuda_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), ranks.cp, cfg.B,
                            run.local_T, c.channels, c.num_heads);
@@ -214,14 +224,10 @@ int main(int argc, char **argv) {
 
         double start = wall_seconds();
         CpSharder sh;
-        LossStats stats = forward_step(&tr, &run.train_loader, &sh);
+        LossStats stats = forward_step(&tr, &run.train_loader, &sh, 1);
         float loss = mean_loss(stats);
-        gpt2_cuda_zero_grad(&model);
         AttentionVerbs attn = cp_attention_cuda_bind(&attention, &sh.layout);
-        // dloss over the valid targets of the global batch: summing every rank's
-        // gradient below then gives the gradient of the mean loss
-        float dloss = stats.valid_count > 0 ? (float)(1.0 / stats.valid_count) : 0.0f;
-        gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, dloss, &attn);
+        gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &attn);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
         float grad_norm = (float)sqrt(global_norm_squared_cuda(model.grads_memory, model.num_parameters));
         check_step_finite(&cfg, step, loss, grad_norm);

@@ -46,4 +46,14 @@ static LossStats global_loss_stats_cuda(Comm *comm, double *stats) {
     return s;
 }
 
+// The valid targets of the global batch: counted on the host from this rank's
+// (n) HOST targets, summed over `comm` (device memory) through stats, a device double[2].
+static double global_valid_count_cuda(Comm *comm, double *stats, const int *targets, size_t n) {
+    double count = local_valid_count(targets, n);
+    cuda_upload(stats, &count, sizeof(count));
+    comm->all_reduce_sum(comm, stats, 1, COMM_DOUBLE);
+    cuda_download(&count, stats, sizeof(count));
+    return count;
+}
+
 #endif // CP_LOSS_CUH

@@ -37,6 +37,20 @@ static LossStats global_loss_stats(Comm *comm, LossStats local) {
     return s;
 }
 
+// The valid targets among n local tokens.
+static double local_valid_count(const int *targets, size_t n) {
+    double count = 0.0;
+    for (size_t i = 0; i < n; i++) { count += targets[i] != IGNORE_INDEX; }
+    return count;
+}
+
+// The weight of one token's loss in the mean loss: 1 / (valid targets of the global
+// batch), 0 when there are none. A training step needs it before its forward pass,
+// in which the classifier's backward runs (llmc/classifier.h).
+static float loss_weight(double global_valid_count) {
+    return global_valid_count > 0 ? (float)(1.0 / global_valid_count) : 0.0f;
+}
+
 static float mean_loss(LossStats s) {
     return s.valid_count > 0 ? (float)(s.loss_sum / s.valid_count) : 0.0f;
 }

@@ -1,73 +1,83 @@
 /*
-The classifier on the GPU (llmc/classifier.h): softmax over the vocabulary fused
-with the cross-entropy against the target, in place.
+The classifier on the GPU (llmc/classifier.h): the lm head, softmax and
+cross-entropy over chunks of chunk_rows tokens, so that only one chunk's logits
+exist; in a training step the chunk's backward runs right after its forward, as
+on the CPU (see there why). Per chunk:
+    logits = lnf_chunk @ wte^T                                      cuBLAS
+    losses, and with grad dlogits = (probs - onehot) * dloss        one kernel
+    dwte += dlogits^T @ lnf_chunk,  dlnf_chunk = dlogits @ wte      cuBLAS
 
-Forward: one block per token row turns the logits into probabilities in place
-(the first V entries; the padded V..Vp get 0) and writes the token's loss, 0 for
-the ignore target IGNORE_INDEX (pad slots). The normaliser is summed in double,
-as on the CPU. Backward: dlogits = (probs - onehot(target)) * dloss in place,
-all 0 for an ignored target; elementwise.
+The kernel takes one block per token row: the maximum over the first V logits,
+the normaliser summed in double (as on the CPU), the loss log(sum) -
+(logit[target] - max), and with grad the row overwritten by its gradient (the
+padded V..Vp get 0; an ignored target IGNORE_INDEX gets loss 0 and gradient 0).
 */
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
 
 #include "classifier.h"
 #include "cuda_common.cuh"
+#include "matmul.cuh"
 
 #define CLASSIFIER_THREADS 512
 
-// logits: (N, Vp) -> probabilities   losses: (N)   targets: (N); one block per row
-__global__ static void softmax_crossentropy_forward_kernel(float *logits, float *losses, const int *targets,
-                                                           int V, int Vp) {
+// logits: (N, Vp) -> dlogits in place with grad   losses: (N)   targets: (N); one block per row
+__global__ static void softmax_crossentropy_kernel(float *logits, float *losses, const int *targets, int V, int Vp,
+                                                   float dloss, int grad) {
     __shared__ float shared_max[WARP_SIZE];
     __shared__ double shared_sum[WARP_SIZE];
     float *row = logits + (size_t)blockIdx.x * Vp;
+    int target = targets[blockIdx.x];
+    float target_logit = target == IGNORE_INDEX ? 0.0f : row[target]; // read before any thread writes
     float maxval = -INFINITY;
     for (int i = threadIdx.x; i < V; i += blockDim.x) { maxval = fmaxf(maxval, row[i]); }
     maxval = block_reduce_max(maxval, shared_max);
     double sum = 0.0;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        float e = expf(row[i] - maxval);
-        row[i] = e;
-        sum += e;
+    for (int i = threadIdx.x; i < V; i += blockDim.x) { sum += expf(row[i] - maxval); }
+    sum = block_reduce_sum_double(sum, shared_sum); // its barriers also order the read above before the writes
+    if (grad) {
+        float scale = target == IGNORE_INDEX ? 0.0f : (float)(dloss / sum);
+        for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
+            float g = i < V ? expf(row[i] - maxval) * scale : 0.0f;
+            if (i == target) { g -= dloss; }
+            row[i] = g;
+        }
     }
-    sum = block_reduce_sum_double(sum, shared_sum);
-    float inv = (float)(1.0 / sum);
-    for (int i = threadIdx.x; i < Vp; i += blockDim.x) { row[i] = i < V ? row[i] * inv : 0.0f; }
-    __syncthreads(); // the target's probability may have been written by another thread
     if (threadIdx.x == 0) {
-        int target = targets[blockIdx.x];
-        losses[blockIdx.x] = target == IGNORE_INDEX ? 0.0f : -logf(row[target]);
+        losses[blockIdx.x] = target == IGNORE_INDEX ? 0.0f : (float)(log(sum) - (target_logit - maxval));
     }
 }
 
-static void softmax_crossentropy_forward_cuda(float *logits, float *losses, const int *targets, int B, int T,
-                                              int V, int Vp) {
-    int N = B * T;
-    softmax_crossentropy_forward_kernel<<<N, CLASSIFIER_THREADS, 0, cuda_ctx.stream>>>(logits, losses, targets, V, Vp);
+static void softmax_crossentropy_rows_cuda(float *logits, float *losses, const int *targets, int N, int V, int Vp,
+                                           float dloss, int grad) {
+    softmax_crossentropy_kernel<<<N, CLASSIFIER_THREADS, 0, cuda_ctx.stream>>>(logits, losses, targets, V, Vp,
+                                                                                dloss, grad);
     cudaCheckLaunch();
 }
 
-// probs: (N, Vp) -> dlogits in place   targets: (N)
-__global__ static void softmax_crossentropy_backward_kernel(float *probs, const int *targets, float dloss, int N,
-                                                            int Vp) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)N * Vp) { return; }
-    int bt = (int)(idx / Vp), i = (int)(idx % Vp);
-    int target = targets[bt];
-    if (target == IGNORE_INDEX) {
-        probs[idx] = 0.0f;
-        return;
+// classifier_forward on the device: the losses of N tokens, chunk_rows at a time;
+// with dlnf (not NULL) also dlnf (overwritten) and dwte (accumulated).
+// losses: (N)   dlnf: (N, C) or NULL   dwte: (Vp, C)   logits: (chunk_rows, Vp) scratch
+// lnf: (N, C)   wte: (Vp, C)   targets: (N), all device
+static void classifier_forward_cuda(float *losses, float *dlnf, float *dwte, float *logits, const float *lnf,
+                                    const float *wte, const int *targets, float dloss, int N, int chunk_rows,
+                                    int C, int V, int Vp) {
+    for (int start = 0; start < N; start += chunk_rows) {
+        int n = N - start < chunk_rows ? N - start : chunk_rows;
+        const float *x = lnf + (size_t)start * C;
+        matmul_forward_cuda(logits, x, wte, NULL, 1, n, C, Vp);
+        softmax_crossentropy_rows_cuda(logits, losses + start, targets + start, n, V, Vp, dloss, dlnf != NULL);
+        if (dlnf != NULL) {
+            float *dx = dlnf + (size_t)start * C;
+            cudaCheck(cudaMemsetAsync(dx, 0, (size_t)n * C * sizeof(float), cuda_ctx.stream));
+            matmul_backward_cuda(dx, dwte, NULL, logits, x, wte, 1, n, C, Vp);
+        }
     }
-    float g = probs[idx] * dloss;
-    if (i == target) { g -= dloss; }
-    probs[idx] = g;
 }
 
-static void softmax_crossentropy_backward_cuda(float *probs, const int *targets, float dloss, int B, int T, int Vp) {
-    size_t n = (size_t)B * T * Vp;
-    softmax_crossentropy_backward_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(probs, targets, dloss, B * T, Vp);
-    cudaCheckLaunch();
+// The logits of one token. out: (Vp)   lnf: (C) the token's   wte: (Vp, C), all device
+static void classifier_logits_cuda(float *out, const float *lnf, const float *wte, int C, int Vp) {
+    matmul_forward_cuda(out, lnf, wte, NULL, 1, 1, C, Vp);
 }
 
 #endif // LLMC_CLASSIFIER_CUH

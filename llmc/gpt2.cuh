@@ -11,7 +11,9 @@ AdamW moments), which keeps the configuration and a host copy of the parameters
 and moments for checkpoints, and is then copied to the device.
 
 Token ids, position ids and targets come from the sharder on the host; the
-forward pass copies them to the device. The backward pass reads the host ids once
+forward pass copies them to the device. The classifier works through chunks of
+tokens (llmc/classifier.cuh) and, in a training step, runs its backward with the
+forward pass (gpt2_cuda_forward_train), as the CPU model does. The backward pass reads the host ids once
 more to bucket the embedding gradients (llmc/encoder.cuh).
 */
 #ifndef LLMC_GPT2_CUH
@@ -42,6 +44,8 @@ typedef struct {
 
 typedef struct {
     int B, T;
+    int recompute;            // -r, as gpt2.h's Activations
+    int chunk_rows;           // tokens per classifier chunk
     size_t num_floats;
     float *memory;            // device
     ActivationTensors t;      // views into memory, as gpt2.h's Activations
@@ -95,12 +99,14 @@ static void gpt2_cuda_to_host(GPT2Cuda *model) {
     cuda_download(model->host.v_memory, model->v_memory, bytes);
 }
 
-static void activations_cuda_init(ActivationsCuda *acts, GPT2Config c, int B, int T) {
+static void activations_cuda_init(ActivationsCuda *acts, GPT2Config c, int B, int T, int recompute) {
     memset(acts, 0, sizeof(*acts));
     size_t sizes[NUM_ACTIVATION_BUFFERS];
     acts->B = B;
     acts->T = T;
-    acts->num_floats = fill_in_activation_sizes(sizes, c, B, T);
+    acts->recompute = recompute;
+    acts->chunk_rows = classifier_chunk_rows(c.padded_vocab_size, (size_t)B * T);
+    acts->num_floats = fill_in_activation_sizes(sizes, c, B, T, recompute);
     acts->memory = (float *)cudaMallocCheck(acts->num_floats * sizeof(float));
     cudaCheck(cudaMemsetAsync(acts->memory, 0, acts->num_floats * sizeof(float), cuda_ctx.stream));
     point_activations(&acts->t, acts->memory, sizes);
@@ -126,14 +132,15 @@ static void activations_cuda_free(ActivationsCuda *acts) {
 // ----------------------------------------------------------------------------
 // forward, backward, update
 
-// Computes the activations of B rows of T local tokens. With targets, also the
-// per-token losses (acts->t.losses) and the probabilities (acts->t.logits).
+// gpt2_forward_pass of gpt2.h on the device: the activations through the final
+// layernorm; with targets the per-token losses, and with grad the classifier's
+// backward (dlnf into acts->t.dbtc, model->grads.wte accumulated).
 // inputs, positions, targets: (B, T) HOST arrays; targets may be NULL (inference)
-static void gpt2_cuda_forward(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                              const int *targets, const AttentionVerbs *attn) {
+static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
+                                   const int *targets, float dloss, int grad, const AttentionVerbs *attn) {
     GPT2Config c = model->config;
     int B = acts->B, T = acts->T;
-    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t L = c.num_layers, C = c.channels;
     size_t BT = (size_t)B * T;
     ParameterTensors p = model->params;
     ActivationTensors a = acts->t;
@@ -142,94 +149,106 @@ static void gpt2_cuda_forward(GPT2Cuda *model, ActivationsCuda *acts, const int 
     if (targets != NULL) { cuda_upload(acts->targets, targets, BT * sizeof(int)); }
     encoder_forward_cuda(a.encoded, acts->inputs, acts->positions, p.wte, p.wpe, B, T, C);
     for (size_t l = 0; l < L; l++) {
-        float *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-        float *ln1 = a.ln1 + l * BT * C;
-        float *qkv = a.qkv + l * BT * 3 * C;
-        float *atty = a.atty + l * BT * C;
-        float *attproj = a.attproj + l * BT * C;
-        float *residual2 = a.residual2 + l * BT * C;
-        float *ln2 = a.ln2 + l * BT * C;
-        float *fch = a.fch + l * BT * 4 * C;
-        float *fch_gelu = a.fch_gelu + l * BT * 4 * C;
-        float *fcproj = a.fcproj + l * BT * C;
-        layernorm_forward_cuda(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual,
-                               p.ln1w + l * C, p.ln1b + l * C, B, T, C);
-        matmul_forward_cuda(qkv, ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
-        attn->forward(attn->ctx, atty, a.att_lse + l * B * NH * T, qkv);
-        matmul_forward_cuda(attproj, atty, p.attprojw + l * C * C, p.attprojb + l * C, B, T, C, C);
-        residual_forward_cuda(residual2, residual, attproj, BT * C);
-        layernorm_forward_cuda(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2,
-                               p.ln2w + l * C, p.ln2b + l * C, B, T, C);
-        matmul_forward_cuda(fch, ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
-        gelu_forward_cuda(fch_gelu, fch, BT * 4 * C);
-        matmul_forward_cuda(fcproj, fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
-        residual_forward_cuda(a.residual3 + l * BT * C, residual2, fcproj, BT * C);
+        LayerActivations v = layer_activations(&a, acts->recompute, c, B, T, l);
+        layernorm_forward_cuda(v.ln1, v.ln1_mean, v.ln1_rstd, v.residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
+        matmul_forward_cuda(v.qkv, v.ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
+        attn->forward(attn->ctx, v.atty, v.att_lse, v.qkv);
+        matmul_forward_cuda(v.attproj, v.atty, p.attprojw + l * C * C, p.attprojb + l * C, B, T, C, C);
+        residual_forward_cuda(v.residual2, v.residual, v.attproj, BT * C);
+        layernorm_forward_cuda(v.ln2, v.ln2_mean, v.ln2_rstd, v.residual2, p.ln2w + l * C, p.ln2b + l * C,
+                               B, T, C);
+        matmul_forward_cuda(v.fch, v.ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
+        gelu_forward_cuda(v.fch_gelu, v.fch, BT * 4 * C);
+        matmul_forward_cuda(v.fcproj, v.fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
+        residual_forward_cuda(v.residual3, v.residual2, v.fcproj, BT * C);
     }
     float *last = a.residual3 + (L - 1) * BT * C;
     layernorm_forward_cuda(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, B, T, C);
-    matmul_forward_cuda(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);
     if (targets != NULL) {
-        softmax_crossentropy_forward_cuda(a.logits, a.losses, acts->targets, B, T, c.vocab_size, Vp);
+        classifier_forward_cuda(a.losses, grad ? a.dbtc : NULL, model->grads.wte, a.logits, a.lnf, p.wte,
+                                acts->targets, dloss, (int)BT, acts->chunk_rows, (int)C, c.vocab_size,
+                                c.padded_vocab_size);
     }
+}
+
+// gpt2_forward on the device: with targets the per-token losses (acts->t.losses),
+// without only what gpt2_cuda_logits needs. inputs, positions, targets: HOST.
+static void gpt2_cuda_forward(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
+                              const int *targets, const AttentionVerbs *attn) {
+    gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, 0.0f, 0, attn);
+}
+
+// gpt2_forward_train on the device: the losses and the classifier's backward,
+// which accumulates into the gradients (zero them first); gpt2_cuda_backward follows.
+static void gpt2_cuda_forward_train(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
+                                    const int *targets, float dloss, const AttentionVerbs *attn) {
+    gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, dloss, 1, attn);
+}
+
+// The logits of token `row` (b * T + t) after a forward pass: (Vp) device, in
+// acts->t.logits.
+static const float *gpt2_cuda_logits(GPT2Cuda *model, ActivationsCuda *acts, size_t row) {
+    GPT2Config c = model->config;
+    classifier_logits_cuda(acts->t.logits, acts->t.lnf + row * c.channels, model->params.wte, c.channels,
+                           c.padded_vocab_size);
+    return acts->t.logits;
 }
 
 static void gpt2_cuda_zero_grad(GPT2Cuda *model) {
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), cuda_ctx.stream));
 }
 
-// Accumulates the gradient of (sum of this rank's token losses) * dloss into the
-// parameter gradients, as gpt2_backward. Needs the forward pass with targets just
-// before: the targets on the device are that pass's. inputs, positions: (B, T) HOST.
+// gpt2_backward on the device: the rest of the gradient, from the gradient of lnf
+// that gpt2_cuda_forward_train left; needs that pass just before. inputs,
+// positions: (B, T) HOST.
 static void gpt2_cuda_backward(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                               float dloss, const AttentionVerbs *attn) {
+                               const AttentionVerbs *attn) {
     GPT2Config c = model->config;
     int B = acts->B, T = acts->T;
-    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t L = c.num_layers, C = c.channels;
     size_t BT = (size_t)B * T;
     ParameterTensors p = model->params;
     ParameterTensors g = model->grads;
     ActivationTensors a = acts->t;
     cudaStream_t s = cuda_ctx.stream;
-    // the lm head and the final layernorm
-    softmax_crossentropy_backward_cuda(a.logits, acts->targets, dloss, B, T, Vp);
-    cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
-    matmul_backward_cuda(a.dbtc, g.wte, NULL, a.logits, a.lnf, p.wte, B, T, C, Vp);
+    // the final layernorm
     cudaCheck(cudaMemsetAsync(a.dresidual, 0, BT * C * sizeof(float), s));
     float *last = a.residual3 + (L - 1) * BT * C;
     layernorm_backward_cuda(a.dresidual, g.lnfw, g.lnfb, a.dbtc, last, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
     // the blocks, last to first; dresidual is the gradient of each block's output,
     // and both branches of a residual add receive it unchanged
     for (int l = (int)L - 1; l >= 0; l--) {
-        float *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-        float *ln1 = a.ln1 + l * BT * C;
-        float *qkv = a.qkv + l * BT * 3 * C;
-        float *atty = a.atty + l * BT * C;
-        float *residual2 = a.residual2 + l * BT * C;
-        float *ln2 = a.ln2 + l * BT * C;
-        float *fch = a.fch + l * BT * 4 * C;
-        float *fch_gelu = a.fch_gelu + l * BT * 4 * C;
+        LayerActivations v = layer_activations(&a, acts->recompute, c, B, T, (size_t)l);
         float *dfch = a.dbt4c;  // (B, T, 4C)
         float *dqkv = a.dbt4c;  // (B, T, 3C), once the MLP is done with the buffer
+        // what -r left out of the forward pass, recomputed as the forward computed it
+        if (acts->recompute >= 2) {
+            layernorm_forward_cuda(v.ln1, v.ln1_mean, v.ln1_rstd, v.residual, p.ln1w + l * C, p.ln1b + l * C,
+                                   B, T, C);
+            layernorm_forward_cuda(v.ln2, v.ln2_mean, v.ln2_rstd, v.residual2, p.ln2w + l * C, p.ln2b + l * C,
+                                   B, T, C);
+        }
+        if (acts->recompute >= 1) { gelu_forward_cuda(v.fch_gelu, v.fch, BT * 4 * C); }
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
         cudaCheck(cudaMemsetAsync(dfch, 0, BT * 4 * C * sizeof(float), s));
-        matmul_backward_cuda(dfch, g.fcprojw + l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
+        matmul_backward_cuda(dfch, g.fcprojw + l * C * 4 * C, g.fcprojb + l * C, a.dresidual, v.fch_gelu,
                              p.fcprojw + l * C * 4 * C, B, T, 4 * C, C);
-        gelu_backward_cuda(dfch, fch, dfch, BT * 4 * C);
+        gelu_backward_cuda(dfch, v.fch, dfch, BT * 4 * C);
         cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
-        matmul_backward_cuda(a.dbtc, g.fcw + l * 4 * C * C, g.fcb + l * 4 * C, dfch, ln2, p.fcw + l * 4 * C * C,
+        matmul_backward_cuda(a.dbtc, g.fcw + l * 4 * C * C, g.fcb + l * 4 * C, dfch, v.ln2, p.fcw + l * 4 * C * C,
                              B, T, C, 4 * C);
-        layernorm_backward_cuda(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbtc, residual2, p.ln2w + l * C,
-                                a.ln2_mean + l * BT, a.ln2_rstd + l * BT, B, T, C);
+        layernorm_backward_cuda(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbtc, v.residual2, p.ln2w + l * C,
+                                v.ln2_mean, v.ln2_rstd, B, T, C);
         // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
         cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
-        matmul_backward_cuda(a.dbtc, g.attprojw + l * C * C, g.attprojb + l * C, a.dresidual, atty,
+        matmul_backward_cuda(a.dbtc, g.attprojw + l * C * C, g.attprojb + l * C, a.dresidual, v.atty,
                              p.attprojw + l * C * C, B, T, C, C);
-        attn->backward(attn->ctx, dqkv, a.dbtc, qkv, atty, a.att_lse + l * B * NH * T);
+        attn->backward(attn->ctx, dqkv, a.dbtc, v.qkv, v.atty, v.att_lse);
         cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
-        matmul_backward_cuda(a.dbtc, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1, p.qkvw + l * 3 * C * C,
+        matmul_backward_cuda(a.dbtc, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, v.ln1, p.qkvw + l * 3 * C * C,
                              B, T, C, 3 * C);
-        layernorm_backward_cuda(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, residual, p.ln1w + l * C,
-                                a.ln1_mean + l * BT, a.ln1_rstd + l * BT, B, T, C);
+        layernorm_backward_cuda(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, v.residual, p.ln1w + l * C,
+                                v.ln1_mean, v.ln1_rstd, B, T, C);
     }
     encoder_backward_cuda(g.wte, g.wpe, a.dresidual, inputs, positions, B, T, C, &acts->wte_buckets,
                           &acts->wpe_buckets);

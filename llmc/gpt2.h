@@ -9,7 +9,12 @@ sequence (cp/) chooses what those are. Every activation is sized by the tokens
 this rank holds, T here, so activation memory scales with the local share.
 
 The backward pass needs a gradient only for the residual stream and a few
-scratch buffers that every layer reuses, like llm.c's GPU trainer.
+scratch buffers that every layer reuses, like llm.c's GPU trainer. The classifier
+(llmc/classifier.h) works through chunks of tokens and holds the logits of one
+chunk only; in a training step its backward runs with the forward pass
+(gpt2_forward_train), and gpt2_backward goes on from the gradient it left. With
+-r (Activations.recompute) the backward pass recomputes GELU, or GELU and the
+layernorms, instead of keeping them per layer.
 */
 #ifndef LLMC_GPT2_H
 #define LLMC_GPT2_H
@@ -106,10 +111,17 @@ static void point_parameters(ParameterTensors *params, float *memory, const size
 // ----------------------------------------------------------------------------
 // activations, for B rows of T local tokens
 
-#define NUM_ACTIVATION_TENSORS 20
+// What the backward pass recomputes instead of keeping it per layer (llm.c's -r):
+// 0 keeps everything; 1 recomputes GELU, so every layer shares one fch_gelu buffer;
+// 2 also recomputes the two layernorms of each block, so every layer shares one
+// ln1 and one ln2 buffer (their means and rstds stay per layer: they are small,
+// and recomputing the layernorm writes the same values again). The recomputation
+// is the forward computation itself, so the results are bit for bit those of 0.
+#define RECOMPUTE_MAX 2
+
 typedef struct {
     float *encoded;   // (B, T, C)
-    float *ln1;       // (L, B, T, C)
+    float *ln1;       // (L, B, T, C), or (B, T, C) shared by the layers at recompute 2
     float *ln1_mean;  // (L, B, T)
     float *ln1_rstd;  // (L, B, T)
     float *qkv;       // (L, B, T, 3C)
@@ -117,42 +129,48 @@ typedef struct {
     float *att_lse;   // (L, B, NH, T) log-sum-exp of each query's attention row
     float *attproj;   // (L, B, T, C)
     float *residual2; // (L, B, T, C)
-    float *ln2;       // (L, B, T, C)
+    float *ln2;       // (L, B, T, C), or (B, T, C) shared at recompute 2
     float *ln2_mean;  // (L, B, T)
     float *ln2_rstd;  // (L, B, T)
     float *fch;       // (L, B, T, 4C)
-    float *fch_gelu;  // (L, B, T, 4C)
+    float *fch_gelu;  // (L, B, T, 4C), or (B, T, 4C) shared at recompute 1 and 2
     float *fcproj;    // (L, B, T, C)
     float *residual3; // (L, B, T, C)
     float *lnf;       // (B, T, C)
     float *lnf_mean;  // (B, T)
     float *lnf_rstd;  // (B, T)
-    float *logits;    // (B, T, Vp): logits, then probabilities, then their gradient
+    float *logits;    // (chunk_rows, Vp) one chunk of the classifier (llmc/classifier.h)
     float *losses;    // (B, T) per-token loss, 0 for ignored targets
     // backward scratch, reused by every layer
     float *dresidual; // (B, T, C) gradient of the residual stream
-    float *dbtc;      // (B, T, C)
+    float *dbtc;      // (B, T, C); after a training forward pass the gradient of lnf
     float *dbt4c;     // (B, T, 4C), also holds dqkv (B, T, 3C)
 } ActivationTensors;
 
 typedef struct {
     int B, T;
+    int recompute;  // 0, 1 or 2, see RECOMPUTE_MAX
+    int chunk_rows; // tokens per classifier chunk
     size_t num_floats;
     float *memory;
     ActivationTensors t;
 } Activations;
 
 // The activation buffers, in the order of ActivationTensors: their sizes, and the
-// pointers into one block of memory. Shared with the GPU model (llmc/gpt2.cuh),
-// which lays out the same buffers in device memory.
+// pointers into one block of memory. The one table of activation memory: the
+// trainers' allocations (here and in the GPU model, llmc/gpt2.cuh, which lays out
+// the same buffers in device memory) and any estimate of it come from here.
+// Returns the total in floats.
 #define NUM_ACTIVATION_BUFFERS 24
-static size_t fill_in_activation_sizes(size_t *sizes, GPT2Config c, int B, int T) {
+static size_t fill_in_activation_sizes(size_t *sizes, GPT2Config c, int B, int T, int recompute) {
     size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
     size_t BT = (size_t)B * T;
+    size_t Lln = recompute >= 2 ? 1 : L, Lgelu = recompute >= 1 ? 1 : L;
+    size_t chunk = (size_t)classifier_chunk_rows(c.padded_vocab_size, BT);
     size_t s[NUM_ACTIVATION_BUFFERS] = {
-        BT * C, L * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C, L * B * NH * T, L * BT * C,
-        L * BT * C, L * BT * C, L * BT, L * BT, L * BT * 4 * C, L * BT * 4 * C, L * BT * C, L * BT * C,
-        BT * C, BT, BT, BT * Vp, BT, BT * C, BT * C, BT * 4 * C};
+        BT * C, Lln * BT * C, L * BT, L * BT, L * BT * 3 * C, L * BT * C, L * B * NH * T, L * BT * C,
+        L * BT * C, Lln * BT * C, L * BT, L * BT, L * BT * 4 * C, Lgelu * BT * 4 * C, L * BT * C, L * BT * C,
+        BT * C, BT, BT, chunk * Vp, BT, BT * C, BT * C, BT * 4 * C};
     size_t total = 0;
     for (int i = 0; i < NUM_ACTIVATION_BUFFERS; i++) {
         sizes[i] = s[i];
@@ -172,11 +190,13 @@ static void point_activations(ActivationTensors *t, float *memory, const size_t 
     }
 }
 
-static void activations_init(Activations *acts, GPT2Config c, int B, int T) {
+static void activations_init(Activations *acts, GPT2Config c, int B, int T, int recompute) {
     size_t sizes[NUM_ACTIVATION_BUFFERS];
     acts->B = B;
     acts->T = T;
-    acts->num_floats = fill_in_activation_sizes(sizes, c, B, T);
+    acts->recompute = recompute;
+    acts->chunk_rows = classifier_chunk_rows(c.padded_vocab_size, (size_t)B * T);
+    acts->num_floats = fill_in_activation_sizes(sizes, c, B, T, recompute);
     acts->memory = (float *)callocCheck(acts->num_floats, sizeof(float));
     point_activations(&acts->t, acts->memory, sizes);
 }
@@ -184,6 +204,41 @@ static void activations_init(Activations *acts, GPT2Config c, int B, int T) {
 static void activations_free(Activations *acts) {
     free(acts->memory);
     memset(acts, 0, sizeof(*acts));
+}
+
+// The activations of block l, as views into the buffers: the block's own slices,
+// or the shared slice of a buffer the backward pass recomputes. Shared by the
+// CPU and GPU models' forward and backward passes.
+typedef struct {
+    float *residual;  // (B, T, C) the block's input: encoded, or the previous block's residual3
+    float *ln1, *ln1_mean, *ln1_rstd;
+    float *qkv, *atty, *att_lse, *attproj, *residual2;
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu, *fcproj, *residual3;
+} LayerActivations;
+
+static LayerActivations layer_activations(const ActivationTensors *a, int recompute, GPT2Config c, int B, int T,
+                                          size_t l) {
+    size_t C = c.channels, NH = c.num_heads, BT = (size_t)B * T;
+    size_t lln = recompute >= 2 ? 0 : l, lgelu = recompute >= 1 ? 0 : l;
+    LayerActivations v;
+    v.residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
+    v.ln1 = a->ln1 + lln * BT * C;
+    v.ln1_mean = a->ln1_mean + l * BT;
+    v.ln1_rstd = a->ln1_rstd + l * BT;
+    v.qkv = a->qkv + l * BT * 3 * C;
+    v.atty = a->atty + l * BT * C;
+    v.att_lse = a->att_lse + l * B * NH * T;
+    v.attproj = a->attproj + l * BT * C;
+    v.residual2 = a->residual2 + l * BT * C;
+    v.ln2 = a->ln2 + lln * BT * C;
+    v.ln2_mean = a->ln2_mean + l * BT;
+    v.ln2_rstd = a->ln2_rstd + l * BT;
+    v.fch = a->fch + l * BT * 4 * C;
+    v.fch_gelu = a->fch_gelu + lgelu * BT * 4 * C;
+    v.fcproj = a->fcproj + l * BT * C;
+    v.residual3 = a->residual3 + l * BT * C;
+    return v;
 }
 
 // ----------------------------------------------------------------------------
@@ -369,107 +424,118 @@ static void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
 // ----------------------------------------------------------------------------
 // forward, backward, update
 
-// Computes the activations of B rows of T local tokens. With targets, also the
-// per-token losses (acts->t.losses) and the probabilities (acts->t.logits).
-// inputs, positions, targets: (B, T); targets may be NULL (inference)
-static void gpt2_forward(GPT2 *model, Activations *acts, const int *inputs, const int *positions,
-                         const int *targets, const AttentionVerbs *attn) {
+// Computes the activations of B rows of T local tokens through the final
+// layernorm (acts->t.lnf); with targets also the per-token losses (acts->t.losses),
+// and with grad the classifier's backward (llmc/classifier.h), which writes the
+// gradient of lnf into acts->t.dbtc and accumulates into model->grads.wte.
+static void gpt2_forward_pass(GPT2 *model, Activations *acts, const int *inputs, const int *positions,
+                              const int *targets, float dloss, int grad, const AttentionVerbs *attn) {
     GPT2Config c = model->config;
     int B = acts->B, T = acts->T;
-    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t L = c.num_layers, C = c.channels;
     size_t BT = (size_t)B * T;
     ParameterTensors p = model->params;
     ActivationTensors a = acts->t;
     encoder_forward(a.encoded, inputs, positions, p.wte, p.wpe, B, T, C);
     for (size_t l = 0; l < L; l++) {
-        float *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-        float *ln1 = a.ln1 + l * BT * C;
-        float *qkv = a.qkv + l * BT * 3 * C;
-        float *atty = a.atty + l * BT * C;
-        float *attproj = a.attproj + l * BT * C;
-        float *residual2 = a.residual2 + l * BT * C;
-        float *ln2 = a.ln2 + l * BT * C;
-        float *fch = a.fch + l * BT * 4 * C;
-        float *fch_gelu = a.fch_gelu + l * BT * 4 * C;
-        float *fcproj = a.fcproj + l * BT * C;
-        layernorm_forward(ln1, a.ln1_mean + l * BT, a.ln1_rstd + l * BT, residual,
-                          p.ln1w + l * C, p.ln1b + l * C, B, T, C);
-        matmul_forward(qkv, ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
-        attn->forward(attn->ctx, atty, a.att_lse + l * B * NH * T, qkv);
-        matmul_forward(attproj, atty, p.attprojw + l * C * C, p.attprojb + l * C, B, T, C, C);
-        residual_forward(residual2, residual, attproj, BT * C);
-        layernorm_forward(ln2, a.ln2_mean + l * BT, a.ln2_rstd + l * BT, residual2,
-                          p.ln2w + l * C, p.ln2b + l * C, B, T, C);
-        matmul_forward(fch, ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
-        gelu_forward(fch_gelu, fch, BT * 4 * C);
-        matmul_forward(fcproj, fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
-        residual_forward(a.residual3 + l * BT * C, residual2, fcproj, BT * C);
+        LayerActivations v = layer_activations(&a, acts->recompute, c, B, T, l);
+        layernorm_forward(v.ln1, v.ln1_mean, v.ln1_rstd, v.residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
+        matmul_forward(v.qkv, v.ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
+        attn->forward(attn->ctx, v.atty, v.att_lse, v.qkv);
+        matmul_forward(v.attproj, v.atty, p.attprojw + l * C * C, p.attprojb + l * C, B, T, C, C);
+        residual_forward(v.residual2, v.residual, v.attproj, BT * C);
+        layernorm_forward(v.ln2, v.ln2_mean, v.ln2_rstd, v.residual2, p.ln2w + l * C, p.ln2b + l * C, B, T, C);
+        matmul_forward(v.fch, v.ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
+        gelu_forward(v.fch_gelu, v.fch, BT * 4 * C);
+        matmul_forward(v.fcproj, v.fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
+        residual_forward(v.residual3, v.residual2, v.fcproj, BT * C);
     }
     float *last = a.residual3 + (L - 1) * BT * C;
     layernorm_forward(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, B, T, C);
-    matmul_forward(a.logits, a.lnf, p.wte, NULL, B, T, C, Vp);
     if (targets != NULL) {
-        softmax_crossentropy_forward(a.logits, a.losses, targets, B, T, c.vocab_size, Vp);
+        classifier_forward(a.losses, grad ? a.dbtc : NULL, model->grads.wte, a.logits, a.lnf, p.wte, targets, dloss,
+                           (int)BT, acts->chunk_rows, (int)C, c.vocab_size, c.padded_vocab_size);
     }
+}
+
+// The forward pass of B rows of T local tokens: with targets (B, T) the per-token
+// losses (acts->t.losses), without (NULL, inference) only what gpt2_logits needs.
+// inputs, positions: (B, T)
+static void gpt2_forward(GPT2 *model, Activations *acts, const int *inputs, const int *positions,
+                         const int *targets, const AttentionVerbs *attn) {
+    gpt2_forward_pass(model, acts, inputs, positions, targets, 0.0f, 0, attn);
+}
+
+// The forward pass of a training step: gpt2_forward's losses, and the classifier's
+// part of the backward pass, which runs chunk by chunk with the forward (see
+// llmc/classifier.h): it accumulates into the gradients, so zero them first.
+// dloss = 1 / (valid targets in the global batch), so that summing the gradients
+// of all ranks gives the gradient of the mean loss. gpt2_backward follows.
+static void gpt2_forward_train(GPT2 *model, Activations *acts, const int *inputs, const int *positions,
+                               const int *targets, float dloss, const AttentionVerbs *attn) {
+    gpt2_forward_pass(model, acts, inputs, positions, targets, dloss, 1, attn);
+}
+
+// The logits of token `row` (b * T + t) after a forward pass: (Vp), in acts->t.logits.
+static const float *gpt2_logits(GPT2 *model, Activations *acts, size_t row) {
+    GPT2Config c = model->config;
+    classifier_logits(acts->t.logits, acts->t.lnf + row * c.channels, model->params.wte, c.channels,
+                      c.padded_vocab_size);
+    return acts->t.logits;
 }
 
 static void gpt2_zero_grad(GPT2 *model) {
     memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
 }
 
-// Accumulates the gradient of (sum of this rank's token losses) * dloss into the
-// parameter gradients. dloss = 1 / (valid targets in the global batch), so that
-// summing the gradients of all ranks gives the gradient of the mean loss.
-// Needs the forward pass with targets just before.
+// Accumulates the rest of the gradient of (sum of this rank's token losses) * dloss
+// into the parameter gradients, from the gradient of lnf that gpt2_forward_train
+// left (acts->t.dbtc); needs that pass just before. inputs, positions: (B, T)
 static void gpt2_backward(GPT2 *model, Activations *acts, const int *inputs, const int *positions,
-                          const int *targets, float dloss, const AttentionVerbs *attn) {
+                          const AttentionVerbs *attn) {
     GPT2Config c = model->config;
     int B = acts->B, T = acts->T;
-    size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
+    size_t L = c.num_layers, C = c.channels;
     size_t BT = (size_t)B * T;
     ParameterTensors p = model->params;
     ParameterTensors g = model->grads;
     ActivationTensors a = acts->t;
-    // the lm head and the final layernorm
-    softmax_crossentropy_backward(a.logits, targets, dloss, B, T, Vp);
-    memset(a.dbtc, 0, BT * C * sizeof(float));
-    matmul_backward(a.dbtc, g.wte, NULL, a.logits, a.lnf, p.wte, B, T, C, Vp);
+    // the final layernorm
     memset(a.dresidual, 0, BT * C * sizeof(float));
     float *last = a.residual3 + (L - 1) * BT * C;
     layernorm_backward(a.dresidual, g.lnfw, g.lnfb, a.dbtc, last, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
     // the blocks, last to first; dresidual is the gradient of each block's output,
     // and both branches of a residual add receive it unchanged
     for (int l = (int)L - 1; l >= 0; l--) {
-        float *residual = l == 0 ? a.encoded : a.residual3 + (l - 1) * BT * C;
-        float *ln1 = a.ln1 + l * BT * C;
-        float *qkv = a.qkv + l * BT * 3 * C;
-        float *atty = a.atty + l * BT * C;
-        float *residual2 = a.residual2 + l * BT * C;
-        float *ln2 = a.ln2 + l * BT * C;
-        float *fch = a.fch + l * BT * 4 * C;
-        float *fch_gelu = a.fch_gelu + l * BT * 4 * C;
+        LayerActivations v = layer_activations(&a, acts->recompute, c, B, T, (size_t)l);
         float *dfch = a.dbt4c;  // (B, T, 4C)
         float *dqkv = a.dbt4c;  // (B, T, 3C), once the MLP is done with the buffer
+        // what -r left out of the forward pass, recomputed as the forward computed it
+        if (acts->recompute >= 2) {
+            layernorm_forward(v.ln1, v.ln1_mean, v.ln1_rstd, v.residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
+            layernorm_forward(v.ln2, v.ln2_mean, v.ln2_rstd, v.residual2, p.ln2w + l * C, p.ln2b + l * C, B, T, C);
+        }
+        if (acts->recompute >= 1) { gelu_forward(v.fch_gelu, v.fch, BT * 4 * C); }
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
         memset(dfch, 0, BT * 4 * C * sizeof(float));
-        matmul_backward(dfch, g.fcprojw + l * C * 4 * C, g.fcprojb + l * C, a.dresidual, fch_gelu,
+        matmul_backward(dfch, g.fcprojw + l * C * 4 * C, g.fcprojb + l * C, a.dresidual, v.fch_gelu,
                         p.fcprojw + l * C * 4 * C, B, T, 4 * C, C);
-        gelu_backward(dfch, fch, dfch, BT * 4 * C);
+        gelu_backward(dfch, v.fch, dfch, BT * 4 * C);
         memset(a.dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(a.dbtc, g.fcw + l * 4 * C * C, g.fcb + l * 4 * C, dfch, ln2, p.fcw + l * 4 * C * C,
+        matmul_backward(a.dbtc, g.fcw + l * 4 * C * C, g.fcb + l * 4 * C, dfch, v.ln2, p.fcw + l * 4 * C * C,
                         B, T, C, 4 * C);
-        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbtc, residual2, p.ln2w + l * C,
-                           a.ln2_mean + l * BT, a.ln2_rstd + l * BT, B, T, C);
+        layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbtc, v.residual2, p.ln2w + l * C,
+                           v.ln2_mean, v.ln2_rstd, B, T, C);
         // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
         memset(a.dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(a.dbtc, g.attprojw + l * C * C, g.attprojb + l * C, a.dresidual, atty,
+        matmul_backward(a.dbtc, g.attprojw + l * C * C, g.attprojb + l * C, a.dresidual, v.atty,
                         p.attprojw + l * C * C, B, T, C, C);
-        attn->backward(attn->ctx, dqkv, a.dbtc, qkv, atty, a.att_lse + l * B * NH * T);
+        attn->backward(attn->ctx, dqkv, a.dbtc, v.qkv, v.atty, v.att_lse);
         memset(a.dbtc, 0, BT * C * sizeof(float));
-        matmul_backward(a.dbtc, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, ln1, p.qkvw + l * 3 * C * C,
+        matmul_backward(a.dbtc, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, v.ln1, p.qkvw + l * 3 * C * C,
                         B, T, C, 3 * C);
-        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, residual, p.ln1w + l * C,
-                           a.ln1_mean + l * BT, a.ln1_rstd + l * BT, B, T, C);
+        layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, v.residual, p.ln1w + l * C,
+                           v.ln1_mean, v.ln1_rstd, B, T, C);
     }
     encoder_backward(g.wte, g.wpe, a.dresidual, inputs, positions, B, T, C);
 }

@@ -253,6 +253,10 @@ expect_error packed_without_documents 2 "-cl packed splits documents: it needs -
     "${BASE[@]}" -cp 2 -cl packed
 expect_error document_masking_bogus 2 "-dm 2: document masking is 0 or 1" \
     "${BASE[@]}" -cp 2 -dm 2
+expect_error recompute_out_of_range 2 "-r 3: recompute is 0 \\(keep every activation\\), 1 \\(recompute GELU\\) or 2" \
+    "${BASE[@]}" -cp 2 -r 3
+expect_error recompute_negative 2 "-r -1: recompute is 0" \
+    "${BASE[@]}" -cp 2 -r -1
 expect_error attention_bogus 2 "-ca 'bogus': unknown attention algorithm" \
     "${BASE[@]}" -cp 2 -ca bogus
 expect_error unknown_flag 2 "unknown flag '-zz'" \
@@ -274,12 +278,12 @@ cases=$((cases + 1))
 run_trainer 0 "$WORK/help.out" "$WORK/help.err" -h
 help_problems=()
 if [[ $rc -eq 0 || $rc -eq 124 || $rc -gt 128 ]]; then help_problems+=("exit code $rc, expected a non-zero exit"); fi
-for flag in -cp -cl -tl -dm -ca; do
+for flag in -cp -cl -tl -dm -ca -r; do
     if ! grep -qE "^ +$flag " "$WORK/help.out"; then help_problems+=("the usage does not list $flag"); fi
 done
 if ! grep -q '^usage:' "$WORK/help.out"; then help_problems+=("no usage line on stdout"); fi
 if [[ ${#help_problems[@]} -eq 0 ]]; then
-    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -ca\n' help "(1 process)" "$rc"
+    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -ca -r\n' help "(1 process)" "$rc"
 else
     failures=$((failures + 1))
     echo "FAIL help: $(IFS=';'; echo "${help_problems[*]}")"

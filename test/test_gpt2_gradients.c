@@ -1,7 +1,9 @@
 /*
 Unit test of the model's backward pass (llmc/gpt2.h with ring attention over one
-rank): the parameter gradients of the mean loss, from gpt2_forward + gpt2_backward,
-against finite differences of the mean loss itself.
+rank): the parameter gradients of the mean loss, from gpt2_forward_train +
+gpt2_backward, against finite differences of the mean loss itself (gpt2_forward).
+The model runs with -r 2 (GELU and layernorms recomputed in the backward pass) and
+the classifier in chunks of 5 of the 14 tokens.
 
 A tiny GPT-2 (V 37, Vp 40, maxT 16, L 2, NH 2, C 8), B = 2, T = 7, random inputs
 and targets with two IGNORE_INDEX targets. Attention is a RingAttention over an
@@ -115,13 +117,18 @@ int main(int argc, char **argv) {
     ring_attention_init(&s.ring, comm, B, T, config.channels, config.num_heads);
     s.ring.layout = &s.sharder.layout;
     s.attn = ring_attention_verbs(&s.ring);
-    activations_init(&s.acts, config, B, T);
+    // the most recomputation (-r 2), and classifier chunks of 5 rows, which do not
+    // divide the 14 tokens: a chunk boundary inside each row and a short last chunk
+    activations_init(&s.acts, config, B, T, RECOMPUTE_MAX);
+    s.acts.chunk_rows = 5;
 
-    // the analytic gradient of the mean loss
+    // the analytic gradient of the mean loss: the classifier's backward runs in the
+    // training forward pass, the rest in gpt2_backward
     double loss = mean_loss(&s);
     gpt2_zero_grad(&s.model);
-    gpt2_backward(&s.model, &s.acts, s.sharder.local.inputs, s.sharder.layout.position, s.sharder.local.targets,
-                  1.0f / s.valid, &s.attn);
+    gpt2_forward_train(&s.model, &s.acts, s.sharder.local.inputs, s.sharder.layout.position, s.sharder.local.targets,
+                       1.0f / s.valid, &s.attn);
+    gpt2_backward(&s.model, &s.acts, s.sharder.local.inputs, s.sharder.layout.position, &s.attn);
     printf("mean loss %.6f over %d valid targets\n", loss, s.valid);
 
     size_t offset = 0;

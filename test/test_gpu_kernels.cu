@@ -1,8 +1,8 @@
 /*
 Every GPU layer (the llmc .cuh files) against its CPU twin (the llmc .h files), the independent
 reference, on the same random inputs; then the whole GPU model (llmc/gpt2.cuh,
-identity ring) against the CPU model (llmc/gpt2.h) through forward, backward and
-two AdamW updates. TF32 is off (cuda_init(device, 0)): fp32 against fp32.
+identity ring, -r 2, classifier chunks of 7 rows) against the CPU model
+(llmc/gpt2.h, -r 0, one chunk) through forward, backward and two AdamW updates. TF32 is off (cuda_init(device, 0)): fp32 against fp32.
 
 Outputs are poisoned with NaN before each kernel, so an element a kernel forgets
 to write fails. Accumulating kernels (backward passes) start from the same random
@@ -13,7 +13,8 @@ test/gpu_test_utils.cuh):
   1e-6  elementwise kernels and sums taken in the CPU's own order (encoder,
         embedding gradients, GELU, residual, AdamW): only libm vs CUDA math ulps
   1e-5  reductions over <= 4C = 384 channels or <= B*T = 74 tokens in another
-        order (layernorm, matmul, the classifier's sums over V = 250): fp32
+        order (layernorm, matmul, the classifier's sums over V = 250, its
+        chunks of 7 rows against one chunk of all 74 on the CPU): fp32
         rounding grows like sqrt(n) * 6e-8 ~ 1e-6, ten times that as margin
   1e-4  the whole model's gradients: two layers of such differences compound
         through backward, where layernorm's backward subtracts nearly equal terms;
@@ -179,26 +180,61 @@ static void test_elementwise(void) {
     free(x); free(y); free(out);
 }
 
+// The softmax and cross-entropy of rows, with and without gradient; then the whole
+// chunked classifier on the GPU (chunks of 7 rows, not dividing the 74 tokens, and
+// one chunk of all) against the CPU's in one chunk, the unchunked computation.
 static void test_classifier(void) {
     size_t n = (size_t)BT * VP;
     float *logits = random_floats(n, -5, 5);
     int *targets = random_ints(BT, V);
     for (int i = 0; i < BT; i += 5) { targets[i] = IGNORE_INDEX; } // pad slots
-    float *d_logits = device_copy(logits, n);
     int *d_targets = device_copy_int(targets, BT);
+    float dloss = 1.0f / 60.0f;
     float *losses = (float *)mallocCheck(BT * sizeof(float));
     float *d_losses = (float *)cudaMallocCheck(BT * sizeof(float));
-    poison_device(d_losses, BT * sizeof(float));
-    softmax_crossentropy_forward(logits, losses, targets, B, T, V, VP);
-    softmax_crossentropy_forward_cuda(d_logits, d_losses, d_targets, B, T, V, VP);
-    check_rel_device("classifier forward probs", d_logits, logits, n, 1e-5);
-    check_rel_device("classifier forward losses", d_losses, losses, BT, 1e-5);
-    float dloss = 1.0f / 60.0f;
-    softmax_crossentropy_backward(logits, targets, dloss, B, T, VP);
-    softmax_crossentropy_backward_cuda(d_logits, d_targets, dloss, B, T, VP);
-    check_rel_device("classifier backward dlogits", d_logits, logits, n, 1e-5);
-    cudaCheck(cudaFree(d_logits)); cudaCheck(cudaFree(d_targets)); cudaCheck(cudaFree(d_losses));
-    free(logits); free(targets); free(losses);
+    for (int grad = 0; grad <= 1; grad++) {
+        float *rows = (float *)mallocCheck(n * sizeof(float));
+        memcpy(rows, logits, n * sizeof(float));
+        float *d_rows = device_copy(logits, n);
+        poison_device(d_losses, BT * sizeof(float));
+        softmax_crossentropy_rows(rows, losses, targets, BT, V, VP, dloss, grad);
+        softmax_crossentropy_rows_cuda(d_rows, d_losses, d_targets, BT, V, VP, dloss, grad);
+        check_rel_device(grad ? "classifier rows losses (grad)" : "classifier rows losses", d_losses, losses, BT, 1e-5);
+        if (grad) { check_rel_device("classifier rows dlogits", d_rows, rows, n, 1e-5); }
+        cudaCheck(cudaFree(d_rows));
+        free(rows);
+    }
+
+    float *lnf = random_floats((size_t)BT * C, -1, 1), *wte = random_floats((size_t)VP * C, -1, 1);
+    float *dwte = random_floats((size_t)VP * C, -1, 1), *dlnf = (float *)mallocCheck((size_t)BT * C * sizeof(float));
+    float *d_lnf = device_copy(lnf, (size_t)BT * C), *d_wte = device_copy(wte, (size_t)VP * C);
+    float *d_dlnf = (float *)cudaMallocCheck((size_t)BT * C * sizeof(float));
+    float *d_logits = (float *)cudaMallocCheck(n * sizeof(float));
+    float *d_dwte[2] = {device_copy(dwte, (size_t)VP * C), device_copy(dwte, (size_t)VP * C)};
+    float *chunk_logits = (float *)mallocCheck(n * sizeof(float));
+    classifier_forward(losses, dlnf, dwte, chunk_logits, lnf, wte, targets, dloss, BT, BT, C, V, VP);
+    const int chunks[2] = {7, BT};
+    for (int k = 0; k < 2; k++) {
+        char what[96];
+        poison_device(d_losses, BT * sizeof(float));
+        poison_device(d_dlnf, (size_t)BT * C * sizeof(float));
+        classifier_forward_cuda(d_losses, d_dlnf, d_dwte[k], d_logits, d_lnf, d_wte, d_targets, dloss, BT, chunks[k],
+                                C, V, VP);
+        snprintf(what, sizeof(what), "classifier losses, chunks of %d rows", chunks[k]);
+        check_rel_device(what, d_losses, losses, BT, 1e-5);
+        snprintf(what, sizeof(what), "classifier dlnf, chunks of %d rows", chunks[k]);
+        check_rel_device(what, d_dlnf, dlnf, (size_t)BT * C, 1e-5);
+        snprintf(what, sizeof(what), "classifier dwte, chunks of %d rows", chunks[k]);
+        check_rel_device(what, d_dwte[k], dwte, (size_t)VP * C, 1e-5);
+    }
+    // one token's logits (the sampler's)
+    matmul_forward(chunk_logits, lnf, wte, NULL, B, T, C, VP);
+    poison_device(d_logits, VP * sizeof(float));
+    classifier_logits_cuda(d_logits, d_lnf + 40 * C, d_wte, C, VP);
+    check_rel_device("classifier logits of token 40", d_logits, chunk_logits + 40 * VP, VP, 1e-5);
+    void *dev[] = {d_targets, d_losses, d_lnf, d_wte, d_dlnf, d_logits, d_dwte[0], d_dwte[1]};
+    for (int i = 0; i < 8; i++) { cudaCheck(cudaFree(dev[i])); }
+    free(logits); free(targets); free(losses); free(lnf); free(wte); free(dwte); free(dlnf); free(chunk_logits);
 }
 
 static void test_adamw(void) {
@@ -244,13 +280,16 @@ static void test_model(void) {
     Comm *dev_comm = comm_mpi_staged_create(self_dev, cuda_ctx.stream);
 
     Activations acts;
-    activations_init(&acts, c, B, T);
+    activations_init(&acts, c, B, T, 0);
     RingAttention ring;
     ring_attention_init(&ring, host_comm, B, T, C, NH);
     ring.layout = &sh.layout;
     AttentionVerbs attn = ring_attention_verbs(&ring);
+    // the GPU model recomputes the most (-r 2) and runs its classifier in chunks of
+    // 7 rows; the CPU keeps everything, in one chunk
     ActivationsCuda gacts;
-    activations_cuda_init(&gacts, c, B, T);
+    activations_cuda_init(&gacts, c, B, T, RECOMPUTE_MAX);
+    gacts.chunk_rows = 7;
     poison_device(gacts.memory, gacts.num_floats * sizeof(float));
     RingAttentionCuda gring;
     ring_attention_cuda_init(&gring, dev_comm, B, T, C, NH);
@@ -258,15 +297,15 @@ static void test_model(void) {
     AttentionVerbs gattn = ring_attention_cuda_verbs(&gring);
 
     float dloss = 1.0f / (BT - 2);
-    gpt2_forward(&cpu_model, &acts, sh.local.inputs, sh.layout.position, sh.local.targets, &attn);
-    gpt2_cuda_forward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, &gattn);
-    check_rel_device("model losses", gacts.t.losses, acts.t.losses, BT, 1e-5);
-    check_rel_device("model probabilities", gacts.t.logits, acts.t.logits, (size_t)BT * VP, 1e-5);
-    check_rel_device("model attention lse", gacts.t.att_lse, acts.t.att_lse, (size_t)L * B * NH * T, 1e-5);
     gpt2_zero_grad(&cpu_model);
     gpt2_cuda_zero_grad(&gpu_model);
-    gpt2_backward(&cpu_model, &acts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &attn);
-    gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, dloss, &gattn);
+    gpt2_forward_train(&cpu_model, &acts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &attn);
+    gpt2_cuda_forward_train(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &gattn);
+    check_rel_device("model losses", gacts.t.losses, acts.t.losses, BT, 1e-5);
+    check_rel_device("model gradient of lnf", gacts.t.dbtc, acts.t.dbtc, (size_t)BT * C, 1e-5);
+    check_rel_device("model attention lse", gacts.t.att_lse, acts.t.att_lse, (size_t)L * B * NH * T, 1e-5);
+    gpt2_backward(&cpu_model, &acts, sh.local.inputs, sh.layout.position, &attn);
+    gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, &gattn);
     float *grads = host_copy(gpu_model.grads_memory, gpu_model.num_parameters);
     const char *names[NUM_PARAMETER_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
                                                 "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
@@ -279,9 +318,9 @@ static void test_model(void) {
         offset += cpu_model.param_sizes[i];
     }
     // determinism: the same backward again gives the same bits
-    gpt2_cuda_forward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, &gattn);
     gpt2_cuda_zero_grad(&gpu_model);
-    gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, dloss, &gattn);
+    gpt2_cuda_forward_train(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &gattn);
+    gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, &gattn);
     float *again = host_copy(gpu_model.grads_memory, gpu_model.num_parameters);
     CHECK(memcmp(grads, again, gpu_model.num_parameters * sizeof(float)) == 0,
           "the GPU backward pass is not deterministic: two runs differ");

@@ -38,6 +38,7 @@ typedef struct {
     int sample_every;           // -s
     int gen_tokens;             // -g
     int tf32;                   // -f
+    int recompute;              // -r
     int cp_size;                // -cp
     const char *layout;         // -cl
     int document_masking;       // -dm
@@ -80,6 +81,7 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-s", FLAG_INT, &cfg->sample_every, "sample every N steps (0: never)"},
         {"-g", FLAG_INT, &cfg->gen_tokens, "tokens to generate per sample"},
         {"-f", FLAG_INT, &cfg->tf32, "TF32 matmuls on the GPU (0/1)"},
+        {"-r", FLAG_INT, &cfg->recompute, "recompute in the backward pass: 0 nothing, 1 GELU, 2 GELU + layernorms"},
         {"-cp", FLAG_INT, &cfg->cp_size, "context-parallel size (dp = world / cp)"},
         {"-cl", FLAG_STRING, &cfg->layout, "CP layout: identity | contiguous | round_robin | packed (needs -dm 1)"},
         {"-dm", FLAG_INT, &cfg->document_masking, "document masking: tokens attend within their document, EOT opens one (0/1)"},
@@ -114,6 +116,7 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->sample_every = 20;
     cfg->gen_tokens = 64;
     cfg->tf32 = 1;
+    cfg->recompute = 1;
     cfg->cp_size = 1;
     cfg->layout = NULL; // identity at cp 1, round_robin above
     cfg->document_masking = 0;
@@ -224,6 +227,10 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (cfg->sample_every < 0) { fatal_everywhere("-s %d must not be negative", cfg->sample_every); }
     if (cfg->gen_tokens < 1) { fatal_everywhere("-g %d: generate at least one token", cfg->gen_tokens); }
     if (cfg->tf32 != 0 && cfg->tf32 != 1) { fatal_everywhere("-f %d: TF32 is 0 or 1", cfg->tf32); }
+    if (cfg->recompute < 0 || cfg->recompute > RECOMPUTE_MAX) {
+        fatal_everywhere("-r %d: recompute is 0 (keep every activation), 1 (recompute GELU) or 2 (GELU and "
+                         "the layernorms)", cfg->recompute);
+    }
     if (cfg->cp_size < 1) { fatal_everywhere("-cp %d: the context-parallel size must be at least 1", cfg->cp_size); }
     if (cfg->layout == NULL) { cfg->layout = cfg->cp_size == 1 ? "identity" : "round_robin"; }
     int kind = cp_layout_from_name(cfg->layout);

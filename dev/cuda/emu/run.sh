@@ -4,7 +4,7 @@
 # compiled with g++ against the fake CUDA headers of this folder.
 #
 #     bash dev/cuda/emu/run.sh            the GPU tests, 1 to 4 ranks
-#     bash dev/cuda/emu/run.sh trainer    also train_gpt2cp (-ct mpi) vs the CPU twin, and its resume
+#     bash dev/cuda/emu/run.sh trainer    also train_gpt2cp (-ct mpi) vs the CPU twin, -r 0/1/2, and its resume
 #
 # Slow (every thread is a fiber): small sizes only. NCCL is not emulated.
 set -euo pipefail
@@ -58,6 +58,13 @@ compare() {
 "${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -o "$WORK/cpu" -tl "$WORK/cpu.tl" > "$WORK/cpu.out"
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -o "$WORK/gpu" -tl "$WORK/gpu.tl" > "$WORK/gpu.out"
 compare cpu gpu
+# -r: the runs above recompute GELU (-r 1, the default); -r 0 (keep everything) and
+# -r 2 (also the layernorms) give their per-token losses bit for bit
+for r in 0 2; do
+    "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -r $r -o "$WORK/gpu_r$r" -tl "$WORK/gpu_r$r.tl" > "$WORK/gpu_r$r.out"
+    cmp "$WORK/gpu.tl" "$WORK/gpu_r$r.tl"
+    echo "-r $r: the per-token losses of -r 1 bit for bit"
+done
 # documents: the packed layout and the all-gather attention with -dm 1, on text with
 # an EOT every few tokens (the GPU's packed path, and its buffers growing with a batch)
 source test/binary_files.sh
