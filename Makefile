@@ -106,5 +106,9 @@ cp_layout: dev/cp_layout.c $(DEPS)
 bench_attention_memory: dev/bench/attention_memory.c $(DEPS)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
+# dev benchmark: the CPU classifier's time against its chunk size (dev/bench/README.md)
+bench_classifier: dev/bench/classifier.c $(DEPS)
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention_memory $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention_memory bench_classifier $(BUILD_DIR)
