@@ -37,6 +37,10 @@ No T x T score matrix is ever stored: the queries' state is O(B * T * C).
 #include "block_mask.h"
 #include "sharder.h"
 #include "../llmc/utils.h"
+#ifndef NO_BLAS
+#include <cblas.h>
+#include "../llmc/simd_exp.h"
+#endif
 
 // One rank's keys and values as they travel: one buffer, so that one message
 // carries it, and cp of them side by side are an all-gather's result.
@@ -225,9 +229,26 @@ static int head_block_sees(const HeadBlock *hb, int a, int c, int i, int j) {
            (hb->vis[a][c] == BLOCK_MASKED && pair_visible(hb->qi[i], hb->qd[i], hb->ki[j], hb->kd[j]));
 }
 
-// Attends the local queries to one K/V block and merges into (o, lse).
-// o: (B, NH, T, HS)   lse: (B, NH, T)
-static void attend_block_forward(AttentionQueries *aq, const KVBlock *blk, float *lse) {
+// Merges one block's result for a query row into the row's running (o, lse): the
+// block's o_blk / sum with lse_blk = log(sum) + its max score.   o, o_blk: (HS)
+static void merge_block_row(float *o, float *lse, const float *o_blk, float sum, float lse_blk, int HS) {
+    float lse_old = *lse;
+    if (lse_old == -INFINITY) {
+        // the first block this query sees: take it as is
+        for (int d = 0; d < HS; d++) { o[d] = o_blk[d] / sum; }
+        *lse = lse_blk;
+        return;
+    }
+    float lse_new = fmaxf(lse_old, lse_blk) + log1pf(expf(-fabsf(lse_old - lse_blk)));
+    float w_old = expf(lse_old - lse_new);
+    float w_blk = expf(lse_blk - lse_new) / sum;
+    for (int d = 0; d < HS; d++) { o[d] = o[d] * w_old + o_blk[d] * w_blk; }
+    *lse = lse_new;
+}
+
+// The plain loops: attends the local queries to one K/V block, one query row at a
+// time, and merges into (o, lse).   o: (B, NH, T, HS)   lse: (B, NH, T)
+static void attend_block_forward_loops(AttentionQueries *aq, const KVBlock *blk, float *lse) {
     int B = aq->B, T = aq->T, C = aq->C, NH = aq->NH, HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
     #pragma omp parallel for collapse(2)
@@ -269,29 +290,16 @@ static void attend_block_forward(AttentionQueries *aq, const KVBlock *blk, float
                             for (int d = 0; d < HS; d++) { o_blk[d] += p * vj[d]; }
                         }
                     }
-                    float lse_blk = maxval + logf(sum);
-                    float *oi = o + (size_t)i * HS;
-                    float lse_old = row_lse[i];
-                    if (lse_old == -INFINITY) {
-                        // the first block this query sees: take it as is
-                        for (int d = 0; d < HS; d++) { oi[d] = o_blk[d] / sum; }
-                        row_lse[i] = lse_blk;
-                    } else {
-                        float lse_new = fmaxf(lse_old, lse_blk) + log1pf(expf(-fabsf(lse_old - lse_blk)));
-                        float w_old = expf(lse_old - lse_new);
-                        float w_blk = expf(lse_blk - lse_new) / sum;
-                        for (int d = 0; d < HS; d++) { oi[d] = oi[d] * w_old + o_blk[d] * w_blk; }
-                        row_lse[i] = lse_new;
-                    }
+                    merge_block_row(o + (size_t)i * HS, &row_lse[i], o_blk, sum, maxval + logf(sum), HS);
                 }
             }
         }
     }
 }
 
-// Adds one block's share to dQ and to the block's dK | dV.
+// The plain loops: adds one block's share to dQ and to the block's dK | dV.
 // dkv: 2 x (B, NH, T, HS), zeroed by the caller
-static void attend_block_backward(AttentionQueries *aq, const KVBlock *blk, const float *lse, float *dkv) {
+static void attend_block_backward_loops(AttentionQueries *aq, const KVBlock *blk, const float *lse, float *dkv) {
     int B = aq->B, T = aq->T, C = aq->C, NH = aq->NH, HS = C / NH;
     float scale = 1.0f / sqrtf((float)HS);
     size_t n = (size_t)B * NH * T * HS;
@@ -332,6 +340,290 @@ static void attend_block_backward(AttentionQueries *aq, const KVBlock *blk, cons
             }
         }
     }
+}
+
+#ifndef NO_BLAS
+// ----------------------------------------------------------------------------
+// Tiled block attention (flash-style), the BLAS build's: the same (o, lse) merge
+// and the same dQ, dK, dV as the loops above, up to the order of fp32 sums.
+//
+// Per (b, h) the local queries and the block's keys are cut into tiles of
+// ATTN_TILE rows. A tile pair is skipped, fully visible (no mask evaluated) or
+// masked, by block_visibility of the two tiles' coordinate ranges (the rule of
+// cp/block_mask.h at tile size). Per tile pair, with Q_t, K_t, V_t, dO_t the
+// tiles' rows, all products by cblas_sgemm:
+//
+//   forward (one query tile, over its key tiles, online softmax in fp32)
+//     S = scale Q_t K_t^T (-inf where masked),  m' = max(m, rowmax S)
+//     P = exp(S - m'),  l = l exp(m - m') + rowsum P,  acc = acc exp(m - m') + P V_t
+//     then o_blk = acc / l, lse_blk = m + log l, merged as merge_block_row
+//   backward, P recomputed from the saved lse, D = rowsum(dO * O):
+//     P = exp(S - lse),  dP = dO_t V_t^T,  dS = P * (dP - D)
+//     dQ_t += scale dS K_t                   (per query tile, over its key tiles)
+//     dV_t += P^T dO_t,  dK_t += scale dS^T Q_t   (per key tile, over its query tiles)
+//
+// Only tiles are stored: per thread an S and a dS tile (ATTN_TILE^2) and the
+// running acc, m, l of one query tile. The work items are (b, h, tile) for every
+// tile of every row and head, handed out dynamically over the OpenMP threads, so
+// that every core is busy even when B * NH is smaller than their number; each
+// output row is written by one item in a fixed order (no atomics), so the result
+// does not depend on the thread count. Inside the parallel loop OpenBLAS's OpenMP
+// build runs each sgemm on the calling thread. exp is simd_expf, which
+// vectorises.
+
+#define ATTN_TILE 64
+
+// What the tiled kernels need of the queries and one visiting block.
+typedef struct {
+    const AttentionQueries *aq;
+    const KVBlock *blk;
+    int T, HS, tiles; // tiles per row (of queries and of keys: both have T tokens)
+    float scale;
+    SubBlock *q_tiles; // (B, tiles) coordinate ranges of the query tiles
+    SubBlock *k_tiles; // (B, tiles) of the key tiles
+} TiledBlock;
+
+static TiledBlock tiled_block_begin(const AttentionQueries *aq, const KVBlock *blk) {
+    TiledBlock tb;
+    tb.aq = aq;
+    tb.blk = blk;
+    tb.T = aq->T;
+    tb.HS = aq->C / aq->NH;
+    tb.tiles = (aq->T + ATTN_TILE - 1) / ATTN_TILE;
+    tb.scale = 1.0f / sqrtf((float)tb.HS);
+    size_t n = (size_t)aq->B * tb.tiles;
+    tb.q_tiles = (SubBlock *)mallocCheck(n * sizeof(SubBlock));
+    tb.k_tiles = (SubBlock *)mallocCheck(n * sizeof(SubBlock));
+    for (int b = 0; b < aq->B; b++) {
+        const int *qi = aq->index + (size_t)b * tb.T, *qd = aq->document + (size_t)b * tb.T;
+        const int *ki = blk->index + (size_t)b * tb.T, *kd = blk->document + (size_t)b * tb.T;
+        for (int t = 0; t < tb.tiles; t++) {
+            int start = t * ATTN_TILE, end = start + ATTN_TILE < tb.T ? start + ATTN_TILE : tb.T;
+            tb.q_tiles[(size_t)b * tb.tiles + t] = sub_block_range(qi, qd, start, end);
+            tb.k_tiles[(size_t)b * tb.tiles + t] = sub_block_range(ki, kd, start, end);
+        }
+    }
+    return tb;
+}
+
+static void tiled_block_end(TiledBlock *tb) {
+    free(tb->q_tiles);
+    free(tb->k_tiles);
+}
+
+// One query tile against one key tile of row b.
+typedef struct {
+    BlockVisibility vis;
+    int i0, nq;             // query rows [i0, i0 + nq)
+    int j0, nk;             // key rows [j0, j0 + nk)
+    const int *qi, *qd;     // (nq) global index and document of the queries
+    const int *ki, *kd;     // (nk) of the keys
+} TilePair;
+
+static TilePair tile_pair(const TiledBlock *tb, int b, int qt, int kt) {
+    const SubBlock *qs = &tb->q_tiles[(size_t)b * tb->tiles + qt];
+    const SubBlock *ks = &tb->k_tiles[(size_t)b * tb->tiles + kt];
+    TilePair tp;
+    tp.vis = block_visibility(qs, ks);
+    tp.i0 = qs->start; tp.nq = qs->end - qs->start;
+    tp.j0 = ks->start; tp.nk = ks->end - ks->start;
+    size_t row = (size_t)b * tb->T;
+    tp.qi = tb->aq->index + row + tp.i0;
+    tp.qd = tb->aq->document + row + tp.i0;
+    tp.ki = tb->blk->index + row + tp.j0;
+    tp.kd = tb->blk->document + row + tp.j0;
+    return tp;
+}
+
+// S = scale Q_t K_t^T, -inf where the mask hides a pair.
+// S: (nq, ATTN_TILE), row stride ATTN_TILE   q: (nq, HS)   k: (nk, HS)
+static void tile_scores(float *S, const TilePair *tp, const float *q, const float *k, int HS, float scale) {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tp->nq, tp->nk, HS,
+                scale, q, HS, k, HS, 0.0f, S, ATTN_TILE);
+    if (tp->vis != BLOCK_MASKED) { return; }
+    for (int i = 0; i < tp->nq; i++) {
+        for (int j = 0; j < tp->nk; j++) {
+            if (!pair_visible(tp->qi[i], tp->qd[i], tp->ki[j], tp->kd[j])) { S[i * ATTN_TILE + j] = -INFINITY; }
+        }
+    }
+}
+
+// One query tile of head bh of row b against the whole block, merged into (o, lse).
+// scratch: ATTN_TILE * (ATTN_TILE + HS + 2) floats
+static void tiled_forward_query_tile(const TiledBlock *tb, int b, size_t bh, int qt, float *lse, float *scratch) {
+    int T = tb->T, HS = tb->HS;
+    float *S = scratch;                      // (ATTN_TILE, ATTN_TILE) scores, then probabilities
+    float *acc = S + ATTN_TILE * ATTN_TILE;  // (ATTN_TILE, HS) sum of p v, unnormalised
+    float *m = acc + ATTN_TILE * HS;         // (ATTN_TILE) running max
+    float *l = m + ATTN_TILE;                // (ATTN_TILE) running sum of exp(s - m)
+    const float *q = tb->aq->q + bh * T * HS, *k = tb->blk->k + bh * T * HS, *v = tb->blk->v + bh * T * HS;
+    int i0 = qt * ATTN_TILE, nq = T - i0 < ATTN_TILE ? T - i0 : ATTN_TILE;
+    for (int i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
+    memset(acc, 0, (size_t)nq * HS * sizeof(float));
+    for (int kt = 0; kt < tb->tiles; kt++) {
+        TilePair tp = tile_pair(tb, b, qt, kt);
+        if (tp.vis == BLOCK_SKIP) { continue; }
+        tile_scores(S, &tp, q + (size_t)i0 * HS, k + (size_t)tp.j0 * HS, HS, tb->scale);
+        for (int i = 0; i < nq; i++) {
+            float *s = S + i * ATTN_TILE;
+            float row_max = -INFINITY;
+            #pragma omp simd reduction(max:row_max)
+            for (int j = 0; j < tp.nk; j++) { row_max = fmaxf(row_max, s[j]); }
+            float m_new = fmaxf(m[i], row_max);
+            if (m_new == -INFINITY) { // no key of the block seen yet: no weights
+                memset(s, 0, tp.nk * sizeof(float));
+                continue;
+            }
+            float sum = 0.0f;
+            #pragma omp simd reduction(+:sum)
+            for (int j = 0; j < tp.nk; j++) {
+                float p = simd_expf(s[j] - m_new);
+                s[j] = p;
+                sum += p;
+            }
+            float rescale = simd_expf(m[i] - m_new); // 0 while the row was empty
+            float *a = acc + (size_t)i * HS;
+            for (int d = 0; d < HS; d++) { a[d] *= rescale; }
+            l[i] = l[i] * rescale + sum;
+            m[i] = m_new;
+        }
+        // acc += P V_t
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, tp.nk,
+                    1.0f, S, ATTN_TILE, v + (size_t)tp.j0 * HS, HS, 1.0f, acc, HS);
+    }
+    float *o = tb->aq->o + (bh * T + i0) * HS;
+    float *row_lse = lse + bh * T + i0;
+    for (int i = 0; i < nq; i++) {
+        if (l[i] == 0.0f) { continue; } // nothing of this block is visible to query i
+        merge_block_row(o + (size_t)i * HS, &row_lse[i], acc + (size_t)i * HS, l[i], m[i] + logf(l[i]), HS);
+    }
+}
+
+// Attends the local queries to one K/V block and merges into (o, lse), by tiles.
+// o: (B, NH, T, HS)   lse: (B, NH, T)
+static void attend_block_forward_tiled(AttentionQueries *aq, const KVBlock *blk, float *lse) {
+    TiledBlock tb = tiled_block_begin(aq, blk);
+    int NH = aq->NH, tiles = tb.tiles;
+    long items = (long)aq->B * NH * tiles;
+    #pragma omp parallel
+    {
+        float *scratch = (float *)mallocCheck((size_t)ATTN_TILE * (ATTN_TILE + tb.HS + 2) * sizeof(float));
+        #pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < items; item++) {
+            size_t bh = (size_t)(item / tiles);
+            tiled_forward_query_tile(&tb, (int)(bh / NH), bh, (int)(item % tiles), lse, scratch);
+        }
+        free(scratch);
+    }
+    tiled_block_end(&tb);
+}
+
+// P = exp(S - lse) and dS = P * (dO_t V_t^T - D) of one tile pair of head bh, the
+// products both backward passes need.   P, dS: (nq, ATTN_TILE), row stride ATTN_TILE
+static void tile_probabilities(float *P, float *dS, const TiledBlock *tb, const TilePair *tp, size_t bh,
+                               const float *lse) {
+    int T = tb->T, HS = tb->HS;
+    const AttentionQueries *aq = tb->aq;
+    const float *q = aq->q + (bh * T + tp->i0) * HS;
+    const float *k = tb->blk->k + (bh * T + tp->j0) * HS;
+    const float *v = tb->blk->v + (bh * T + tp->j0) * HS;
+    const float *dout = aq->dout + (bh * T + tp->i0) * HS;
+    const float *row_lse = lse + bh * T + tp->i0;
+    const float *drow = aq->drow + bh * T + tp->i0;
+    tile_scores(P, tp, q, k, HS, tb->scale);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tp->nq, tp->nk, HS,
+                1.0f, dout, HS, v, HS, 0.0f, dS, ATTN_TILE);
+    for (int i = 0; i < tp->nq; i++) {
+        float *p = P + i * ATTN_TILE, *ds = dS + i * ATTN_TILE;
+        float lse_i = row_lse[i], d_i = drow[i];
+        #pragma omp simd
+        for (int j = 0; j < tp->nk; j++) {
+            p[j] = simd_expf(p[j] - lse_i);
+            ds[j] = p[j] * (ds[j] - d_i);
+        }
+    }
+}
+
+// dQ of one query tile: its key tiles' scale dS K_t, in key order.
+// scratch: 2 * ATTN_TILE * ATTN_TILE floats
+static void tiled_backward_query_tile(const TiledBlock *tb, int b, size_t bh, int qt, const float *lse,
+                                      float *scratch) {
+    int T = tb->T, HS = tb->HS;
+    float *P = scratch, *dS = scratch + ATTN_TILE * ATTN_TILE;
+    for (int kt = 0; kt < tb->tiles; kt++) {
+        TilePair tp = tile_pair(tb, b, qt, kt);
+        if (tp.vis == BLOCK_SKIP) { continue; }
+        tile_probabilities(P, dS, tb, &tp, bh, lse);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tp.nq, HS, tp.nk,
+                    tb->scale, dS, ATTN_TILE, tb->blk->k + (bh * T + tp.j0) * HS, HS,
+                    1.0f, tb->aq->dq + (bh * T + tp.i0) * HS, HS);
+    }
+}
+
+// dK and dV of one key tile: its query tiles' scale dS^T Q_t and P^T dO_t, in query order.
+// dk, dv: (B, NH, T, HS)   scratch: 2 * ATTN_TILE * ATTN_TILE floats
+static void tiled_backward_key_tile(const TiledBlock *tb, int b, size_t bh, int kt, const float *lse,
+                                    float *dk, float *dv, float *scratch) {
+    int T = tb->T, HS = tb->HS;
+    float *P = scratch, *dS = scratch + ATTN_TILE * ATTN_TILE;
+    for (int qt = 0; qt < tb->tiles; qt++) {
+        TilePair tp = tile_pair(tb, b, qt, kt);
+        if (tp.vis == BLOCK_SKIP) { continue; }
+        tile_probabilities(P, dS, tb, &tp, bh, lse);
+        size_t q_rows = (bh * T + tp.i0) * HS, k_rows = (bh * T + tp.j0) * HS;
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tp.nk, HS, tp.nq,
+                    1.0f, P, ATTN_TILE, tb->aq->dout + q_rows, HS, 1.0f, dv + k_rows, HS);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tp.nk, HS, tp.nq,
+                    tb->scale, dS, ATTN_TILE, tb->aq->q + q_rows, HS, 1.0f, dk + k_rows, HS);
+    }
+}
+
+// Adds one block's share to dQ and to the block's dK | dV, by tiles: one pass over
+// the query tiles (dQ), one over the key tiles (dK, dV), each recomputing P.
+// dkv: 2 x (B, NH, T, HS), zeroed by the caller
+static void attend_block_backward_tiled(AttentionQueries *aq, const KVBlock *blk, const float *lse, float *dkv) {
+    TiledBlock tb = tiled_block_begin(aq, blk);
+    int NH = aq->NH, tiles = tb.tiles;
+    long items = (long)aq->B * NH * tiles;
+    float *dk = dkv, *dv = dkv + (size_t)aq->B * NH * aq->T * tb.HS;
+    #pragma omp parallel
+    {
+        float *scratch = (float *)mallocCheck(2 * (size_t)ATTN_TILE * ATTN_TILE * sizeof(float));
+        #pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < items; item++) {
+            size_t bh = (size_t)(item / tiles);
+            tiled_backward_query_tile(&tb, (int)(bh / NH), bh, (int)(item % tiles), lse, scratch);
+        }
+        #pragma omp for schedule(dynamic, 1)
+        for (long item = 0; item < items; item++) {
+            size_t bh = (size_t)(item / tiles);
+            tiled_backward_key_tile(&tb, (int)(bh / NH), bh, (int)(item % tiles), lse, dk, dv, scratch);
+        }
+        free(scratch);
+    }
+    tiled_block_end(&tb);
+}
+#endif // NO_BLAS
+
+// ----------------------------------------------------------------------------
+// What the two algorithms call: the tiles in the BLAS build, the loops with NO_BLAS.
+
+// o: (B, NH, T, HS)   lse: (B, NH, T)
+static void attend_block_forward(AttentionQueries *aq, const KVBlock *blk, float *lse) {
+#ifndef NO_BLAS
+    attend_block_forward_tiled(aq, blk, lse);
+#else
+    attend_block_forward_loops(aq, blk, lse);
+#endif
+}
+
+// dkv: 2 x (B, NH, T, HS), zeroed by the caller
+static void attend_block_backward(AttentionQueries *aq, const KVBlock *blk, const float *lse, float *dkv) {
+#ifndef NO_BLAS
+    attend_block_backward_tiled(aq, blk, lse, dkv);
+#else
+    attend_block_backward_loops(aq, blk, lse, dkv);
+#endif
 }
 
 #endif // CP_ATTENTION_BLOCK_H

@@ -39,11 +39,11 @@ typedef struct {
     int doc_lo, doc_hi;     // min and max document id
 } SubBlock;
 
-// sub-block s of a block of T tokens: [s*T/n, (s+1)*T/n)
-CP_HOST_DEVICE static SubBlock sub_block_of(const int *index, const int *document, int T, int s) {
+// the tokens [start, end) of a block and the ranges of their coordinates
+CP_HOST_DEVICE static SubBlock sub_block_range(const int *index, const int *document, int start, int end) {
     SubBlock sb;
-    sb.start = s * T / RING_SUBBLOCKS;
-    sb.end = (s + 1) * T / RING_SUBBLOCKS;
+    sb.start = start;
+    sb.end = end;
     sb.index_lo = sb.doc_lo = 0x7fffffff;
     sb.index_hi = sb.doc_hi = -0x7fffffff;
     for (int i = sb.start; i < sb.end; i++) {
@@ -53,6 +53,11 @@ CP_HOST_DEVICE static SubBlock sub_block_of(const int *index, const int *documen
         if (document[i] > sb.doc_hi) { sb.doc_hi = document[i]; }
     }
     return sb;
+}
+
+// sub-block s of a block of T tokens: [s*T/n, (s+1)*T/n)
+CP_HOST_DEVICE static SubBlock sub_block_of(const int *index, const int *document, int T, int s) {
+    return sub_block_range(index, document, s * T / RING_SUBBLOCKS, (s + 1) * T / RING_SUBBLOCKS);
 }
 
 CP_HOST_DEVICE static BlockVisibility block_visibility(const SubBlock *q, const SubBlock *k) {
