@@ -110,5 +110,9 @@ bench_attention_memory: dev/bench/attention_memory.c $(DEPS)
 bench_classifier: dev/bench/classifier.c $(DEPS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
+# dev benchmark: ms per block pair of the CPU attention, tiles vs loops (dev/bench/README.md)
+bench_attention_cpu: dev/bench/attention_cpu.c $(DEPS) $(CPU_FLAGS_STAMP)
+	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention_memory bench_classifier $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention_memory bench_classifier bench_attention_cpu $(BUILD_DIR)

@@ -347,11 +347,11 @@ static void attend_block_backward_loops(AttentionQueries *aq, const KVBlock *blk
 // Tiled block attention (flash-style), the BLAS build's: the same (o, lse) merge
 // and the same dQ, dK, dV as the loops above, up to the order of fp32 sums.
 //
-// Per (b, h) the local queries and the block's keys are cut into tiles of
-// ATTN_TILE rows. A tile pair is skipped, fully visible (no mask evaluated) or
-// masked, by block_visibility of the two tiles' coordinate ranges (the rule of
-// cp/block_mask.h at tile size). Per tile pair, with Q_t, K_t, V_t, dO_t the
-// tiles' rows, all products by cblas_sgemm:
+// Per (b, h) the local queries are cut into tiles of ATTN_TILE_Q rows and the
+// block's keys into tiles of ATTN_TILE_K. A tile pair is skipped, fully visible
+// (no mask evaluated) or masked, by block_visibility of the two tiles' coordinate
+// ranges (the rule of cp/block_mask.h at tile size). Per tile pair, with Q_t, K_t,
+// V_t, dO_t the tiles' rows, all products by cblas_sgemm:
 //
 //   forward (one query tile, over its key tiles, online softmax in fp32)
 //     S = scale Q_t K_t^T (-inf where masked),  m' = max(m, rowmax S)
@@ -360,28 +360,43 @@ static void attend_block_backward_loops(AttentionQueries *aq, const KVBlock *blk
 //   backward, P recomputed from the saved lse, D = rowsum(dO * O):
 //     P = exp(S - lse),  dP = dO_t V_t^T,  dS = P * (dP - D)
 //     dQ_t += scale dS K_t                   (per query tile, over its key tiles)
-//     dV_t += P^T dO_t,  dK_t += scale dS^T Q_t   (per key tile, over its query tiles)
+//     dV_t += P^T dO_t,  dK_t += scale dS^T Q_t   (per key tile, over its query tiles;
+//                                            there S^T, P^T, dS^T are computed as such)
 //
-// Only tiles are stored: per thread an S and a dS tile (ATTN_TILE^2) and the
-// running acc, m, l of one query tile. The work items are (b, h, tile) for every
-// tile of every row and head, handed out dynamically over the OpenMP threads, so
-// that every core is busy even when B * NH is smaller than their number; each
-// output row is written by one item in a fixed order (no atomics), so the result
-// does not depend on the thread count. Inside the parallel loop OpenBLAS's OpenMP
-// build runs each sgemm on the calling thread. exp is simd_expf, which
-// vectorises.
+// Only tiles are stored: per thread an S and a dS tile and the running acc, m, l
+// of one query tile. The work items are (b, h, tile) for every tile of every row
+// and head, handed out dynamically over the OpenMP threads, so that every core is
+// busy even when B * NH is smaller than their number; each output row is written
+// by one item in a fixed order (no atomics), so the result does not depend on the
+// thread count. Inside the parallel loop OpenBLAS's OpenMP build runs each sgemm
+// on the calling thread. exp is simd_expf, which vectorises.
+//
+// The tile sizes are OpenBLAS's: its small-matrix kernels (no packing) take the
+// products of these shapes (dev/bench/README.md has the measurements).
 
-#define ATTN_TILE 64
+#define ATTN_TILE_Q 64
+#define ATTN_TILE_K 64
 
 // What the tiled kernels need of the queries and one visiting block.
 typedef struct {
     const AttentionQueries *aq;
     const KVBlock *blk;
-    int T, HS, tiles; // tiles per row (of queries and of keys: both have T tokens)
+    int T, HS;
+    int q_tiles, k_tiles; // tiles per row
     float scale;
-    SubBlock *q_tiles; // (B, tiles) coordinate ranges of the query tiles
-    SubBlock *k_tiles; // (B, tiles) of the key tiles
+    SubBlock *q_ranges;   // (B, q_tiles) coordinate ranges of the query tiles
+    SubBlock *k_ranges;   // (B, k_tiles) of the key tiles
 } TiledBlock;
+
+// the tiles of size `tile` of the T tokens of each row: ranges (B, tiles)
+static void tile_ranges(SubBlock *ranges, const int *index, const int *document, int B, int T, int tile, int tiles) {
+    for (int b = 0; b < B; b++) {
+        for (int t = 0; t < tiles; t++) {
+            int start = t * tile, end = start + tile < T ? start + tile : T;
+            ranges[(size_t)b * tiles + t] = sub_block_range(index + (size_t)b * T, document + (size_t)b * T, start, end);
+        }
+    }
+}
 
 static TiledBlock tiled_block_begin(const AttentionQueries *aq, const KVBlock *blk) {
     TiledBlock tb;
@@ -389,26 +404,19 @@ static TiledBlock tiled_block_begin(const AttentionQueries *aq, const KVBlock *b
     tb.blk = blk;
     tb.T = aq->T;
     tb.HS = aq->C / aq->NH;
-    tb.tiles = (aq->T + ATTN_TILE - 1) / ATTN_TILE;
+    tb.q_tiles = (aq->T + ATTN_TILE_Q - 1) / ATTN_TILE_Q;
+    tb.k_tiles = (aq->T + ATTN_TILE_K - 1) / ATTN_TILE_K;
     tb.scale = 1.0f / sqrtf((float)tb.HS);
-    size_t n = (size_t)aq->B * tb.tiles;
-    tb.q_tiles = (SubBlock *)mallocCheck(n * sizeof(SubBlock));
-    tb.k_tiles = (SubBlock *)mallocCheck(n * sizeof(SubBlock));
-    for (int b = 0; b < aq->B; b++) {
-        const int *qi = aq->index + (size_t)b * tb.T, *qd = aq->document + (size_t)b * tb.T;
-        const int *ki = blk->index + (size_t)b * tb.T, *kd = blk->document + (size_t)b * tb.T;
-        for (int t = 0; t < tb.tiles; t++) {
-            int start = t * ATTN_TILE, end = start + ATTN_TILE < tb.T ? start + ATTN_TILE : tb.T;
-            tb.q_tiles[(size_t)b * tb.tiles + t] = sub_block_range(qi, qd, start, end);
-            tb.k_tiles[(size_t)b * tb.tiles + t] = sub_block_range(ki, kd, start, end);
-        }
-    }
+    tb.q_ranges = (SubBlock *)mallocCheck((size_t)aq->B * tb.q_tiles * sizeof(SubBlock));
+    tb.k_ranges = (SubBlock *)mallocCheck((size_t)aq->B * tb.k_tiles * sizeof(SubBlock));
+    tile_ranges(tb.q_ranges, aq->index, aq->document, aq->B, tb.T, ATTN_TILE_Q, tb.q_tiles);
+    tile_ranges(tb.k_ranges, blk->index, blk->document, aq->B, tb.T, ATTN_TILE_K, tb.k_tiles);
     return tb;
 }
 
 static void tiled_block_end(TiledBlock *tb) {
-    free(tb->q_tiles);
-    free(tb->k_tiles);
+    free(tb->q_ranges);
+    free(tb->k_ranges);
 }
 
 // One query tile against one key tile of row b.
@@ -421,8 +429,8 @@ typedef struct {
 } TilePair;
 
 static TilePair tile_pair(const TiledBlock *tb, int b, int qt, int kt) {
-    const SubBlock *qs = &tb->q_tiles[(size_t)b * tb->tiles + qt];
-    const SubBlock *ks = &tb->k_tiles[(size_t)b * tb->tiles + kt];
+    const SubBlock *qs = &tb->q_ranges[(size_t)b * tb->q_tiles + qt];
+    const SubBlock *ks = &tb->k_ranges[(size_t)b * tb->k_tiles + kt];
     TilePair tp;
     tp.vis = block_visibility(qs, ks);
     tp.i0 = qs->start; tp.nq = qs->end - qs->start;
@@ -435,41 +443,50 @@ static TilePair tile_pair(const TiledBlock *tb, int b, int qt, int kt) {
     return tp;
 }
 
-// S = scale Q_t K_t^T, -inf where the mask hides a pair.
-// S: (nq, ATTN_TILE), row stride ATTN_TILE   q: (nq, HS)   k: (nk, HS)
-static void tile_scores(float *S, const TilePair *tp, const float *q, const float *k, int HS, float scale) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tp->nq, tp->nk, HS,
-                scale, q, HS, k, HS, 0.0f, S, ATTN_TILE);
+// The row stride of a tile pair's score-shaped buffers: a row per query of
+// ATTN_TILE_K keys, or with `by_keys` a row per key of ATTN_TILE_Q queries.
+static int tile_stride(int by_keys) { return by_keys ? ATTN_TILE_Q : ATTN_TILE_K; }
+
+// The scores of a tile pair, -inf where the mask hides a pair: S = scale Q_t K_t^T
+// (nq, nk), or with `by_keys` its transpose S^T = scale K_t Q_t^T (nk, nq), which
+// the key tiles' backward needs as rows (so that every later product is NN).
+// S: ATTN_TILE_Q * ATTN_TILE_K floats, row stride tile_stride   q: (nq, HS)   k: (nk, HS)
+static void tile_scores(float *S, const TilePair *tp, const float *q, const float *k, int HS, float scale,
+                        int by_keys) {
+    int rows = by_keys ? tp->nk : tp->nq, cols = by_keys ? tp->nq : tp->nk, ld = tile_stride(by_keys);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, HS,
+                scale, by_keys ? k : q, HS, by_keys ? q : k, HS, 0.0f, S, ld);
     if (tp->vis != BLOCK_MASKED) { return; }
     for (int i = 0; i < tp->nq; i++) {
         for (int j = 0; j < tp->nk; j++) {
-            if (!pair_visible(tp->qi[i], tp->qd[i], tp->ki[j], tp->kd[j])) { S[i * ATTN_TILE + j] = -INFINITY; }
+            if (pair_visible(tp->qi[i], tp->qd[i], tp->ki[j], tp->kd[j])) { continue; }
+            S[by_keys ? j * ld + i : i * ld + j] = -INFINITY;
         }
     }
 }
 
 // One query tile of head bh of row b against the whole block, merged into (o, lse).
-// scratch: ATTN_TILE * (ATTN_TILE + HS + 2) floats
+// scratch: ATTN_TILE_Q * (ATTN_TILE_K + HS + 2) floats
 static void tiled_forward_query_tile(const TiledBlock *tb, int b, size_t bh, int qt, float *lse, float *scratch) {
-    int T = tb->T, HS = tb->HS;
-    float *S = scratch;                      // (ATTN_TILE, ATTN_TILE) scores, then probabilities
-    float *acc = S + ATTN_TILE * ATTN_TILE;  // (ATTN_TILE, HS) sum of p v, unnormalised
-    float *m = acc + ATTN_TILE * HS;         // (ATTN_TILE) running max
-    float *l = m + ATTN_TILE;                // (ATTN_TILE) running sum of exp(s - m)
+    int T = tb->T, HS = tb->HS, ld = tile_stride(0);
+    float *S = scratch;                        // (ATTN_TILE_Q, ATTN_TILE_K) scores, then probabilities
+    float *acc = S + ATTN_TILE_Q * ATTN_TILE_K; // (ATTN_TILE_Q, HS) sum of p v, unnormalised
+    float *m = acc + ATTN_TILE_Q * HS;         // (ATTN_TILE_Q) running max
+    float *l = m + ATTN_TILE_Q;                // (ATTN_TILE_Q) running sum of exp(s - m)
     const float *q = tb->aq->q + bh * T * HS, *k = tb->blk->k + bh * T * HS, *v = tb->blk->v + bh * T * HS;
-    int i0 = qt * ATTN_TILE, nq = T - i0 < ATTN_TILE ? T - i0 : ATTN_TILE;
+    int i0 = qt * ATTN_TILE_Q, nq = T - i0 < ATTN_TILE_Q ? T - i0 : ATTN_TILE_Q;
     for (int i = 0; i < nq; i++) { m[i] = -INFINITY; l[i] = 0.0f; }
     memset(acc, 0, (size_t)nq * HS * sizeof(float));
-    for (int kt = 0; kt < tb->tiles; kt++) {
+    for (int kt = 0; kt < tb->k_tiles; kt++) {
         TilePair tp = tile_pair(tb, b, qt, kt);
         if (tp.vis == BLOCK_SKIP) { continue; }
-        tile_scores(S, &tp, q + (size_t)i0 * HS, k + (size_t)tp.j0 * HS, HS, tb->scale);
+        tile_scores(S, &tp, q + (size_t)i0 * HS, k + (size_t)tp.j0 * HS, HS, tb->scale, 0);
         for (int i = 0; i < nq; i++) {
-            float *s = S + i * ATTN_TILE;
+            float *s = S + i * ld;
             float row_max = -INFINITY;
             #pragma omp simd reduction(max:row_max)
-            for (int j = 0; j < tp.nk; j++) { row_max = fmaxf(row_max, s[j]); }
-            float m_new = fmaxf(m[i], row_max);
+            for (int j = 0; j < tp.nk; j++) { row_max = s[j] > row_max ? s[j] : row_max; }
+            float m_new = row_max > m[i] ? row_max : m[i];
             if (m_new == -INFINITY) { // no key of the block seen yet: no weights
                 memset(s, 0, tp.nk * sizeof(float));
                 continue;
@@ -489,7 +506,7 @@ static void tiled_forward_query_tile(const TiledBlock *tb, int b, size_t bh, int
         }
         // acc += P V_t
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, nq, HS, tp.nk,
-                    1.0f, S, ATTN_TILE, v + (size_t)tp.j0 * HS, HS, 1.0f, acc, HS);
+                    1.0f, S, ld, v + (size_t)tp.j0 * HS, HS, 1.0f, acc, HS);
     }
     float *o = tb->aq->o + (bh * T + i0) * HS;
     float *row_lse = lse + bh * T + i0;
@@ -503,11 +520,11 @@ static void tiled_forward_query_tile(const TiledBlock *tb, int b, size_t bh, int
 // o: (B, NH, T, HS)   lse: (B, NH, T)
 static void attend_block_forward_tiled(AttentionQueries *aq, const KVBlock *blk, float *lse) {
     TiledBlock tb = tiled_block_begin(aq, blk);
-    int NH = aq->NH, tiles = tb.tiles;
+    int NH = aq->NH, tiles = tb.q_tiles;
     long items = (long)aq->B * NH * tiles;
     #pragma omp parallel
     {
-        float *scratch = (float *)mallocCheck((size_t)ATTN_TILE * (ATTN_TILE + tb.HS + 2) * sizeof(float));
+        float *scratch = (float *)mallocCheck((size_t)ATTN_TILE_Q * (ATTN_TILE_K + tb.HS + 2) * sizeof(float));
         #pragma omp for schedule(dynamic, 1)
         for (long item = 0; item < items; item++) {
             size_t bh = (size_t)(item / tiles);
@@ -518,63 +535,74 @@ static void attend_block_forward_tiled(AttentionQueries *aq, const KVBlock *blk,
     tiled_block_end(&tb);
 }
 
-// P = exp(S - lse) and dS = P * (dO_t V_t^T - D) of one tile pair of head bh, the
-// products both backward passes need.   P, dS: (nq, ATTN_TILE), row stride ATTN_TILE
+// P = exp(S - lse) and dS = P * (dP - D) of one tile pair of head bh, dP = dO_t V_t^T:
+// what both backward passes need. With `by_keys` both come transposed (rows are
+// keys): P^T and dS^T from S^T and dP^T = V_t dO_t^T.
+// P, dS: (nq, nk), or (nk, nq) by keys, row stride tile_stride
 static void tile_probabilities(float *P, float *dS, const TiledBlock *tb, const TilePair *tp, size_t bh,
-                               const float *lse) {
-    int T = tb->T, HS = tb->HS;
+                               const float *lse, int by_keys) {
+    int T = tb->T, HS = tb->HS, ld = tile_stride(by_keys);
     const AttentionQueries *aq = tb->aq;
     const float *q = aq->q + (bh * T + tp->i0) * HS;
     const float *k = tb->blk->k + (bh * T + tp->j0) * HS;
     const float *v = tb->blk->v + (bh * T + tp->j0) * HS;
     const float *dout = aq->dout + (bh * T + tp->i0) * HS;
-    const float *row_lse = lse + bh * T + tp->i0;
+    const float *row_lse = lse + bh * T + tp->i0; // (nq) per query
     const float *drow = aq->drow + bh * T + tp->i0;
-    tile_scores(P, tp, q, k, HS, tb->scale);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tp->nq, tp->nk, HS,
-                1.0f, dout, HS, v, HS, 0.0f, dS, ATTN_TILE);
-    for (int i = 0; i < tp->nq; i++) {
-        float *p = P + i * ATTN_TILE, *ds = dS + i * ATTN_TILE;
-        float lse_i = row_lse[i], d_i = drow[i];
-        #pragma omp simd
-        for (int j = 0; j < tp->nk; j++) {
-            p[j] = simd_expf(p[j] - lse_i);
-            ds[j] = p[j] * (ds[j] - d_i);
+    tile_scores(P, tp, q, k, HS, tb->scale, by_keys);
+    int rows = by_keys ? tp->nk : tp->nq, cols = by_keys ? tp->nq : tp->nk;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, HS,
+                1.0f, by_keys ? v : dout, HS, by_keys ? dout : v, HS, 0.0f, dS, ld);
+    for (int r = 0; r < rows; r++) {
+        float *p = P + r * ld, *ds = dS + r * ld;
+        if (by_keys) { // column c is query c
+            #pragma omp simd
+            for (int c = 0; c < cols; c++) {
+                p[c] = simd_expf(p[c] - row_lse[c]);
+                ds[c] = p[c] * (ds[c] - drow[c]);
+            }
+        } else {       // row r is query r
+            float lse_r = row_lse[r], d_r = drow[r];
+            #pragma omp simd
+            for (int c = 0; c < cols; c++) {
+                p[c] = simd_expf(p[c] - lse_r);
+                ds[c] = p[c] * (ds[c] - d_r);
+            }
         }
     }
 }
 
 // dQ of one query tile: its key tiles' scale dS K_t, in key order.
-// scratch: 2 * ATTN_TILE * ATTN_TILE floats
+// scratch: 2 * ATTN_TILE_Q * ATTN_TILE_K floats
 static void tiled_backward_query_tile(const TiledBlock *tb, int b, size_t bh, int qt, const float *lse,
                                       float *scratch) {
     int T = tb->T, HS = tb->HS;
-    float *P = scratch, *dS = scratch + ATTN_TILE * ATTN_TILE;
-    for (int kt = 0; kt < tb->tiles; kt++) {
+    float *P = scratch, *dS = scratch + ATTN_TILE_Q * ATTN_TILE_K;
+    for (int kt = 0; kt < tb->k_tiles; kt++) {
         TilePair tp = tile_pair(tb, b, qt, kt);
         if (tp.vis == BLOCK_SKIP) { continue; }
-        tile_probabilities(P, dS, tb, &tp, bh, lse);
+        tile_probabilities(P, dS, tb, &tp, bh, lse, 0);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tp.nq, HS, tp.nk,
-                    tb->scale, dS, ATTN_TILE, tb->blk->k + (bh * T + tp.j0) * HS, HS,
+                    tb->scale, dS, tile_stride(0), tb->blk->k + (bh * T + tp.j0) * HS, HS,
                     1.0f, tb->aq->dq + (bh * T + tp.i0) * HS, HS);
     }
 }
 
 // dK and dV of one key tile: its query tiles' scale dS^T Q_t and P^T dO_t, in query order.
-// dk, dv: (B, NH, T, HS)   scratch: 2 * ATTN_TILE * ATTN_TILE floats
+// dk, dv: (B, NH, T, HS)   scratch: 2 * ATTN_TILE_Q * ATTN_TILE_K floats
 static void tiled_backward_key_tile(const TiledBlock *tb, int b, size_t bh, int kt, const float *lse,
                                     float *dk, float *dv, float *scratch) {
-    int T = tb->T, HS = tb->HS;
-    float *P = scratch, *dS = scratch + ATTN_TILE * ATTN_TILE;
-    for (int qt = 0; qt < tb->tiles; qt++) {
+    int T = tb->T, HS = tb->HS, ld = tile_stride(1);
+    float *PT = scratch, *dST = scratch + ATTN_TILE_Q * ATTN_TILE_K;
+    for (int qt = 0; qt < tb->q_tiles; qt++) {
         TilePair tp = tile_pair(tb, b, qt, kt);
         if (tp.vis == BLOCK_SKIP) { continue; }
-        tile_probabilities(P, dS, tb, &tp, bh, lse);
+        tile_probabilities(PT, dST, tb, &tp, bh, lse, 1);
         size_t q_rows = (bh * T + tp.i0) * HS, k_rows = (bh * T + tp.j0) * HS;
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tp.nk, HS, tp.nq,
-                    1.0f, P, ATTN_TILE, tb->aq->dout + q_rows, HS, 1.0f, dv + k_rows, HS);
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tp.nk, HS, tp.nq,
-                    tb->scale, dS, ATTN_TILE, tb->aq->q + q_rows, HS, 1.0f, dk + k_rows, HS);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tp.nk, HS, tp.nq,
+                    1.0f, PT, ld, tb->aq->dout + q_rows, HS, 1.0f, dv + k_rows, HS);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tp.nk, HS, tp.nq,
+                    tb->scale, dST, ld, tb->aq->q + q_rows, HS, 1.0f, dk + k_rows, HS);
     }
 }
 
@@ -583,21 +611,21 @@ static void tiled_backward_key_tile(const TiledBlock *tb, int b, size_t bh, int 
 // dkv: 2 x (B, NH, T, HS), zeroed by the caller
 static void attend_block_backward_tiled(AttentionQueries *aq, const KVBlock *blk, const float *lse, float *dkv) {
     TiledBlock tb = tiled_block_begin(aq, blk);
-    int NH = aq->NH, tiles = tb.tiles;
-    long items = (long)aq->B * NH * tiles;
+    int NH = aq->NH;
+    long bhs = (long)aq->B * NH;
     float *dk = dkv, *dv = dkv + (size_t)aq->B * NH * aq->T * tb.HS;
     #pragma omp parallel
     {
-        float *scratch = (float *)mallocCheck(2 * (size_t)ATTN_TILE * ATTN_TILE * sizeof(float));
+        float *scratch = (float *)mallocCheck(2 * (size_t)ATTN_TILE_Q * ATTN_TILE_K * sizeof(float));
         #pragma omp for schedule(dynamic, 1)
-        for (long item = 0; item < items; item++) {
-            size_t bh = (size_t)(item / tiles);
-            tiled_backward_query_tile(&tb, (int)(bh / NH), bh, (int)(item % tiles), lse, scratch);
+        for (long item = 0; item < bhs * tb.q_tiles; item++) {
+            size_t bh = (size_t)(item / tb.q_tiles);
+            tiled_backward_query_tile(&tb, (int)(bh / NH), bh, (int)(item % tb.q_tiles), lse, scratch);
         }
         #pragma omp for schedule(dynamic, 1)
-        for (long item = 0; item < items; item++) {
-            size_t bh = (size_t)(item / tiles);
-            tiled_backward_key_tile(&tb, (int)(bh / NH), bh, (int)(item % tiles), lse, dk, dv, scratch);
+        for (long item = 0; item < bhs * tb.k_tiles; item++) {
+            size_t bh = (size_t)(item / tb.k_tiles);
+            tiled_backward_key_tile(&tb, (int)(bh / NH), bh, (int)(item % tb.k_tiles), lse, dk, dv, scratch);
         }
         free(scratch);
     }

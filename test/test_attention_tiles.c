@@ -242,7 +242,7 @@ static void run_case(CpLayoutKind kind, int np, int rank, int Tl, int documents,
 }
 
 int main(void) {
-    CHECK(ATTN_TILE == 64, "the lengths below are chosen around a tile of 64, ATTN_TILE is %d", ATTN_TILE);
+    CHECK(ATTN_TILE_Q == 64 && ATTN_TILE_K == 64, "the lengths below are chosen around tiles of 64, ATTN_TILE_Q, _K are %d, %d", ATTN_TILE_Q, ATTN_TILE_K);
     int head_sizes[] = {8, 24, 64, 80};
     int odd_lengths[] = {1, 63, 65, 100, 191};
     int even_lengths[] = {2, 66, 130, 190};

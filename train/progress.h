@@ -1,6 +1,7 @@
 /*
-What a run prints about itself: the start-up table, llm.c's progress line with
-the time left, and the peak memory per rank at the end.
+What a run prints about itself: the start-up table (and a warning when a rank's
+OpenMP threads outnumber its cores), llm.c's progress line with the time left,
+and the peak memory per rank at the end.
 */
 #ifndef TRAIN_PROGRESS_H
 #define TRAIN_PROGRESS_H
@@ -9,6 +10,9 @@ the time left, and the peak memory per rank at the end.
 #include <string.h>
 #include <sys/resource.h>
 #include <time.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "../cp/comm_mpi.h"
 #include "../cp/mesh.h"
 #include "../llmc/gpt2.h"
@@ -60,6 +64,32 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     printf("| %-21s | %-50g |\n", "learning rate", cfg->learning_rate);
     printf("| %-21s | %-50d |\n", "val batches", f->val_batches);
     printf("+-----------------------+----------------------------------------------------+\n");
+}
+
+// Collective. One line from rank 0 when some rank runs more OpenMP threads than the
+// cores it may run on: mpirun binds each rank to one core by default, and then
+// OMP_NUM_THREADS=2 time-slices two threads on that core. omp_get_num_procs counts
+// the CPUs of the process's affinity mask (libgomp, LLVM's libomp). Without OpenMP
+// (the GPU trainer) there is nothing to check.
+static void warn_if_threads_outnumber_cores(const Mesh *mesh) {
+#ifdef _OPENMP
+    int mine[2] = {omp_get_max_threads(), omp_get_num_procs()}; // threads, cores
+    int *all = mesh->world_rank == 0 ? (int *)mallocCheck(2 * (size_t)mesh->world_size * sizeof(int)) : NULL;
+    MPI_Gather(mine, 2, MPI_INT, all, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    if (mesh->world_rank != 0) { return; }
+    int over = 0, first = -1;
+    for (int r = 0; r < mesh->world_size; r++) {
+        if (all[2 * r] > all[2 * r + 1]) { over++; if (first < 0) { first = r; } }
+    }
+    if (over > 0) {
+        printf("warning: %d of %d rank(s) run more OpenMP threads than the cores they are bound to (rank %d: %d threads "
+               "on %d core(s)), which is slow: run mpirun with --bind-to none, or set OMP_NUM_THREADS to the cores per rank\n",
+               over, mesh->world_size, first, all[2 * first], all[2 * first + 1]);
+    }
+    free(all);
+#else
+    (void)mesh;
+#endif
 }
 
 static double wall_seconds(void) {

@@ -186,9 +186,11 @@ static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
     if (cfg->val_every > 0) { dataloader_free(&run->val_loader); }
 }
 
-// The start-up table (master only), and a note when samples will print token ids.
+// The start-up table (master only), a warning when threads outnumber cores
+// (collective), and a note when samples will print token ids.
 static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg, GPT2Config c, const Mesh *mesh,
                                     const char *trainer, const char *transport, size_t num_parameters) {
+    warn_if_threads_outnumber_cores(mesh);
     if (mesh->world_rank != 0) { return; }
     StartupFacts facts = {trainer, transport, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
                           num_parameters, run->steps, run->start_step, run->val_batches};
