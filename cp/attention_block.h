@@ -28,6 +28,12 @@ dQ accumulates here; the block's dK and dV go to the caller's buffer, since they
 belong to the block's owner.
 
 No T x T score matrix is ever stored: the queries' state is O(B * T * C).
+
+Two implementations compute this: the plain loops (attend_block_*_loops, one
+query row at a time: the readable definition, and what NO_BLAS=1 runs) and the
+tiled one (attend_block_*_tiled, flash-style tiles whose products go to
+cblas_sgemm, the BLAS build's; its section below says exactly what it computes).
+test/test_attention_tiles.c checks the tiles against the loops.
 */
 #ifndef CP_ATTENTION_BLOCK_H
 #define CP_ATTENTION_BLOCK_H

@@ -17,7 +17,9 @@ decide at once whether
 
 With round_robin the halves are exactly the two chunks a rank owns, so this is the
 classic zigzag skipping; with contiguous it skips the upper triangle of blocks. No
-layout is named here: the ranges come from the indices alone.
+layout is named here: the ranges come from the indices alone. The tiled CPU
+attention (cp/attention_block.h) applies the same rule to its tiles
+(sub_block_range).
 */
 #ifndef CP_BLOCK_MASK_H
 #define CP_BLOCK_MASK_H
