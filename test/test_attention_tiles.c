@@ -12,7 +12,7 @@ the same inputs; O, LSE, dQ and every block's dK, dV must agree.
 Coordinates come from the layouts' own code: cp_local_indices (identity,
 contiguous, round_robin) and cp_row_layout (packed, documents split head-tail, pad
 slots with document -1), with documents opened at a few global positions (row 0)
-or one document (row 1). Local lengths cross the tile (ATTN_TILE = 64) oddly: 1,
+or one document (row 1). Local lengths cross the tiles (64 x 64) oddly: 1,
 63, 65, 100, 191 = 3*64 - 1 (contiguous), 2, 66, 130, 190 (round_robin and packed
 need even lengths), so tiles are partial, and tiles are skipped, fully visible and
 masked. Head sizes 8, 24, 64, 80.
@@ -242,7 +242,8 @@ static void run_case(CpLayoutKind kind, int np, int rank, int Tl, int documents,
 }
 
 int main(void) {
-    CHECK(ATTN_TILE_Q == 64 && ATTN_TILE_K == 64, "the lengths below are chosen around tiles of 64, ATTN_TILE_Q, _K are %d, %d", ATTN_TILE_Q, ATTN_TILE_K);
+    CHECK(ATTN_TILE_Q == 64 && ATTN_TILE_K == 64, "the lengths below are chosen around tiles of 64; ATTN_TILE_Q, "
+          "ATTN_TILE_K are %d, %d", ATTN_TILE_Q, ATTN_TILE_K);
     int head_sizes[] = {8, 24, 64, 80};
     int odd_lengths[] = {1, 63, 65, 100, 191};
     int even_lengths[] = {2, 66, 130, 190};
