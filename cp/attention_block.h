@@ -45,7 +45,7 @@ test/test_attention_tiles.c checks the tiles against the loops.
 #include "../llmc/utils.h"
 #ifndef NO_BLAS
 #include <cblas.h>
-#include "../llmc/simd_exp.h"
+#include "../llmc/vec_exp.h"
 #endif
 
 // One rank's keys and values as they travel: one buffer, so that one message
@@ -375,7 +375,7 @@ static void attend_block_backward_loops(AttentionQueries *aq, const KVBlock *blk
 // busy even when B * NH is smaller than their number; each output row is written
 // by one item in a fixed order (no atomics), so the result does not depend on the
 // thread count. Inside the parallel loop OpenBLAS's OpenMP build runs each sgemm
-// on the calling thread. exp is simd_expf, which vectorises.
+// on the calling thread. exp is vec_expf, which vectorises.
 //
 // The tile sizes are OpenBLAS's: its small-matrix kernels (no packing) take the
 // products of these shapes (dev/bench/README.md has the measurements).
@@ -500,11 +500,11 @@ static void tiled_forward_query_tile(const TiledBlock *tb, int b, size_t bh, int
             float sum = 0.0f;
             #pragma omp simd reduction(+:sum)
             for (int j = 0; j < tp.nk; j++) {
-                float p = simd_expf(s[j] - m_new);
+                float p = vec_expf(s[j] - m_new);
                 s[j] = p;
                 sum += p;
             }
-            float rescale = simd_expf(m[i] - m_new); // 0 while the row was empty
+            float rescale = vec_expf(m[i] - m_new); // 0 while the row was empty
             float *a = acc + (size_t)i * HS;
             for (int d = 0; d < HS; d++) { a[d] *= rescale; }
             l[i] = l[i] * rescale + sum;
@@ -564,14 +564,14 @@ static void tile_probabilities(float *P, float *dS, const TiledBlock *tb, const 
         if (by_keys) { // column c is query c
             #pragma omp simd
             for (int c = 0; c < cols; c++) {
-                p[c] = simd_expf(p[c] - row_lse[c]);
+                p[c] = vec_expf(p[c] - row_lse[c]);
                 ds[c] = p[c] * (ds[c] - drow[c]);
             }
         } else {       // row r is query r
             float lse_r = row_lse[r], d_r = drow[r];
             #pragma omp simd
             for (int c = 0; c < cols; c++) {
-                p[c] = simd_expf(p[c] - lse_r);
+                p[c] = vec_expf(p[c] - lse_r);
                 ds[c] = p[c] * (ds[c] - d_r);
             }
         }

@@ -13,7 +13,7 @@ cosh (tanh' = 1 - tanh^2 = 4 s (1 - s) with s = sigmoid(2u)):
 (1 - s from e, not by subtraction, which would cancel at large x; e = 0 and
 e = inf give s and 1 - s exactly.)
 
-With llmc/simd_exp.h both loops vectorise. The values are those of the tanh form
+With llmc/vec_exp.h both loops vectorise. The values are those of the tanh form
 within fp32 rounding (and more accurate in the far negative tail, where
 1 + tanh(u) cancels).
 */
@@ -22,14 +22,14 @@ within fp32 rounding (and more accurate in the far negative tail, where
 
 #include <math.h>
 #include <stddef.h>
-#include "simd_exp.h"
+#include "vec_exp.h"
 
 #define GELU_SCALING_FACTOR 0.7978845608028654f // sqrt(2 / pi)
 
 // e = exp(-2u) of the tanh approximation at x: s = (1 + tanh(u)) / 2 = 1 / (1 + e)
 static inline float gelu_exp(float x) {
     float u = GELU_SCALING_FACTOR * (x + 0.044715f * x * x * x);
-    return simd_expf(-2.0f * u);
+    return vec_expf(-2.0f * u);
 }
 
 // out, inp: (N)

@@ -20,8 +20,8 @@ masked. Head sizes 8, 24, 64, 80.
 Tolerance |tiled - loops| <= 1e-5 + 1e-5 |loops|. Both are fp32 computations of
 the same sums in a different order: sgemm's dot products and sums over up to
 4 * 191 keys against one running sum per row; the online softmax rescales partial
-sums by exp(m - m') (a few ulps) where the loops use one max; simd_expf is within
-1 ulp of expf. Inputs are O(1) (q, k in U(-2, 2) so that the scores spread over
+sums by exp(m - m') (a few ulps) where the loops use one max; vec_expf is within
+2 ulp of expf. Inputs are O(1) (q, k in U(-2, 2) so that the scores spread over
 about +-5 and the running max changes from tile to tile; v, dO in U(-1, 1)), so
 O, dQ, dK, dV are O(1) and their reassociation error is ~ sqrt(n) * 6e-8 ~ 2e-6;
 1e-5 leaves a margin, while a wrong mask, a lost tile, a missed rescale or a wrong
