@@ -19,18 +19,6 @@ source "$(dirname "$0")/binary_files.sh" # put_u16
 BASE=(-e d1 -b 2 -t 64 -v 0 -s 0 -cp 2)
 
 # ---- 1. a rank killed mid-run
-# the pid of world rank RANK among the trainer processes writing to DIR (their -o:
-# unique to this test, so that other tests' trainers are never touched)
-rank_pid() {
-    local dir=$1 rank=$2 pid
-    for pid in $(pgrep -f -- "-o $dir\$" || true); do
-        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
-            echo "$pid"
-            return
-        fi
-    done
-}
-
 # kill_rank SIGNAL EXPECTED_REGEX: a long run, SIGNAL sent to rank 1 after its first step
 kill_rank() {
     local sig=$1 expected=$2

@@ -35,6 +35,18 @@ finish() {
     echo "PASS $E2E_NAME ($SECONDS s)"
 }
 
+# the pid of world rank RANK among the trainer processes writing to DIR (their -o:
+# unique to the test, so that other tests' trainers are never touched)
+rank_pid() {
+    local dir=$1 rank=$2 pid
+    for pid in $(pgrep -f -- "-o $dir\$" || true); do
+        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+            echo "$pid"
+            return
+        fi
+    done
+}
+
 # train NAME NP [flags...]: one run with the script's COMMON flags first, its output
 # in $WORK/NAME.out; a run that exits non-zero ends the test with its output
 train() {
