@@ -23,47 +23,14 @@ BASE=(-e d1 -b 2 -t 64 -v 0 -s 0 -n 0)
 stop_rank() {
     local np=$1 cp=$2 rank=$3
     local name=stop_np${np}_r$rank
-    local dir=$WORK/$name out=$WORK/$name.out
-    GPT2CP_TIMEOUT=3 "${LAUNCH[@]}" -np "$np" "$TRAINER" "${BASE[@]}" -cp "$cp" -x 100000 -o "$dir" >"$out" 2>&1 &
-    local launcher=$!
-    local waited=0
-    until grep -q '^step  *2/' "$out" 2>/dev/null; do
-        sleep 0.1
-        waited=$((waited + 1))
-        if [[ $waited -gt 600 ]]; then
-            kill "$launcher" 2>/dev/null || true
-            fail "$name: no step 2 within 60 s"
-            tail -n 20 "$out"
-            return
-        fi
-    done
-    local pid
-    pid=$(rank_pid "$dir" "$rank")
-    if [[ -z $pid ]]; then
-        kill "$launcher" 2>/dev/null || true
-        fail "$name: rank $rank's process not found"
-        return
-    fi
-    local start end rc=0
-    start=$(date +%s.%N)
-    kill -STOP "$pid"
-    # the job must end by itself; 60 s only bounds a hang of this test
-    local i=0
-    while kill -0 "$launcher" 2>/dev/null && [[ $i -lt 1200 ]]; do sleep 0.05; i=$((i + 1)); done
-    end=$(date +%s.%N)
-    if kill -0 "$launcher" 2>/dev/null; then
-        fail "$name: mpirun still running 60 s after rank $rank was stopped"
-        kill -CONT "$pid" 2>/dev/null || true
-        kill -9 "$launcher" 2>/dev/null || true
-    fi
-    wait "$launcher" || rc=$?
-    local seconds line
-    seconds=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
+    local out=$WORK/$name.out
+    GPT2CP_TIMEOUT=3 signal_mid_run "$name" "$np" "$rank" STOP 2 "${BASE[@]}" -cp "$cp" -x 100000 || return 0
+    local line
     line=$(grep -E -m1 -- "rank [0-9]+: no progress from rank $rank for 3 s in [a-z_ ]+ \(GPT2CP_TIMEOUT=3\)$" "$out" || true)
-    if [[ $rc -ne 0 && -n $line ]] && awk -v s="$seconds" 'BEGIN { exit !(s >= 3 && s < 23) }'; then
-        echo "ok   $name: mpirun exited $rc $seconds s after the stop: $line"
+    if [[ $RUN_RC -ne 0 && -n $line ]] && awk -v s="$RUN_SECONDS" 'BEGIN { exit !(s >= 3 && s < 23) }'; then
+        echo "ok   $name: mpirun exited $RUN_RC $RUN_SECONDS s after the stop: $line"
     else
-        fail "$name: rc $rc after $seconds s; expected a non-zero exit after 3 to 23 s and a line naming rank $rank"
+        fail "$name: rc $RUN_RC after $RUN_SECONDS s; expected a non-zero exit after 3 to 23 s and a line naming rank $rank"
         tail -n 15 "$out"
     fi
     # every line of that kind names the stopped rank (a rank of another cp group may
@@ -71,10 +38,6 @@ stop_rank() {
     local wrong
     wrong=$(grep -E -- "no progress from" "$out" | grep -vE -- "no progress from ranks? ([0-9]+, )*$rank[ ,]" || true)
     if [[ -n $wrong ]]; then fail "$name: a line does not name rank $rank: $wrong"; fi
-    if pgrep -f -- "-o $dir\$" >/dev/null; then
-        fail "$name: trainer processes left running"
-        pkill -9 -f -- "-o $dir\$" || true
-    fi
 }
 
 echo "== a stopped rank ends the job, named"
