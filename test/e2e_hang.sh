@@ -30,10 +30,10 @@ stop_rank() {
     # the first line may come from a rank of another cp group, which names both
     # ranks of the stopped rank's group: neither has reached the world's collective
     line=$(grep -E -m1 -- "rank [0-9]+: no progress from ranks? ([0-9]+, )*$rank(, [0-9]+)* for 3 s in [a-z_ ]+ \(GPT2CP_TIMEOUT=3\)$" "$out" || true)
-    if [[ $RUN_RC -ne 0 && -n $line ]] && awk -v s="$RUN_SECONDS" 'BEGIN { exit !(s >= 3 && s < 23) }'; then
+    if [[ $RUN_RC -ne 0 && -n $line ]] && awk -v s="$RUN_SECONDS" 'BEGIN { exit !(s < 23) }'; then
         echo "ok   $name: mpirun exited $RUN_RC $RUN_SECONDS s after the stop: $line"
     else
-        fail "$name: rc $RUN_RC after $RUN_SECONDS s; expected a non-zero exit after 3 to 23 s and a line naming rank $rank"
+        fail "$name: rc $RUN_RC after $RUN_SECONDS s; expected a non-zero exit within 23 s and a line naming rank $rank"
         tail -n 15 "$out"
     fi
     # and so does every other line of that kind
