@@ -71,6 +71,9 @@ typedef struct {
     int busy;
     cudaEvent_t done;    // recorded on the transport's stream once the data has moved
     // the staged transport's host side (unused by NCCL)
+    cudaEvent_t copied;  // recorded on the transport's stream once host_send holds the data
+    long seq;            // the exchange's number: MPI gets them in this order
+    int posted;          // the host transport has the exchange (host_exchange)
     void *host_send;     // pinned, `capacity` bytes
     void *host_recv;     // pinned, `capacity` bytes
     size_t capacity;
@@ -83,6 +86,7 @@ static void comm_exchanges_init(CommExchange *slots) {
     for (int i = 0; i < COMM_CUDA_SLOTS; i++) {
         memset(&slots[i], 0, sizeof(slots[i]));
         cudaCheck(cudaEventCreateWithFlags(&slots[i].done, cudaEventDisableTiming));
+        cudaCheck(cudaEventCreateWithFlags(&slots[i].copied, cudaEventDisableTiming));
     }
 }
 
@@ -90,6 +94,7 @@ static void comm_exchanges_free(CommExchange *slots) {
     for (int i = 0; i < COMM_CUDA_SLOTS; i++) {
         if (slots[i].busy) { fatal("a ring exchange is still in flight at the transport's destruction"); }
         cudaCheck(cudaEventDestroy(slots[i].done));
+        cudaCheck(cudaEventDestroy(slots[i].copied));
         if (slots[i].host_send) { cudaCheck(cudaFreeHost(slots[i].host_send)); }
         if (slots[i].host_recv) { cudaCheck(cudaFreeHost(slots[i].host_recv)); }
     }

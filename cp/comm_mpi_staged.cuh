@@ -2,14 +2,26 @@
 The transport on device memory over MPI, staged through pinned host buffers
 (-ct mpi). It exists for several ranks sharing one GPU, which NCCL refuses: each
 verb copies the device buffer to pinned host memory on the transport's stream,
-runs the host transport's verb (cp/comm_mpi.h) on it, and copies the result back,
-ordered against the compute stream with events (cp/comm_cuda.cuh).
+runs the host transport's verb (cp/comm_mpi.h, with its progress watchdog) on it,
+and copies the result back, ordered against the compute stream with events
+(cp/comm_cuda.cuh).
 
-What overlaps: the device-to-host copy of a ring step waits for the compute
-queued before it (the buffers' last readers and writers), and the host waits for
-that copy before MPI may send it; the MPI transfer and the copy back then run while
-the compute stream works on the current block. Slower than NCCL, but the same
-algorithm and the same numbers, on any number of ranks per GPU.
+A ring step never blocks the host at its start. ring_start queues the copy to
+pinned memory (after the compute queued so far: the buffers' last writers) and
+records an event behind it, then returns: the host goes on queueing the current
+block's attention. MPI may read the pinned buffer only once the copy has landed,
+so each exchange is handed to MPI as soon as its event says so: at any later
+ring_start or ring_wait that finds it complete, or, at the latest, in its own
+ring_wait, which then waits for that one event. Exchanges go to MPI in the order
+they were started, so that every rank's sends and receives match alike. The MPI
+transfer and the copy back run while the GPU works on the current block; the host
+waits in ring_wait only for the transfer itself.
+
+The collectives hand the host a buffer MPI reads at once, so they wait (for one
+event) until the device data has landed; they are few per step.
+
+Slower than NCCL, but the same algorithm and the same numbers, on any number of
+ranks per GPU.
 */
 #ifndef CP_COMM_MPI_STAGED_CUH
 #define CP_COMM_MPI_STAGED_CUH
@@ -20,11 +32,14 @@ algorithm and the same numbers, on any number of ranks per GPU.
 #include "comm_mpi.h"
 
 typedef struct {
-    Comm *host;          // the same group over MPI on host memory
+    Comm *host;             // the same group over MPI on host memory
     CommStreams streams;
     CommExchange slots[COMM_CUDA_SLOTS];
-    char *pinned;        // staging of the collectives
+    long started;           // ring exchanges started so far
+    long handed;            // of those, the ones handed to the host transport
+    char *pinned;           // staging of the collectives
     size_t pinned_bytes;
+    cudaEvent_t downloaded; // recorded once a collective's data is in `pinned`
 } CommMpiStaged;
 
 static CommMpiStaged *comm_staged_impl(Comm *comm) { return (CommMpiStaged *)comm->impl; }
@@ -35,6 +50,33 @@ static void pinned_reserve(void **buf, size_t *capacity, size_t bytes) {
     if (*buf) { cudaCheck(cudaFreeHost(*buf)); }
     cudaCheck(cudaMallocHost(buf, bytes));
     *capacity = bytes;
+}
+
+// Hands started exchanges to the host transport in the order they were started:
+// each whose copy to host_send has landed, and, up to `until` (NULL: none), also
+// those whose copy has not, waiting for it.
+static void comm_staged_hand_over(CommMpiStaged *impl, const CommExchange *until) {
+    for (;;) {
+        CommExchange *ex = NULL;
+        for (int i = 0; i < COMM_CUDA_SLOTS; i++) {
+            if (impl->slots[i].busy && !impl->slots[i].posted && impl->slots[i].seq == impl->handed) {
+                ex = &impl->slots[i];
+            }
+        }
+        if (ex == NULL) { return; }
+        if (until != NULL && !until->posted) {
+            cudaCheck(cudaEventSynchronize(ex->copied));
+        } else {
+            cudaError_t landed = cudaEventQuery(ex->copied);
+            if (landed == cudaErrorNotReady) { return; }
+            cudaCheck(landed);
+        }
+        // MPI writes host_recv next: the slot's previous copy back out of it is done
+        cudaCheck(cudaEventSynchronize(ex->done));
+        ex->host_exchange = impl->host->ring_start(impl->host, ex->host_send, ex->host_recv, ex->bytes);
+        ex->posted = 1;
+        impl->handed++;
+    }
 }
 
 static void *comm_staged_ring_start(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes) {
@@ -48,19 +90,19 @@ static void *comm_staged_ring_start(Comm *comm, const void *send_buf, void *recv
         return ex;
     }
     if (bytes > ex->capacity) {
-        // both buffers grow together; the slot is idle, and so is its stream work
-        cudaCheck(cudaStreamSynchronize(s->stream));
+        // both buffers grow together, once the slot's last copy back has run
+        cudaCheck(cudaEventSynchronize(ex->done));
         size_t send_capacity = ex->capacity;
         pinned_reserve(&ex->host_send, &send_capacity, bytes);
         pinned_reserve(&ex->host_recv, &ex->capacity, bytes);
     }
     cudaCheck(cudaMemcpyAsync(ex->host_send, send_buf, bytes, cudaMemcpyDeviceToHost, s->stream));
-    // MPI may read host_send only once the copy has landed. This also completes any
-    // earlier copy back out of this slot's host_recv before MPI writes it again.
-    cudaCheck(cudaStreamSynchronize(s->stream));
-    ex->host_exchange = impl->host->ring_start(impl->host, ex->host_send, ex->host_recv, bytes);
+    cudaCheck(cudaEventRecord(ex->copied, s->stream));
     ex->recv_buf = recv_buf;
     ex->bytes = bytes;
+    ex->seq = impl->started++;
+    ex->posted = 0;
+    comm_staged_hand_over(impl, NULL);
     return ex;
 }
 
@@ -68,25 +110,31 @@ static void comm_staged_ring_wait(Comm *comm, void *exchange) {
     CommMpiStaged *impl = comm_staged_impl(comm);
     CommStreams *s = &impl->streams;
     CommExchange *ex = (CommExchange *)exchange;
-    if (ex->host_exchange != NULL) {
+    if (comm->size > 1) {
+        comm_staged_hand_over(impl, ex);
         impl->host->ring_wait(impl->host, ex->host_exchange);
         ex->host_exchange = NULL;
         cudaCheck(cudaMemcpyAsync(ex->recv_buf, ex->host_recv, ex->bytes, cudaMemcpyHostToDevice, s->stream));
         cudaCheck(cudaEventRecord(ex->done, s->stream));
     }
     comm_exchange_finish(s, ex);
+    comm_staged_hand_over(impl, NULL);
 }
 
 // Copies `bytes` of device memory into the staging buffer at `offset` (growing it
 // to `total` bytes first) once the compute stream has written it; returns the
-// staging buffer, ready for the host.
+// staging buffer once the data is there, ready for the host.
 static char *comm_staged_download(CommMpiStaged *impl, const void *buf, size_t bytes, size_t offset, size_t total) {
     CommStreams *s = &impl->streams;
     comm_streams_after_compute(s);
-    cudaCheck(cudaStreamSynchronize(s->stream)); // earlier copies out of the staging buffer are done
-    pinned_reserve((void **)&impl->pinned, &impl->pinned_bytes, total);
+    if (total > impl->pinned_bytes) {
+        cudaCheck(cudaStreamSynchronize(s->stream)); // earlier copies out of the staging buffer are done
+        pinned_reserve((void **)&impl->pinned, &impl->pinned_bytes, total);
+    }
+    // stream order: an earlier copy back out of the staging buffer has run before this
     cudaCheck(cudaMemcpyAsync(impl->pinned + offset, buf, bytes, cudaMemcpyDeviceToHost, s->stream));
-    cudaCheck(cudaStreamSynchronize(s->stream));
+    cudaCheck(cudaEventRecord(impl->downloaded, s->stream));
+    cudaCheck(cudaEventSynchronize(impl->downloaded));
     return impl->pinned;
 }
 
@@ -143,6 +191,7 @@ static void comm_staged_destroy(Comm *comm) {
     CommMpiStaged *impl = comm_staged_impl(comm);
     comm_streams_free(&impl->streams);
     comm_exchanges_free(impl->slots);
+    cudaCheck(cudaEventDestroy(impl->downloaded));
     if (impl->pinned) { cudaCheck(cudaFreeHost(impl->pinned)); }
     impl->host->destroy(impl->host);
     free(impl);
@@ -159,6 +208,7 @@ static Comm *comm_mpi_staged_create(MPI_Comm mc, cudaStream_t compute) {
     comm->size = impl->host->size;
     comm_streams_init(&impl->streams, compute);
     comm_exchanges_init(impl->slots);
+    cudaCheck(cudaEventCreateWithFlags(&impl->downloaded, cudaEventDisableTiming));
     comm->impl = impl;
     comm->ring_start = comm_staged_ring_start;
     comm->ring_wait = comm_staged_ring_wait;

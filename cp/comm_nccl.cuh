@@ -10,12 +10,20 @@ Every operation runs on the transport's own stream, ordered against the compute
 stream with events (cp/comm_cuda.cuh). A ring step is one ncclGroupStart/End
 holding the send to rank+1 and the receive from rank-1, so neither blocks the other.
 
-No hang when a peer fails: NCCL work whose peer died, or whose network broke,
-never completes, and the host waiting for the compute stream behind it would wait
-forever. While the host waits (cuda_stream_wait), comm_nccl_watch polls every
-communicator's asynchronous error and a deadline, GPT2CP_NCCL_TIMEOUT seconds
-(default 60) for one wait; on either it aborts the communicators and ends the job
-with the reason.
+No hang when a peer fails or stops: NCCL work whose peer died, stopped, or whose
+network broke never completes, and the host waiting for the compute stream
+behind it would wait forever. The host cannot see NCCL's progress directly (it
+queues work and later waits for a stream), so every operation records a
+milestone behind it on the transport's stream: an event, with the verb and the
+peer it waits for. The watcher polls them, and every communicator's asynchronous
+error, while the host waits for a stream (cuda_stream_wait), and at every new
+operation. Progress is a milestone passed; the clock runs only while one is
+outstanding, from the later of the last milestone passed and the first
+outstanding one queued. GPT2CP_TIMEOUT seconds without progress (cp/comm_watchdog.h),
+or an asynchronous error, abort the communicators and end the job with the
+reason: a wait covering a whole long backward pass is fine as long as its ring
+steps keep passing. A ring step names the rank it receives from; a collective
+cannot tell which rank is missing (the host's arrival is not the GPU's), and says so.
 */
 #ifndef CP_COMM_NCCL_CUH
 #define CP_COMM_NCCL_CUH
@@ -24,6 +32,8 @@ with the reason.
 #include <nccl.h>
 #include "comm.h"
 #include "comm_cuda.cuh"
+#include "comm_mpi.h"
+#include "comm_watchdog.h"
 
 static void nccl_check(ncclResult_t result, const char *file, int line) {
     if (result != ncclSuccess) {
@@ -33,12 +43,22 @@ static void nccl_check(ncclResult_t result, const char *file, int line) {
 #define ncclCheck(result) nccl_check((result), __FILE__, __LINE__)
 
 // ----------------------------------------------------------------------------
-// watching for failures while the host waits
+// watching for failures and progress
 
 #define COMM_NCCL_MAX_LIVE 8
 static ncclComm_t comm_nccl_live[COMM_NCCL_MAX_LIVE]; // this process's communicators
 static int comm_nccl_num_live = 0;
-static double comm_nccl_timeout = 60.0; // seconds
+
+// a window of outstanding milestones: [passed, issued) of a ring of events
+#define COMM_NCCL_MILESTONES 64
+typedef struct {
+    cudaEvent_t event;  // recorded on a transport's stream behind the operation
+    const char *verb;
+    int peer;           // the world rank it waits for, -1 for a collective
+} CommNcclMilestone;
+static CommNcclMilestone comm_nccl_milestones[COMM_NCCL_MILESTONES];
+static long comm_nccl_issued = 0, comm_nccl_passed = 0;
+static double comm_nccl_progress_at = 0.0; // when the clock last started (comm_clock)
 
 static void comm_nccl_abort_all(void) {
     for (int i = 0; i < comm_nccl_num_live; i++) { ncclCommAbort(comm_nccl_live[i]); }
@@ -46,8 +66,19 @@ static void comm_nccl_abort_all(void) {
     cuda_wait_watcher = NULL;
 }
 
+// moves past every milestone the GPU has reached
+static void comm_nccl_pass(void) {
+    while (comm_nccl_passed < comm_nccl_issued) {
+        cudaError_t reached = cudaEventQuery(comm_nccl_milestones[comm_nccl_passed % COMM_NCCL_MILESTONES].event);
+        if (reached == cudaErrorNotReady) { return; }
+        cudaCheck(reached);
+        comm_nccl_passed++;
+        comm_nccl_progress_at = comm_clock();
+    }
+}
+
 // the cuda_wait_watcher of llmc/cuda_common.cuh while any communicator lives
-static void comm_nccl_watch(double waited_seconds) {
+static void comm_nccl_watch(void) {
     for (int i = 0; i < comm_nccl_num_live; i++) {
         ncclResult_t async = ncclSuccess;
         ncclResult_t result = ncclCommGetAsyncError(comm_nccl_live[i], &async);
@@ -56,22 +87,40 @@ static void comm_nccl_watch(double waited_seconds) {
         comm_nccl_abort_all();
         fatal("NCCL failed while this rank waited for the GPU: %s (a peer rank failed, or the network)", reason);
     }
-    if (waited_seconds > comm_nccl_timeout) {
+    comm_nccl_pass();
+    if (comm_nccl_passed < comm_nccl_issued && comm_clock() - comm_nccl_progress_at > comm_timeout) {
+        const CommNcclMilestone *m = &comm_nccl_milestones[comm_nccl_passed % COMM_NCCL_MILESTONES];
+        char from[64];
+        if (m->peer >= 0) {
+            snprintf(from, sizeof(from), "rank %d", m->peer);
+        } else {
+            snprintf(from, sizeof(from), "a rank of the collective (NCCL does not say which)");
+        }
         comm_nccl_abort_all();
-        fatal("the GPU made no progress for %.0f s: NCCL waits for a peer rank that is stuck or gone "
-              "(GPT2CP_NCCL_TIMEOUT sets the limit in seconds)", comm_nccl_timeout);
+        comm_no_progress(from, m->verb);
     }
+}
+
+// Records a milestone behind the operation just queued on `stream`. A full window
+// records none: its outstanding milestones keep timing the wait.
+static void comm_nccl_milestone(cudaStream_t stream, const char *verb, int peer) {
+    comm_nccl_watch();
+    if (comm_nccl_issued - comm_nccl_passed == COMM_NCCL_MILESTONES) { return; }
+    if (comm_nccl_issued == comm_nccl_passed) { comm_nccl_progress_at = comm_clock(); }
+    CommNcclMilestone *m = &comm_nccl_milestones[comm_nccl_issued % COMM_NCCL_MILESTONES];
+    cudaCheck(cudaEventRecord(m->event, stream));
+    m->verb = verb;
+    m->peer = peer;
+    comm_nccl_issued++;
 }
 
 static void comm_nccl_watch_add(ncclComm_t nccl) {
     if (comm_nccl_num_live == COMM_NCCL_MAX_LIVE) { fatal("more than %d NCCL communicators", COMM_NCCL_MAX_LIVE); }
-    const char *env = getenv("GPT2CP_NCCL_TIMEOUT");
-    if (env != NULL) {
-        char *end;
-        comm_nccl_timeout = strtod(env, &end);
-        if (end == env || *end != '\0' || !(comm_nccl_timeout > 0.0)) {
-            fatal("GPT2CP_NCCL_TIMEOUT='%s': expected a positive number of seconds", env);
+    if (comm_nccl_num_live == 0) {
+        for (int i = 0; i < COMM_NCCL_MILESTONES; i++) {
+            cudaCheck(cudaEventCreateWithFlags(&comm_nccl_milestones[i].event, cudaEventDisableTiming));
         }
+        comm_nccl_issued = comm_nccl_passed = 0;
     }
     comm_nccl_live[comm_nccl_num_live++] = nccl;
     cuda_wait_watcher = comm_nccl_watch;
@@ -81,14 +130,18 @@ static void comm_nccl_watch_remove(ncclComm_t nccl) {
     for (int i = 0; i < comm_nccl_num_live; i++) {
         if (comm_nccl_live[i] == nccl) { comm_nccl_live[i] = comm_nccl_live[--comm_nccl_num_live]; }
     }
-    if (comm_nccl_num_live == 0) { cuda_wait_watcher = NULL; }
+    if (comm_nccl_num_live == 0) {
+        cuda_wait_watcher = NULL;
+        for (int i = 0; i < COMM_NCCL_MILESTONES; i++) { cudaCheck(cudaEventDestroy(comm_nccl_milestones[i].event)); }
+    }
 }
 
 // ----------------------------------------------------------------------------
 // the transport
 
 typedef struct {
-    MPI_Comm mpi;     // the same group: creation and the barrier
+    Comm *host;       // the same group over MPI on host memory: creation and the barrier
+    int prev_world;   // the world rank of rank-1, the ring's sender
     ncclComm_t nccl;
     CommStreams streams;
     CommExchange slots[COMM_CUDA_SLOTS];
@@ -118,6 +171,7 @@ static void *comm_nccl_ring_start(Comm *comm, const void *send_buf, void *recv_b
         ncclCheck(ncclSend(send_buf, bytes, ncclChar, next, impl->nccl, impl->streams.stream));
         ncclCheck(ncclRecv(recv_buf, bytes, ncclChar, prev, impl->nccl, impl->streams.stream));
         ncclCheck(ncclGroupEnd());
+        comm_nccl_milestone(impl->streams.stream, "ring exchange", impl->prev_world);
     }
     cudaCheck(cudaEventRecord(ex->done, impl->streams.stream));
     return ex;
@@ -131,6 +185,7 @@ static void comm_nccl_all_reduce_sum(Comm *comm, void *buf, size_t count, CommTy
     CommNccl *impl = comm_nccl_impl(comm);
     comm_streams_after_compute(&impl->streams);
     ncclCheck(ncclAllReduce(buf, buf, count, comm_nccl_type(type), ncclSum, impl->nccl, impl->streams.stream));
+    comm_nccl_milestone(impl->streams.stream, "all_reduce_sum", -1);
     comm_streams_compute_after(&impl->streams, impl->streams.done);
 }
 
@@ -138,6 +193,7 @@ static void comm_nccl_all_gather(Comm *comm, const void *send_buf, void *recv_bu
     CommNccl *impl = comm_nccl_impl(comm);
     comm_streams_after_compute(&impl->streams);
     ncclCheck(ncclAllGather(send_buf, recv_buf, bytes_per_rank, ncclChar, impl->nccl, impl->streams.stream));
+    comm_nccl_milestone(impl->streams.stream, "all_gather", -1);
     comm_streams_compute_after(&impl->streams, impl->streams.done);
 }
 
@@ -147,6 +203,7 @@ static void comm_nccl_reduce_scatter_sum(Comm *comm, const void *send_buf, void 
     comm_streams_after_compute(&impl->streams);
     ncclCheck(ncclReduceScatter(send_buf, recv_buf, count, comm_nccl_type(type), ncclSum, impl->nccl,
                                 impl->streams.stream));
+    comm_nccl_milestone(impl->streams.stream, "reduce_scatter_sum", -1);
     comm_streams_compute_after(&impl->streams, impl->streams.done);
 }
 
@@ -154,6 +211,7 @@ static void comm_nccl_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
     CommNccl *impl = comm_nccl_impl(comm);
     comm_streams_after_compute(&impl->streams);
     ncclCheck(ncclBroadcast(buf, buf, bytes, ncclChar, root, impl->nccl, impl->streams.stream));
+    comm_nccl_milestone(impl->streams.stream, "broadcast", -1);
     comm_streams_compute_after(&impl->streams, impl->streams.done);
 }
 
@@ -161,7 +219,7 @@ static void comm_nccl_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
 static void comm_nccl_barrier(Comm *comm) {
     CommNccl *impl = comm_nccl_impl(comm);
     cuda_stream_wait(impl->streams.compute);
-    MPI_Barrier(impl->mpi);
+    impl->host->barrier(impl->host);
 }
 
 static void comm_nccl_destroy(Comm *comm) {
@@ -170,7 +228,7 @@ static void comm_nccl_destroy(Comm *comm) {
     comm_exchanges_free(impl->slots);
     comm_nccl_watch_remove(impl->nccl);
     ncclCheck(ncclCommDestroy(impl->nccl));
-    if (impl->mpi != MPI_COMM_WORLD && impl->mpi != MPI_COMM_SELF) { MPI_Comm_free(&impl->mpi); }
+    impl->host->destroy(impl->host);
     free(impl);
     free(comm);
 }
@@ -181,12 +239,13 @@ static void comm_nccl_destroy(Comm *comm) {
 static Comm *comm_nccl_create(MPI_Comm mc, cudaStream_t compute) {
     Comm *comm = (Comm *)callocCheck(1, sizeof(Comm));
     CommNccl *impl = (CommNccl *)callocCheck(1, sizeof(CommNccl));
-    impl->mpi = mc;
-    MPI_Comm_rank(mc, &comm->rank);
-    MPI_Comm_size(mc, &comm->size);
+    impl->host = comm_mpi_create(mc);
+    comm->rank = impl->host->rank;
+    comm->size = impl->host->size;
+    impl->prev_world = comm_world_rank(mc, (comm->rank - 1 + comm->size) % comm->size);
     ncclUniqueId id;
     if (comm->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
-    MPI_Bcast(&id, (int)sizeof(id), MPI_BYTE, 0, mc);
+    impl->host->broadcast(impl->host, &id, sizeof(id), 0);
     ncclCheck(ncclCommInitRank(&impl->nccl, comm->size, id, comm->rank));
     comm_nccl_watch_add(impl->nccl);
     comm_streams_init(&impl->streams, compute);

@@ -91,9 +91,9 @@ static void cuda_free_context(void) {
 }
 
 // Set by a transport whose work can hang the stream when a peer fails (NCCL,
-// cp/comm_nccl.cuh): while the host waits for a stream, it is called with the
-// seconds waited so far, and ends the job when it sees a failure or a deadline.
-static void (*cuda_wait_watcher)(double waited_seconds) = NULL;
+// cp/comm_nccl.cuh): called again and again while the host waits for a stream, it
+// ends the job when it sees a failure, or no progress for too long (its own clock).
+static void (*cuda_wait_watcher)(void) = NULL;
 
 // Waits on the host until `stream` has done all its queued work; polls, so that
 // the watcher sees a hang, where one is installed.
@@ -102,13 +102,8 @@ static void cuda_stream_wait(cudaStream_t stream) {
         cudaCheck(cudaStreamSynchronize(stream));
         return;
     }
-    struct timespec start, now;
-    clock_gettime(CLOCK_MONOTONIC, &start);
     cudaError_t status;
-    while ((status = cudaStreamQuery(stream)) == cudaErrorNotReady) {
-        clock_gettime(CLOCK_MONOTONIC, &now);
-        cuda_wait_watcher((double)(now.tv_sec - start.tv_sec) + 1e-9 * (double)(now.tv_nsec - start.tv_nsec));
-    }
+    while ((status = cudaStreamQuery(stream)) == cudaErrorNotReady) { cuda_wait_watcher(); }
     cudaCheck(status);
 }
 
@@ -200,6 +195,17 @@ __device__ static inline float block_reduce_max(float v, float *shared) {
     return warp_reduce_max(v);
 }
 
+__device__ static inline float block_reduce_sum(float v, float *shared) {
+    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    int warps = blockDim.x / WARP_SIZE;
+    v = warp_reduce_sum(v);
+    __syncthreads();
+    if (lane == 0) { shared[warp] = v; }
+    __syncthreads();
+    v = lane < warps ? shared[lane] : 0.0f;
+    return warp_reduce_sum(v);
+}
+
 __device__ static inline double block_reduce_sum_double(double v, double *shared) {
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     int warps = blockDim.x / WARP_SIZE;
@@ -216,35 +222,78 @@ __device__ static inline double block_reduce_sum_double(double v, double *shared
 //
 // Gradients of biases and layernorm weights sum a (rows, cols) tensor over its
 // rows. Float atomics would make the order of that sum, and so the result, change
-// from run to run. Instead the rows are cut into COLUMN_SUM_CHUNKS fixed chunks:
-// stage one sums each chunk of each column in row order, stage two adds the chunk
-// sums in chunk order. Same input, same bits, every run.
+// from run to run. Instead two stages, each in a fixed order:
+//
+//   stage one (the caller's kernel, launched on column_sums_grid): the rows are cut
+//     into `chunks` chunks of about COLUMN_SUM_CHUNK_ROWS rows. A block of
+//     COLUMN_SUM_COLS x COLUMN_SUM_LANES threads takes 32 columns of one chunk;
+//     row lane y sums the chunk's rows y, y + 8, ... (each warp reads 32 adjacent
+//     floats of one row: coalesced), and column_lanes_sum adds the 8 lanes in lane
+//     order. partials[chunk][col] = the chunk's sum.
+//   stage two (column_sums_finish): out[col] += the chunks' sums, 32 lanes of
+//     chunks per column added the same way.
+//
+// The number of chunks depends on the rows only, so the same input gives the same
+// bits every run; many rows give many chunks, so the grid fills the GPU whatever
+// the width (one thread per column, as before, left a d12 bias gradient with 768
+// threads each walking every row one after another).
 
-#define COLUMN_SUM_CHUNKS 32
+#define COLUMN_SUM_COLS 32        // columns of a block: one warp across a row
+#define COLUMN_SUM_LANES 8        // row lanes of a stage-one block
+#define COLUMN_SUM_CHUNK_ROWS 64  // rows of a chunk, until there are COLUMN_SUM_CHUNKS
+#define COLUMN_SUM_CHUNKS 256     // the most chunks: partials need at most that many rows
 
-// rows of chunk k of `rows` rows: [k*rows/CHUNKS, (k+1)*rows/CHUNKS)
-__device__ static inline int column_chunk_start(int rows, int k) {
-    return (int)((long long)k * rows / COLUMN_SUM_CHUNKS);
+// the chunks for `rows` rows
+static int column_sums_chunks(int rows) {
+    int chunks = (rows + COLUMN_SUM_CHUNK_ROWS - 1) / COLUMN_SUM_CHUNK_ROWS;
+    return chunks < 1 ? 1 : chunks > COLUMN_SUM_CHUNKS ? COLUMN_SUM_CHUNKS : chunks;
+}
+
+// rows of chunk k: [k*rows/chunks, (k+1)*rows/chunks)
+__device__ static inline int column_chunk_start(int rows, int chunks, int k) {
+    return (int)((long long)k * rows / chunks);
+}
+
+// The sum over the block's row lanes (threadIdx.y) of v, per column (threadIdx.x),
+// in lane order; valid in the threads of lane 0. Every thread of the block must
+// call it. lanes: blockDim.y * COLUMN_SUM_COLS floats of shared memory.
+__device__ static inline float column_lanes_sum(float v, float *lanes) {
+    __syncthreads(); // lanes may still be read by an earlier call
+    lanes[threadIdx.y * COLUMN_SUM_COLS + threadIdx.x] = v;
+    __syncthreads();
+    float sum = 0.0f;
+    if (threadIdx.y == 0) {
+        for (unsigned y = 0; y < blockDim.y; y++) { sum += lanes[y * COLUMN_SUM_COLS + threadIdx.x]; }
+    }
+    return sum;
 }
 
 // out[col] += sum over chunks of partials[chunk][col]
-// out: (cols)   partials: (COLUMN_SUM_CHUNKS, cols)
-__global__ static void column_sums_finish_kernel(float *out, const float *partials, int cols) {
-    int col = blockIdx.x * blockDim.x + threadIdx.x;
-    if (col >= cols) { return; }
+// out: (cols)   partials: (chunks, cols); blocks of COLUMN_SUM_COLS x WARP_SIZE
+__global__ static void column_sums_finish_kernel(float *out, const float *partials, int cols, int chunks) {
+    __shared__ float lanes[WARP_SIZE * COLUMN_SUM_COLS];
+    int col = blockIdx.x * COLUMN_SUM_COLS + threadIdx.x;
     float sum = 0.0f;
-    for (int k = 0; k < COLUMN_SUM_CHUNKS; k++) { sum += partials[(size_t)k * cols + col]; }
-    out[col] += sum;
+    if (col < cols) {
+        for (int k = threadIdx.y; k < chunks; k += blockDim.y) { sum += partials[(size_t)k * cols + col]; }
+    }
+    sum = column_lanes_sum(sum, lanes);
+    if (threadIdx.y == 0 && col < cols) { out[col] += sum; }
 }
 
-static void column_sums_finish(float *out, const float *partials, int cols) {
-    column_sums_finish_kernel<<<grid_for(cols, 256), 256, 0, cuda_ctx.stream>>>(out, partials, cols);
+static void column_sums_finish(float *out, const float *partials, int cols, int chunks) {
+    dim3 block(COLUMN_SUM_COLS, WARP_SIZE);
+    column_sums_finish_kernel<<<grid_for(cols, COLUMN_SUM_COLS), block, 0, cuda_ctx.stream>>>(out, partials, cols, chunks);
     cudaCheckLaunch();
 }
 
-// the launch of a stage one: one thread per (column, chunk)
-static dim3 column_sums_grid(int cols, int threads) {
-    return dim3(grid_for(cols, threads), COLUMN_SUM_CHUNKS);
+// the launch of a stage one: blocks of COLUMN_SUM_COLS x COLUMN_SUM_LANES threads,
+// one per 32 columns and chunk
+static dim3 column_sums_grid(int cols, int chunks) {
+    return dim3(grid_for(cols, COLUMN_SUM_COLS), chunks);
+}
+static dim3 column_sums_block(void) {
+    return dim3(COLUMN_SUM_COLS, COLUMN_SUM_LANES);
 }
 
 #endif // LLMC_CUDA_COMMON_CUH

@@ -42,17 +42,22 @@ static void matmul_forward_cuda(float *out, const float *inp, const float *weigh
     }
 }
 
-// Stage one of dbias: partials[k][j] = sum of dout[bt, j] over the rows of chunk k
-// partials: (COLUMN_SUM_CHUNKS, OC)   dout: (BT, OC)
-__global__ static void bias_backward_kernel(float *partials, const float *dout, int BT, int OC) {
-    int j = blockIdx.x * blockDim.x + threadIdx.x;
+// Stage one of dbias (the column sums of cuda_common.cuh): partials[k][j] = sum of
+// dout[bt, j] over the rows of chunk k
+// partials: (chunks, OC)   dout: (BT, OC)
+__global__ static void bias_backward_kernel(float *partials, const float *dout, int BT, int OC, int chunks) {
+    __shared__ float lanes[COLUMN_SUM_LANES * COLUMN_SUM_COLS];
+    int j = blockIdx.x * COLUMN_SUM_COLS + threadIdx.x;
     int k = blockIdx.y;
-    if (j >= OC) { return; }
     float sum = 0.0f;
-    for (int bt = column_chunk_start(BT, k); bt < column_chunk_start(BT, k + 1); bt++) {
-        sum += dout[(size_t)bt * OC + j];
+    if (j < OC) {
+        int end = column_chunk_start(BT, chunks, k + 1);
+        for (int bt = column_chunk_start(BT, chunks, k) + threadIdx.y; bt < end; bt += COLUMN_SUM_LANES) {
+            sum += dout[(size_t)bt * OC + j];
+        }
     }
-    partials[(size_t)k * OC + j] = sum;
+    sum = column_lanes_sum(sum, lanes);
+    if (threadIdx.y == 0 && j < OC) { partials[(size_t)k * OC + j] = sum; }
 }
 
 // Accumulates into dinp (B, T, C), dweight (OC, C) and dbias (OC) (dbias may be NULL).
@@ -64,10 +69,12 @@ static void matmul_backward_cuda(float *dinp, float *dweight, float *dbias, cons
     // dweight += dout^T @ inp: dweight^T (C, OC) += inp^T (C, BT) @ dout (BT, OC)
     sgemm_cuda(CUBLAS_OP_N, CUBLAS_OP_T, C, OC, BT, inp, C, dout, OC, 1.0f, dweight, C);
     if (dbias != NULL) {
-        float *partials = (float *)cuda_scratch((size_t)COLUMN_SUM_CHUNKS * OC * sizeof(float));
-        bias_backward_kernel<<<column_sums_grid(OC, 128), 128, 0, cuda_ctx.stream>>>(partials, dout, BT, OC);
+        int chunks = column_sums_chunks(BT);
+        float *partials = (float *)cuda_scratch((size_t)chunks * OC * sizeof(float));
+        bias_backward_kernel<<<column_sums_grid(OC, chunks), column_sums_block(), 0, cuda_ctx.stream>>>(
+            partials, dout, BT, OC, chunks);
         cudaCheckLaunch();
-        column_sums_finish(dbias, partials, OC);
+        column_sums_finish(dbias, partials, OC, chunks);
     }
 }
 

@@ -19,65 +19,18 @@ source "$(dirname "$0")/binary_files.sh" # put_u16
 BASE=(-e d1 -b 2 -t 64 -v 0 -s 0 -cp 2)
 
 # ---- 1. a rank killed mid-run
-# the pid of world rank RANK among the trainer processes writing to DIR (their -o:
-# unique to this test, so that other tests' trainers are never touched)
-rank_pid() {
-    local dir=$1 rank=$2 pid
-    for pid in $(pgrep -f -- "-o $dir\$" || true); do
-        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
-            echo "$pid"
-            return
-        fi
-    done
-}
-
 # kill_rank SIGNAL EXPECTED_REGEX: a long run, SIGNAL sent to rank 1 after its first step
 kill_rank() {
     local sig=$1 expected=$2
-    local dir=$WORK/kill_$sig out=$WORK/kill_$sig.out
-    "${LAUNCH[@]}" -np 2 "$TRAINER" "${BASE[@]}" -x 100000 -o "$dir" >"$out" 2>&1 &
-    local launcher=$!
-    local waited=0
-    until grep -q '^step ' "$out" 2>/dev/null; do
-        sleep 0.1
-        waited=$((waited + 1))
-        if [[ $waited -gt 600 ]]; then
-            kill "$launcher" 2>/dev/null || true
-            fail "kill $sig: no step line within 60 s"
-            tail -n 20 "$out"
-            return
-        fi
-    done
-    local pid
-    pid=$(rank_pid "$dir" 1)
-    if [[ -z $pid ]]; then
-        kill "$launcher" 2>/dev/null || true
-        fail "kill $sig: rank 1's process not found"
-        return
-    fi
-    local start end rc=0
-    start=$(date +%s.%N)
-    kill -s "$sig" "$pid"
-    # mpirun must end the job by itself; 60 s only bounds a hang of this test
-    local i=0
-    while kill -0 "$launcher" 2>/dev/null && [[ $i -lt 600 ]]; do sleep 0.05; i=$((i + 1)); done
-    end=$(date +%s.%N)
-    if kill -0 "$launcher" 2>/dev/null; then
-        kill -9 "$launcher" 2>/dev/null || true
-        fail "kill $sig: mpirun still running 30 s after rank 1 was killed"
-    fi
-    wait "$launcher" || rc=$?
-    local seconds
-    seconds=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
+    signal_mid_run "kill_$sig" 2 1 "$sig" 1 "${BASE[@]}" -x 100000 || return 0
     local line
-    line=$(grep -E -m1 -- "$expected" "$out" || true)
-    if [[ $rc -ne 0 && -n $line ]] && awk -v s="$seconds" 'BEGIN { exit !(s < 30) }'; then
-        printf 'ok   SIG%-5s rank 1: mpirun exited %d after %s s: %s\n' "$sig" "$rc" "$seconds" "$(sed 's/^ *//' <<<"$line")"
+    line=$(grep -E -m1 -- "$expected" "$WORK/kill_$sig.out" || true)
+    if [[ $RUN_RC -ne 0 && -n $line ]] && awk -v s="$RUN_SECONDS" 'BEGIN { exit !(s < 30) }'; then
+        printf 'ok   SIG%-5s rank 1: mpirun exited %d after %s s: %s\n' "$sig" "$RUN_RC" "$RUN_SECONDS" "$(sed 's/^ *//' <<<"$line")"
     else
-        fail "kill $sig: rc $rc after $seconds s; expected a non-zero exit within 30 s and a line /$expected/"
-        tail -n 15 "$out"
+        fail "kill $sig: rc $RUN_RC after $RUN_SECONDS s; expected a non-zero exit within 30 s and a line /$expected/"
+        tail -n 15 "$WORK/kill_$sig.out"
     fi
-    if pgrep -f -- "-o $dir\$" >/dev/null; then fail "kill $sig: trainer processes left running"; fi
 }
 
 echo "== a killed rank ends the job"

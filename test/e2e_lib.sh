@@ -35,6 +35,68 @@ finish() {
     echo "PASS $E2E_NAME ($SECONDS s)"
 }
 
+# the pid of world rank RANK among the trainer processes writing to DIR (their -o:
+# unique to the test, so that other tests' trainers are never touched)
+rank_pid() {
+    local dir=$1 rank=$2 pid
+    for pid in $(pgrep -f -- "-o $dir\$" || true); do
+        if tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$rank"; then
+            echo "$pid"
+            return
+        fi
+    done
+}
+
+# signal_mid_run NAME NP RANK SIGNAL STEP FLAGS...: a run of the trainer with FLAGS
+# (its -o $WORK/NAME, its output $WORK/NAME.out); once it prints step STEP, SIGNAL
+# goes to world rank RANK, and mpirun gets 60 s to end the job by itself. Sets
+# RUN_RC (mpirun's exit status) and RUN_SECONDS (from the signal to mpirun's exit).
+# A run that never reaches STEP, a rank not found or a job still running after
+# 60 s (then ended here) fail, and return 1; so do trainer processes left behind.
+signal_mid_run() {
+    local name=$1 np=$2 rank=$3 sig=$4 step=$5
+    shift 5
+    local dir=$WORK/$name out=$WORK/$name.out
+    "${LAUNCH[@]}" -np "$np" "$TRAINER" "$@" -o "$dir" >"$out" 2>&1 &
+    local launcher=$! waited=0
+    until grep -qE "^step +$step/" "$out" 2>/dev/null; do
+        sleep 0.1
+        waited=$((waited + 1))
+        if [[ $waited -gt 600 ]]; then
+            kill "$launcher" 2>/dev/null || true
+            fail "$name: no step $step within 60 s"
+            tail -n 20 "$out"
+            return 1
+        fi
+    done
+    local pid
+    pid=$(rank_pid "$dir" "$rank")
+    if [[ -z $pid ]]; then
+        kill "$launcher" 2>/dev/null || true
+        fail "$name: rank $rank's process not found"
+        return 1
+    fi
+    local start end i=0
+    start=$(date +%s.%N)
+    kill -s "$sig" "$pid"
+    while kill -0 "$launcher" 2>/dev/null && [[ $i -lt 1200 ]]; do sleep 0.05; i=$((i + 1)); done
+    end=$(date +%s.%N)
+    RUN_SECONDS=$(awk -v a="$start" -v b="$end" 'BEGIN { printf "%.2f", b - a }')
+    local ended=1
+    if kill -0 "$launcher" 2>/dev/null; then
+        fail "$name: mpirun still running 60 s after SIG$sig to rank $rank"
+        kill -9 "$pid" "$launcher" 2>/dev/null || true
+        ended=0
+    fi
+    RUN_RC=0
+    wait "$launcher" || RUN_RC=$?
+    if pgrep -f -- "-o $dir\$" >/dev/null; then
+        fail "$name: trainer processes left running"
+        ended=0
+    fi
+    [[ $ended -eq 1 ]]
+}
+
 # train NAME NP [flags...]: one run with the script's COMMON flags first, its output
 # in $WORK/NAME.out; a run that exits non-zero ends the test with its output
 train() {

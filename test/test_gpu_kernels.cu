@@ -12,10 +12,10 @@ Tolerances (relative 2-norm of the difference over the tensor, see
 test/gpu_test_utils.cuh):
   1e-6  elementwise kernels and sums taken in the CPU's own order (encoder,
         embedding gradients, GELU, residual, AdamW): only libm vs CUDA math ulps
-  1e-5  reductions over <= 4C = 384 channels or <= B*T = 74 tokens in another
+  1e-5  reductions over <= 4C = 384 channels or <= 703 tokens in another
         order (layernorm, matmul, the classifier's sums over V = 250, its
         chunks of 7 rows against one chunk of all 74 on the CPU): fp32
-        rounding grows like sqrt(n) * 6e-8 ~ 1e-6, ten times that as margin
+        rounding grows like sqrt(n) * 6e-8 ~ 2e-6, five times that as margin
   1e-4  the whole model's gradients: two layers of such differences compound
         through backward, where layernorm's backward subtracts nearly equal terms;
         and its parameters after two AdamW steps, which divide each gradient by
@@ -89,65 +89,74 @@ static void test_encoder(void) {
     free(wte); free(wpe); free(inp); free(pos); free(out); free(dout); free(dwte); free(dwpe);
 }
 
-static void test_layernorm(void) {
-    size_t n = (size_t)BT * C;
-    float *inp = random_floats(n, -2, 3), *w = random_floats(C, 0.5f, 1.5f), *bias = random_floats(C, -1, 1);
+// layernorm over (b, t, c): one block per row, block-wide sums, chunked column sums
+static void test_layernorm(int b, int t, int c) {
+    char what[96];
+    size_t bt = (size_t)b * t, n = bt * c;
+    float *inp = random_floats(n, -2, 3), *w = random_floats(c, 0.5f, 1.5f), *bias = random_floats(c, -1, 1);
     float *out = (float *)mallocCheck(n * sizeof(float));
-    float *mean = (float *)mallocCheck(BT * sizeof(float)), *rstd = (float *)mallocCheck(BT * sizeof(float));
-    layernorm_forward(out, mean, rstd, inp, w, bias, B, T, C);
-    float *d_inp = device_copy(inp, n), *d_w = device_copy(w, C), *d_b = device_copy(bias, C);
+    float *mean = (float *)mallocCheck(bt * sizeof(float)), *rstd = (float *)mallocCheck(bt * sizeof(float));
+    layernorm_forward(out, mean, rstd, inp, w, bias, b, t, c);
+    float *d_inp = device_copy(inp, n), *d_w = device_copy(w, c), *d_b = device_copy(bias, c);
     float *d_out = (float *)cudaMallocCheck(n * sizeof(float));
-    float *d_mean = (float *)cudaMallocCheck(BT * sizeof(float)), *d_rstd = (float *)cudaMallocCheck(BT * sizeof(float));
+    float *d_mean = (float *)cudaMallocCheck(bt * sizeof(float)), *d_rstd = (float *)cudaMallocCheck(bt * sizeof(float));
     poison_device(d_out, n * sizeof(float));
-    poison_device(d_mean, BT * sizeof(float));
-    poison_device(d_rstd, BT * sizeof(float));
-    layernorm_forward_cuda(d_out, d_mean, d_rstd, d_inp, d_w, d_b, B, T, C);
-    check_rel_device("layernorm forward out", d_out, out, n, 1e-5);
-    check_rel_device("layernorm forward mean", d_mean, mean, BT, 1e-5);
-    check_rel_device("layernorm forward rstd", d_rstd, rstd, BT, 1e-5);
+    poison_device(d_mean, bt * sizeof(float));
+    poison_device(d_rstd, bt * sizeof(float));
+    layernorm_forward_cuda(d_out, d_mean, d_rstd, d_inp, d_w, d_b, b, t, c);
+    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) forward out", b, t, c);
+    check_rel_device(what, d_out, out, n, 1e-5);
+    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) forward mean", b, t, c);
+    check_rel_device(what, d_mean, mean, bt, 1e-5);
+    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) forward rstd", b, t, c);
+    check_rel_device(what, d_rstd, rstd, bt, 1e-5);
 
     float *dout = random_floats(n, -1, 1), *dinp = random_floats(n, -1, 1);
-    float *dw = random_floats(C, -1, 1), *db = random_floats(C, -1, 1);
-    float *d_dout = device_copy(dout, n), *d_dinp = device_copy(dinp, n), *d_dw = device_copy(dw, C), *d_db = device_copy(db, C);
-    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, B, T, C);
-    layernorm_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, B, T, C);
-    check_rel_device("layernorm backward dinp", d_dinp, dinp, n, 1e-5);
-    check_rel_device("layernorm backward dweight", d_dw, dw, C, 1e-5);
-    check_rel_device("layernorm backward dbias", d_db, db, C, 1e-5);
+    float *dw = random_floats(c, -1, 1), *db = random_floats(c, -1, 1);
+    float *d_dout = device_copy(dout, n), *d_dinp = device_copy(dinp, n), *d_dw = device_copy(dw, c), *d_db = device_copy(db, c);
+    layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, b, t, c);
+    layernorm_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, b, t, c);
+    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) backward dinp", b, t, c);
+    check_rel_device(what, d_dinp, dinp, n, 1e-5);
+    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) backward dweight", b, t, c);
+    check_rel_device(what, d_dw, dw, c, 1e-5);
+    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) backward dbias", b, t, c);
+    check_rel_device(what, d_db, db, c, 1e-5);
     void *dev[] = {d_inp, d_w, d_b, d_out, d_mean, d_rstd, d_dout, d_dinp, d_dw, d_db};
     for (int i = 0; i < 10; i++) { cudaCheck(cudaFree(dev[i])); }
     free(inp); free(w); free(bias); free(out); free(mean); free(rstd); free(dout); free(dinp); free(dw); free(db);
 }
 
-// one linear layer of C -> OC, with or without bias
-static void test_matmul(int OC, int with_bias) {
+// one linear layer of (b, t, c) -> oc, with or without bias
+static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     char what[96];
-    float *inp = random_floats((size_t)BT * C, -1, 1), *w = random_floats((size_t)OC * C, -1, 1);
-    float *bias = with_bias ? random_floats(OC, -1, 1) : NULL;
-    float *out = (float *)mallocCheck((size_t)BT * OC * sizeof(float));
-    matmul_forward(out, inp, w, bias, B, T, C, OC);
-    float *d_inp = device_copy(inp, (size_t)BT * C), *d_w = device_copy(w, (size_t)OC * C);
-    float *d_bias = with_bias ? device_copy(bias, OC) : NULL;
-    float *d_out = (float *)cudaMallocCheck((size_t)BT * OC * sizeof(float));
-    poison_device(d_out, (size_t)BT * OC * sizeof(float));
-    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, B, T, C, OC);
-    snprintf(what, sizeof(what), "matmul forward OC %d%s", OC, with_bias ? " +bias" : "");
-    check_rel_device(what, d_out, out, (size_t)BT * OC, 1e-5);
+    size_t bt = (size_t)b * t;
+    float *inp = random_floats(bt * c, -1, 1), *w = random_floats((size_t)oc * c, -1, 1);
+    float *bias = with_bias ? random_floats(oc, -1, 1) : NULL;
+    float *out = (float *)mallocCheck(bt * oc * sizeof(float));
+    matmul_forward(out, inp, w, bias, b, t, c, oc);
+    float *d_inp = device_copy(inp, bt * c), *d_w = device_copy(w, (size_t)oc * c);
+    float *d_bias = with_bias ? device_copy(bias, oc) : NULL;
+    float *d_out = (float *)cudaMallocCheck(bt * oc * sizeof(float));
+    poison_device(d_out, bt * oc * sizeof(float));
+    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, b, t, c, oc);
+    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward%s", b, t, c, oc, with_bias ? " +bias" : "");
+    check_rel_device(what, d_out, out, bt * oc, 1e-5);
 
-    float *dout = random_floats((size_t)BT * OC, -1, 1);
-    float *dinp = random_floats((size_t)BT * C, -1, 1), *dw = random_floats((size_t)OC * C, -1, 1);
-    float *db = with_bias ? random_floats(OC, -1, 1) : NULL;
-    float *d_dout = device_copy(dout, (size_t)BT * OC), *d_dinp = device_copy(dinp, (size_t)BT * C);
-    float *d_dw = device_copy(dw, (size_t)OC * C), *d_db = with_bias ? device_copy(db, OC) : NULL;
-    matmul_backward(dinp, dw, db, dout, inp, w, B, T, C, OC);
-    matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, B, T, C, OC);
-    snprintf(what, sizeof(what), "matmul backward dinp OC %d", OC);
-    check_rel_device(what, d_dinp, dinp, (size_t)BT * C, 1e-5);
-    snprintf(what, sizeof(what), "matmul backward dweight OC %d", OC);
-    check_rel_device(what, d_dw, dw, (size_t)OC * C, 1e-5);
+    float *dout = random_floats(bt * oc, -1, 1);
+    float *dinp = random_floats(bt * c, -1, 1), *dw = random_floats((size_t)oc * c, -1, 1);
+    float *db = with_bias ? random_floats(oc, -1, 1) : NULL;
+    float *d_dout = device_copy(dout, bt * oc), *d_dinp = device_copy(dinp, bt * c);
+    float *d_dw = device_copy(dw, (size_t)oc * c), *d_db = with_bias ? device_copy(db, oc) : NULL;
+    matmul_backward(dinp, dw, db, dout, inp, w, b, t, c, oc);
+    matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, b, t, c, oc);
+    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dinp", b, t, c, oc);
+    check_rel_device(what, d_dinp, dinp, bt * c, 1e-5);
+    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dweight", b, t, c, oc);
+    check_rel_device(what, d_dw, dw, (size_t)oc * c, 1e-5);
     if (with_bias) {
-        snprintf(what, sizeof(what), "matmul backward dbias OC %d", OC);
-        check_rel_device(what, d_db, db, OC, 1e-5);
+        snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dbias", b, t, c, oc);
+        check_rel_device(what, d_db, db, oc, 1e-5);
     }
     void *dev[] = {d_inp, d_w, d_bias, d_out, d_dout, d_dinp, d_dw, d_db};
     for (int i = 0; i < 8; i++) { cudaCheck(cudaFree(dev[i])); } // cudaFree(NULL) is a no-op
@@ -351,10 +360,16 @@ int main(int argc, char **argv) {
     cuda_init(0, 0); // TF32 off: fp32 against fp32
     rng_seed(&rng, 1234);
     test_encoder();
-    test_layernorm();
-    test_matmul(3 * C, 1);
-    test_matmul(4 * C, 1);
-    test_matmul(VP, 0);
+    test_layernorm(B, T, C);
+    // C not a multiple of a warp, more than one block's 256 threads (some take two
+    // channels); and 703 rows: 11 chunks of the column sums, of rows not a multiple
+    // of the 8 row lanes
+    test_layernorm(1, 703, 300);
+    test_matmul(B, T, C, 3 * C, 1);
+    test_matmul(B, T, C, 4 * C, 1);
+    test_matmul(B, T, C, VP, 0);
+    // the bias gradient over 703 rows, 100 columns: a partial block of 32 columns
+    test_matmul(1, 703, 40, 100, 1);
     test_elementwise();
     test_classifier();
     test_adamw();

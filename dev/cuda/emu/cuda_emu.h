@@ -160,6 +160,8 @@ static cudaError_t cudaStreamQuery(cudaStream_t) { return cudaSuccess; }
 static cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned) { static int x; *e = &x; return cudaSuccess; }
 static cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 static cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t) { return cudaSuccess; }
+static cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+static cudaError_t cudaEventSynchronize(cudaEvent_t) { return cudaSuccess; }
 static cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { return cudaSuccess; }
 static cudaError_t cudaMalloc(void **p, size_t n) { *p = malloc(n); memset(*p, 0x5A, n); return *p ? cudaSuccess : 2; }
 template <typename T> static cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
