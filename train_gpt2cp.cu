@@ -72,14 +72,17 @@ static Comm *device_comm_create(int use_nccl, MPI_Comm mc) {
 
 static Ranks ranks_init(int cp_size, int use_nccl) {
     Ranks r;
-    MPI_Comm world, cp, dp, self, cp_host;
-    r.mesh = mesh_split_mpi(cp_size, &world, &cp, &dp, &self);
-    MPI_Comm_dup(cp, &cp_host);
-    r.world = device_comm_create(use_nccl, world);
-    r.cp = device_comm_create(use_nccl, cp);
-    r.self = device_comm_create(use_nccl, self);
+    MeshComms mc;
+    MPI_Comm cp_host;
+    r.mesh = mesh_split_mpi(cp_size, 1, &mc);
+    MPI_Comm_dup(mc.cp, &cp_host);
+    MPI_Comm_free(&mc.ulysses);
+    MPI_Comm_free(&mc.ring);
+    r.world = device_comm_create(use_nccl, mc.world);
+    r.cp = device_comm_create(use_nccl, mc.cp);
+    r.self = device_comm_create(use_nccl, mc.self);
     r.cp_host = comm_mpi_create(cp_host);
-    r.dp_host = comm_mpi_create(dp);
+    r.dp_host = comm_mpi_create(mc.dp);
     return r;
 }
 
