@@ -29,8 +29,10 @@ do not depend on the sequence's causal structure and their count is U-1 per
 exchange, one exchange each way per pass; the ring's is cp-1 dependent steps.
 
 Memory per rank: the all-to-all buffers (2 x (5C + NH) floats per local token),
-the group-row tensors (8C + 3NH), and the ring's at (U*T tokens, C/U channels),
+the group-row tensors (8C + NH), and the ring's at (U*T tokens, C/U channels),
 which is the same size as a ring at (T, C): O(B * T * C), shrinking as 1/cp.
+cp/ulysses_exchange.h says where each element goes; cp/ulysses_attention.cuh is
+the GPU twin.
 */
 #ifndef CP_ULYSSES_ATTENTION_H
 #define CP_ULYSSES_ATTENTION_H
@@ -39,6 +41,7 @@ which is the same size as a ring at (T, C): O(B * T * C), shrinking as 1/cp.
 #include "comm.h"
 #include "ring_attention.h"
 #include "sharder.h"
+#include "ulysses_exchange.h"
 #include "ulysses_layout.h"
 #include "../llmc/attention_verbs.h"
 #include "../llmc/utils.h"
@@ -48,13 +51,10 @@ typedef struct {
     const ShardLayout *layout; // this step's layout: coordinates of the local tokens
     int B, T, C, NH, U;        // T = local tokens per row; buffers fit these sizes
     UlyssesLayout coords;      // the group's row: its tokens' coordinates, and where each one sits
-    size_t part_floats;        // floats of one all-to-all part, the largest exchange's
-    float *send, *recv;        // all-to-all buffers, U parts each
+    float *send, *recv;        // all-to-all buffers, U parts each, sized for the largest exchange
     float *qkv, *dqkv;         // (B, U*T, 3C/U) the group's row, this rank's heads
     float *out, *dout;         // (B, U*T, C/U)
-    float *lse_heads;          // (B, NH/U, U*T) the ring's log-sum-exp
-    float *lse_tokens;         // (B, U*T, NH/U) the same, token-major, as it travels
-    float *lse_local;          // (B, T, NH) the model's log-sum-exp, token-major
+    float *lse;                // (B, NH/U, U*T)
     RingAttention ring;        // over the R groups, at (B, U*T, C/U, NH/U)
     size_t bytes;              // everything init allocated
 } UlyssesAttention;
@@ -66,25 +66,21 @@ static void ulysses_attention_init(UlyssesAttention *ua, Comm *group, Comm *ring
     ua->group = group;
     ua->B = B; ua->T = T; ua->C = C; ua->NH = NH; ua->U = U;
     ulysses_layout_init(&ua->coords, U, B, T);
-    ua->bytes += 5 * (size_t)U * B * T * sizeof(int);
-    size_t bt = (size_t)B * T;
-    ua->part_floats = bt * (5 * (size_t)C + NH) / U;
-    ua->send = (float *)attention_alloc(&ua->bytes, U * ua->part_floats * sizeof(float));
-    ua->recv = (float *)attention_alloc(&ua->bytes, U * ua->part_floats * sizeof(float));
+    ua->bytes += ulysses_layout_bytes(&ua->coords);
+    size_t bt = (size_t)B * T, buffer = ulysses_buffer_floats(B, T, C, NH);
+    ua->send = (float *)attention_alloc(&ua->bytes, buffer * sizeof(float));
+    ua->recv = (float *)attention_alloc(&ua->bytes, buffer * sizeof(float));
     ua->qkv = (float *)attention_alloc(&ua->bytes, bt * 3 * C * sizeof(float));
     ua->dqkv = (float *)attention_alloc(&ua->bytes, bt * 3 * C * sizeof(float));
     ua->out = (float *)attention_alloc(&ua->bytes, bt * C * sizeof(float));
     ua->dout = (float *)attention_alloc(&ua->bytes, bt * C * sizeof(float));
-    ua->lse_heads = (float *)attention_alloc(&ua->bytes, bt * NH * sizeof(float));
-    ua->lse_tokens = (float *)attention_alloc(&ua->bytes, bt * NH * sizeof(float));
-    ua->lse_local = (float *)attention_alloc(&ua->bytes, bt * NH * sizeof(float));
+    ua->lse = (float *)attention_alloc(&ua->bytes, bt * NH * sizeof(float));
     ring_attention_init(&ua->ring, ring, B, U * T, C / U, NH / U);
     ua->bytes += ua->ring.bytes;
 }
 
 static void ulysses_attention_free(UlyssesAttention *ua) {
-    float *buffers[] = {ua->send, ua->recv, ua->qkv, ua->dqkv, ua->out, ua->dout,
-                        ua->lse_heads, ua->lse_tokens, ua->lse_local};
+    float *buffers[] = {ua->send, ua->recv, ua->qkv, ua->dqkv, ua->out, ua->dout, ua->lse};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { free(buffers[i]); }
     ring_attention_free(&ua->ring);
     ulysses_layout_free(&ua->coords);
@@ -97,114 +93,50 @@ static void ulysses_attention_bind(UlyssesAttention *ua, const ShardLayout *layo
     ua->ring.layout = &ua->coords.layout;
 }
 
-// One token-major tensor of an exchange. On this rank: local (B, T, fields * width),
-// each field's width channels in U chunks (heads). In the group's row: group
-// (B, U*T, fields * width/U), this rank's chunk of every field.
-typedef struct {
-    float *local;
-    float *group;
-    int fields, width;
-} UlyssesTensor;
-
-static size_t ulysses_token_floats(const UlyssesTensor *x, int n, int U) {
-    size_t floats = 0;
-    for (int k = 0; k < n; k++) { floats += (size_t)x[k].fields * x[k].width / U; }
-    return floats;
-}
-
-// local -> group: part j of the message is chunk j of every token's fields, each
-// token's (tensor, field) chunks side by side; part i received (from group rank i)
-// goes to the slots of rank i's tokens in the group's row.
-static void ulysses_to_group(UlyssesAttention *ua, const UlyssesTensor *x, int n) {
-    int U = ua->U, B = ua->B, T = ua->T;
-    size_t per_token = ulysses_token_floats(x, n, U), part = (size_t)B * T * per_token;
-    #pragma omp parallel for collapse(2)
-    for (int j = 0; j < U; j++) {
-        for (int bt = 0; bt < B * T; bt++) {
-            float *dst = ua->send + j * part + bt * per_token;
-            for (int k = 0; k < n; k++) {
-                int chunk = x[k].width / U;
-                const float *src = x[k].local + (size_t)bt * x[k].fields * x[k].width + j * chunk;
-                for (int f = 0; f < x[k].fields; f++, dst += chunk) {
-                    memcpy(dst, src + (size_t)f * x[k].width, chunk * sizeof(float));
-                }
-            }
-        }
-    }
-    ua->group->all_to_all(ua->group, ua->send, ua->recv, part * sizeof(float));
-    #pragma omp parallel for collapse(2)
-    for (int i = 0; i < U; i++) {
-        for (int bt = 0; bt < B * T; bt++) {
-            int b = bt / T;
-            size_t row = (size_t)b * U * T + ua->coords.slot[(size_t)i * B * T + bt];
-            const float *src = ua->recv + i * part + bt * per_token;
-            for (int k = 0; k < n; k++) {
-                size_t len = (size_t)x[k].fields * x[k].width / U;
-                memcpy(x[k].group + row * len, src, len * sizeof(float));
-                src += len;
-            }
-        }
+// Every element of the all-to-all buffer from (into_buffer) or to its place on `side`.
+static void ulysses_move(const UlyssesExchange *x, float *buf, const int *slot, int side, int into_buffer) {
+    size_t n = x->U * ulysses_exchange_part(x);
+    #pragma omp parallel for
+    for (size_t i = 0; i < n; i++) {
+        float *p = ulysses_element(x, slot, i, side);
+        if (into_buffer) { buf[i] = *p; } else { *p = buf[i]; }
     }
 }
 
-// group -> local, the mirror: part i carries the slots of rank i's tokens, part j
-// received is chunk j of this rank's tokens.
-static void ulysses_to_local(UlyssesAttention *ua, const UlyssesTensor *x, int n) {
-    int U = ua->U, B = ua->B, T = ua->T;
-    size_t per_token = ulysses_token_floats(x, n, U), part = (size_t)B * T * per_token;
-    #pragma omp parallel for collapse(2)
-    for (int i = 0; i < U; i++) {
-        for (int bt = 0; bt < B * T; bt++) {
-            int b = bt / T;
-            size_t row = (size_t)b * U * T + ua->coords.slot[(size_t)i * B * T + bt];
-            float *dst = ua->send + i * part + bt * per_token;
-            for (int k = 0; k < n; k++) {
-                size_t len = (size_t)x[k].fields * x[k].width / U;
-                memcpy(dst, x[k].group + row * len, len * sizeof(float));
-                dst += len;
-            }
-        }
-    }
-    ua->group->all_to_all(ua->group, ua->send, ua->recv, part * sizeof(float));
-    #pragma omp parallel for collapse(2)
-    for (int j = 0; j < U; j++) {
-        for (int bt = 0; bt < B * T; bt++) {
-            const float *src = ua->recv + j * part + bt * per_token;
-            for (int k = 0; k < n; k++) {
-                int chunk = x[k].width / U;
-                float *dst = x[k].local + (size_t)bt * x[k].fields * x[k].width + j * chunk;
-                for (int f = 0; f < x[k].fields; f++, src += chunk) {
-                    memcpy(dst + (size_t)f * x[k].width, src, chunk * sizeof(float));
-                }
-            }
-        }
-    }
+// local -> group (from = ULYSSES_LOCAL) or group -> local, through one all-to-all
+static void ulysses_exchange_run(UlyssesAttention *ua, const UlyssesExchange *x, int from) {
+    ulysses_move(x, ua->send, ua->coords.slot, from, 1);
+    ua->group->all_to_all(ua->group, ua->send, ua->recv, ulysses_exchange_part(x) * sizeof(float));
+    ulysses_move(x, ua->recv, ua->coords.slot, 1 - from, 0);
 }
 
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
 static void ulysses_attention_forward(UlyssesAttention *ua, float *out, float *lse, const float *qkv) {
-    int B = ua->B, T = ua->T, C = ua->C, NH = ua->NH, U = ua->U, NHu = NH / U;
-    UlyssesTensor in[] = {{(float *)qkv, ua->qkv, 3, C}};
-    ulysses_to_group(ua, in, 1);
-    ring_attention_forward(&ua->ring, ua->out, ua->lse_heads, ua->qkv);
-    tokens_from_heads(ua->lse_tokens, ua->lse_heads, NHu, B, U * T, NHu, NHu);
-    UlyssesTensor back[] = {{out, ua->out, 1, C}, {ua->lse_local, ua->lse_tokens, 1, NH}};
-    ulysses_to_local(ua, back, 2);
-    heads_from_tokens(lse, ua->lse_local, NH, B, T, NH, NH);
+    int C = ua->C, NH = ua->NH;
+    UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
+    ulysses_exchange_add(&in, (float *)qkv, ua->qkv, 3, C, 0);
+    ulysses_exchange_run(ua, &in, ULYSSES_LOCAL);
+    ring_attention_forward(&ua->ring, ua->out, ua->lse, ua->qkv);
+    UlyssesExchange back = ulysses_exchange(ua->U, ua->B, ua->T);
+    ulysses_exchange_add(&back, out, ua->out, 1, C, 0);
+    ulysses_exchange_add(&back, lse, ua->lse, 1, NH, 1);
+    ulysses_exchange_run(ua, &back, ULYSSES_GROUP);
 }
 
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
 static void ulysses_attention_backward(UlyssesAttention *ua, float *dqkv, const float *dout, const float *qkv,
                                        const float *out, const float *lse) {
-    int B = ua->B, T = ua->T, C = ua->C, NH = ua->NH, U = ua->U, NHu = NH / U;
-    tokens_from_heads(ua->lse_local, lse, NH, B, T, NH, NH);
-    UlyssesTensor in[] = {{(float *)qkv, ua->qkv, 3, C}, {(float *)out, ua->out, 1, C},
-                          {(float *)dout, ua->dout, 1, C}, {ua->lse_local, ua->lse_tokens, 1, NH}};
-    ulysses_to_group(ua, in, 4);
-    heads_from_tokens(ua->lse_heads, ua->lse_tokens, NHu, B, U * T, NHu, NHu);
-    ring_attention_backward(&ua->ring, ua->dqkv, ua->dout, ua->qkv, ua->out, ua->lse_heads);
-    UlyssesTensor back[] = {{dqkv, ua->dqkv, 3, C}};
-    ulysses_to_local(ua, back, 1);
+    int C = ua->C, NH = ua->NH;
+    UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
+    ulysses_exchange_add(&in, (float *)qkv, ua->qkv, 3, C, 0);
+    ulysses_exchange_add(&in, (float *)out, ua->out, 1, C, 0);
+    ulysses_exchange_add(&in, (float *)dout, ua->dout, 1, C, 0);
+    ulysses_exchange_add(&in, (float *)lse, ua->lse, 1, NH, 1);
+    ulysses_exchange_run(ua, &in, ULYSSES_LOCAL);
+    ring_attention_backward(&ua->ring, ua->dqkv, ua->dout, ua->qkv, ua->out, ua->lse);
+    UlyssesExchange back = ulysses_exchange(ua->U, ua->B, ua->T);
+    ulysses_exchange_add(&back, dqkv, ua->dqkv, 3, C, 0);
+    ulysses_exchange_run(ua, &back, ULYSSES_GROUP);
 }
 
 static void ulysses_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {

@@ -41,6 +41,8 @@ static void ulysses_layout_init(UlyssesLayout *g, int U, int B, int T) {
     g->gathered = (int *)mallocCheck(2 * n * sizeof(int));
 }
 
+static size_t ulysses_layout_bytes(const UlyssesLayout *g) { return 5 * (size_t)g->U * g->B * g->T * sizeof(int); }
+
 static void ulysses_layout_free(UlyssesLayout *g) {
     free(g->layout.global_index); free(g->layout.document); free(g->slot); free(g->gathered);
     memset(g, 0, sizeof(*g));
