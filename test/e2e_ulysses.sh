@@ -25,13 +25,6 @@ train d1 1 -e d1 -x 0 -o "$WORK/d1"
 cp "$WORK/d1/model_00000000.bin" "$MODEL"
 put_i32 "$MODEL" 20 4 # header[5]: NH
 COMMON+=(-e "$MODEL")
-# run NAME NP [flags...]: main.log in $WORK/NAME, per-token losses in $WORK/NAME.tl
-run() {
-    local name=$1 np=$2
-    shift 2
-    train "$name" "$np" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@"
-    runs+=("$name" "$WORK/$name/main.log" "$WORK/$name.tl")
-}
 
 runs=()
 run ref 1 -cp 1
