@@ -100,10 +100,10 @@ run:
 
 # dev tool: which tokens each CP rank owns and its attention work (no MPI needed)
 cp_layout: dev/cp_layout.c $(DEPS)
-	$(CC) -O2 -Wall -Wextra -Wno-unused-function -Wno-unknown-pragmas -std=c11 $< -o $@ -lm
+	$(CC) -O2 -Wall -Wextra -Wno-unused-function -Wno-unknown-pragmas -std=gnu11 -DNO_BLAS $< -o $@ -lm
 
-# dev benchmark: per-rank memory of ring vs all-gather attention (dev/bench/README.md)
-bench_attention_memory: dev/bench/attention_memory.c $(DEPS)
+# dev benchmark: per-rank memory, messages and time of each attention algorithm (dev/bench/README.md)
+bench_attention: dev/bench/attention_algorithms.c $(DEPS)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 # dev benchmark: the CPU classifier's time against its chunk size (dev/bench/README.md)
@@ -115,4 +115,4 @@ bench_attention_cpu: dev/bench/attention_cpu.c $(DEPS) $(CPU_FLAGS_STAMP)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention_memory bench_classifier bench_attention_cpu $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention bench_classifier bench_attention_cpu $(BUILD_DIR)

@@ -42,6 +42,9 @@ typedef struct {
     Comm *self;    // this rank alone, device memory: sampling runs unsharded
     Comm *cp_host; // the CP group on host memory: the -tl gather (cp_gather_tokens)
     Comm *dp_host; // the DP group on host memory: the replicas' -tl rows
+    Comm *ulysses; // this rank's Ulysses group (cp/mesh.h), device memory, and on host memory
+    Comm *ulysses_host;
+    Comm *ring;    // the ring across the Ulysses groups, device memory
 } Ranks;
 
 // The device of this rank: local rank modulo the node's GPUs. NCCL needs a GPU of
@@ -70,22 +73,38 @@ static Comm *device_comm_create(int use_nccl, MPI_Comm mc) {
     return use_nccl ? comm_nccl_create(mc, cuda_ctx.stream) : comm_mpi_staged_create(mc, cuda_ctx.stream);
 }
 
-static Ranks ranks_init(int cp_size, int use_nccl) {
+// with_ulysses: also the Ulysses groups and rings (-ca ulysses | hybrid; NULL otherwise,
+// so that the other algorithms build no NCCL communicators they never use)
+static Ranks ranks_init(int cp_size, int ulysses_size, int with_ulysses, int use_nccl) {
     Ranks r;
-    MPI_Comm world, cp, dp, self, cp_host;
-    r.mesh = mesh_split_mpi(cp_size, &world, &cp, &dp, &self);
-    MPI_Comm_dup(cp, &cp_host);
-    r.world = device_comm_create(use_nccl, world);
-    r.cp = device_comm_create(use_nccl, cp);
-    r.self = device_comm_create(use_nccl, self);
+    MeshComms mc;
+    MPI_Comm cp_host;
+    r.mesh = mesh_split_mpi(cp_size, ulysses_size, &mc);
+    MPI_Comm_dup(mc.cp, &cp_host);
+    r.world = device_comm_create(use_nccl, mc.world);
+    r.cp = device_comm_create(use_nccl, mc.cp);
+    r.self = device_comm_create(use_nccl, mc.self);
     r.cp_host = comm_mpi_create(cp_host);
-    r.dp_host = comm_mpi_create(dp);
+    r.dp_host = comm_mpi_create(mc.dp);
+    r.ulysses = r.ulysses_host = r.ring = NULL;
+    if (with_ulysses) {
+        MPI_Comm ulysses_host;
+        MPI_Comm_dup(mc.ulysses, &ulysses_host);
+        r.ulysses = device_comm_create(use_nccl, mc.ulysses);
+        r.ulysses_host = comm_mpi_create(ulysses_host);
+        r.ring = device_comm_create(use_nccl, mc.ring);
+    } else {
+        MPI_Comm_free(&mc.ulysses);
+        MPI_Comm_free(&mc.ring);
+    }
     return r;
 }
 
 static void ranks_free(Ranks *r) {
-    Comm *comms[] = {r->world, r->cp, r->self, r->cp_host, r->dp_host};
-    for (int i = 0; i < 5; i++) { comms[i]->destroy(comms[i]); }
+    Comm *comms[] = {r->world, r->cp, r->self, r->cp_host, r->dp_host, r->ulysses, r->ulysses_host, r->ring};
+    for (int i = 0; i < 8; i++) {
+        if (comms[i] != NULL) { comms[i]->destroy(comms[i]); }
+    }
 }
 
 // The host model (from -e or the checkpoint resumed from, as the CPU twin) to the
@@ -186,7 +205,9 @@ int main(int argc, char **argv) {
     int use_nccl = strcmp(cfg.transport, "nccl") == 0;
     check_flags_agree(&cfg, TRANSPORTS);
     cuda_init(select_device(use_nccl), cfg.tf32);
-    Ranks ranks = ranks_init(cfg.cp_size, use_nccl);
+    int kind = cp_attention_from_name(cfg.attention);
+    Ranks ranks = ranks_init(cfg.cp_size, cp_ulysses_degree(&cfg),
+                             kind == CP_ATTENTION_ULYSSES || kind == CP_ATTENTION_HYBRID, use_nccl);
     const Mesh *mesh = &ranks.mesh;
     int master = mesh->world_rank == 0;
 
@@ -203,7 +224,8 @@ int main(int argc, char **argv) {
     ActivationsCuda acts;
     activations_cuda_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
     CpAttentionCuda attention;
-    cp_attention_cuda_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), ranks.cp, cfg.B,
+    CpAttentionCommsCuda comms = {ranks.cp, ranks.ulysses, ranks.ulysses_host, ranks.ring};
+    cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.B,
                            run.local_T, c.channels, c.num_heads);
     double *loss_stats = (double *)cudaMallocCheck(2 * sizeof(double));
     Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, loss_stats};

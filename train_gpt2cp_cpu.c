@@ -10,7 +10,7 @@ group of cp ranks that share every sequence of the replica's batch. Per step:
     2. the sharder keeps this rank's share of each row (B x T/cp, after padding)
        and the global coordinates of those tokens
     3. forward and backward run on the local tokens; attention is the only layer
-       that needs other tokens, and gets them around the ring (cp/ring_attention.h)
+       that needs other tokens, and gets them by the algorithm of -ca (cp/attention.h)
     4. the loss is the mean over the valid targets of the whole global batch;
        gradients are summed over all ranks, so every rank takes the same step
 
@@ -23,28 +23,30 @@ Same flags as the GPU trainer; see -h.
 
 typedef struct {
     Mesh mesh;
-    Comm *world; // every rank: gradients and the loss
-    Comm *cp;    // this replica's CP group: the ring and the token gather
-    Comm *dp;    // the ranks of the same CP rank in every replica: gathering replicas' rows
-    Comm *self;  // this rank alone: sampling runs unsharded
+    Comm *world;   // every rank: gradients and the loss
+    Comm *cp;      // this replica's CP group: the ring and the token gather
+    Comm *dp;      // the ranks of the same CP rank in every replica: gathering replicas' rows
+    Comm *self;    // this rank alone: sampling runs unsharded
+    Comm *ulysses; // this rank's Ulysses group and the ring across the groups (cp/mesh.h)
+    Comm *ring;
 } Ranks;
 
-static Ranks ranks_init(int cp_size) {
+static Ranks ranks_init(int cp_size, int ulysses_size) {
     Ranks r;
-    MPI_Comm world, cp, dp, self;
-    r.mesh = mesh_split_mpi(cp_size, &world, &cp, &dp, &self);
-    r.world = comm_mpi_create(world);
-    r.cp = comm_mpi_create(cp);
-    r.dp = comm_mpi_create(dp);
-    r.self = comm_mpi_create(self);
+    MeshComms mc;
+    r.mesh = mesh_split_mpi(cp_size, ulysses_size, &mc);
+    r.world = comm_mpi_create(mc.world);
+    r.cp = comm_mpi_create(mc.cp);
+    r.dp = comm_mpi_create(mc.dp);
+    r.self = comm_mpi_create(mc.self);
+    r.ulysses = comm_mpi_create(mc.ulysses);
+    r.ring = comm_mpi_create(mc.ring);
     return r;
 }
 
 static void ranks_free(Ranks *r) {
-    r->world->destroy(r->world);
-    r->cp->destroy(r->cp);
-    r->dp->destroy(r->dp);
-    r->self->destroy(r->self);
+    Comm *comms[] = {r->world, r->cp, r->dp, r->self, r->ulysses, r->ring};
+    for (int i = 0; i < 6; i++) { comms[i]->destroy(comms[i]); }
 }
 
 typedef struct {
@@ -124,7 +126,7 @@ int main(int argc, char **argv) {
     }
     CpLayoutKind layout = validate_train_config(&cfg);
     check_flags_agree(&cfg, NULL);
-    Ranks ranks = ranks_init(cfg.cp_size);
+    Ranks ranks = ranks_init(cfg.cp_size, cp_ulysses_degree(&cfg));
     const Mesh *mesh = &ranks.mesh;
     int master = mesh->world_rank == 0;
 
@@ -139,7 +141,8 @@ int main(int argc, char **argv) {
     Activations acts;
     activations_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
     CpAttention attention;
-    cp_attention_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), ranks.cp, cfg.B,
+    CpAttentionComms comms = {ranks.cp, ranks.ulysses, ranks.ring};
+    cp_attention_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), comms, cfg.B,
                       run.local_T, c.channels, c.num_heads);
     Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention};
 

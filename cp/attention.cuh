@@ -1,6 +1,7 @@
 /*
-The attention of a run on the GPU: cp/attention.h with the CUDA ring and
-all-gather attention (cp/ring_attention.cuh, cp/allgather_attention.cuh).
+The attention of a run on the GPU: cp/attention.h with the CUDA ring, all-gather
+and Ulysses attention (cp/ring_attention.cuh, cp/allgather_attention.cuh,
+cp/ulysses_attention.cuh).
 */
 #ifndef CP_ATTENTION_CUH
 #define CP_ATTENTION_CUH
@@ -8,41 +9,70 @@ all-gather attention (cp/ring_attention.cuh, cp/allgather_attention.cuh).
 #include "allgather_attention.cuh"
 #include "attention_kind.h"
 #include "ring_attention.cuh"
+#include "ulysses_attention.cuh"
+
+// The groups an algorithm may talk over (cp/mesh.h), on device memory, and the
+// Ulysses group on host memory too (its coordinates are built on the host).
+typedef struct {
+    Comm *cp;
+    Comm *ulysses;
+    Comm *ulysses_host;
+    Comm *ring;
+} CpAttentionCommsCuda;
 
 typedef struct {
     CpAttentionKind kind;
-    Comm *comm;                       // the CP group, on device memory
+    CpAttentionCommsCuda comms;
     int B, T, C, NH;                  // the sizes the buffers fit (T local tokens per row)
     RingAttentionCuda ring;           // kind ring
     AllgatherAttentionCuda allgather; // kind allgather
+    UlyssesAttentionCuda ulysses;     // kinds ulysses and hybrid
 } CpAttentionCuda;
 
-static void cp_attention_cuda_init(CpAttentionCuda *a, CpAttentionKind kind, Comm *comm, int B, int T, int C, int NH) {
+static void cp_attention_cuda_init(CpAttentionCuda *a, CpAttentionKind kind, CpAttentionCommsCuda comms, int B, int T,
+                                   int C, int NH) {
     memset(a, 0, sizeof(*a));
     a->kind = kind;
-    a->comm = comm;
+    a->comms = comms;
     a->B = B; a->T = T; a->C = C; a->NH = NH;
-    if (kind == CP_ATTENTION_RING) { ring_attention_cuda_init(&a->ring, comm, B, T, C, NH); }
-    else { allgather_attention_cuda_init(&a->allgather, comm, B, T, C, NH); }
+    switch (kind) {
+    case CP_ATTENTION_RING: ring_attention_cuda_init(&a->ring, comms.cp, B, T, C, NH); break;
+    case CP_ATTENTION_ALLGATHER: allgather_attention_cuda_init(&a->allgather, comms.cp, B, T, C, NH); break;
+    case CP_ATTENTION_ULYSSES:
+    case CP_ATTENTION_HYBRID:
+        ulysses_attention_cuda_init(&a->ulysses, comms.ulysses, comms.ulysses_host, comms.ring, B, T, C, NH);
+        break;
+    }
 }
 
 static void cp_attention_cuda_free(CpAttentionCuda *a) {
-    if (a->kind == CP_ATTENTION_RING) { ring_attention_cuda_free(&a->ring); }
-    else { allgather_attention_cuda_free(&a->allgather); }
+    switch (a->kind) {
+    case CP_ATTENTION_RING: ring_attention_cuda_free(&a->ring); break;
+    case CP_ATTENTION_ALLGATHER: allgather_attention_cuda_free(&a->allgather); break;
+    case CP_ATTENTION_ULYSSES:
+    case CP_ATTENTION_HYBRID: ulysses_attention_cuda_free(&a->ulysses); break;
+    }
 }
 
 // The verbs for this step's layout; rebuilds the buffers for another local length.
+// Collective over the Ulysses group for ulysses and hybrid.
 static AttentionVerbs cp_attention_cuda_bind(CpAttentionCuda *a, const ShardLayout *layout) {
     if (layout->B != a->B || layout->local_len != a->T) {
         cp_attention_cuda_free(a);
-        cp_attention_cuda_init(a, a->kind, a->comm, layout->B, layout->local_len, a->C, a->NH);
+        cp_attention_cuda_init(a, a->kind, a->comms, layout->B, layout->local_len, a->C, a->NH);
     }
-    if (a->kind == CP_ATTENTION_RING) {
+    switch (a->kind) {
+    case CP_ATTENTION_RING:
         a->ring.layout = layout;
         return ring_attention_cuda_verbs(&a->ring);
+    case CP_ATTENTION_ALLGATHER:
+        a->allgather.layout = layout;
+        return allgather_attention_cuda_verbs(&a->allgather);
+    case CP_ATTENTION_ULYSSES:
+    case CP_ATTENTION_HYBRID: break;
     }
-    a->allgather.layout = layout;
-    return allgather_attention_cuda_verbs(&a->allgather);
+    ulysses_attention_cuda_bind(&a->ulysses, layout);
+    return ulysses_attention_cuda_verbs(&a->ulysses);
 }
 
 #endif // CP_ATTENTION_CUH

@@ -1,10 +1,13 @@
 /*
-The attention of a run on the CPU: ring or all-gather (-ca, cp/attention_kind.h)
-behind one interface, so that the trainer never branches on the algorithm.
+The attention of a run on the CPU: ring, all-gather, Ulysses or the hybrid of
+Ulysses and the ring (-ca, cp/attention_kind.h) behind one interface, so that the
+trainer never branches on the algorithm.
 
 Buffers fit one local length. Binding a step's layout of another length rebuilds
 them at that length: the packed layout's length depends on the data (the trainer
 keeps it from shrinking, so this happens only when a batch needs more room).
+Binding is collective over the Ulysses group for ulysses and hybrid (its ranks
+share their tokens' coordinates), so every rank of a CP group binds alike.
 */
 #ifndef CP_ATTENTION_H
 #define CP_ATTENTION_H
@@ -12,41 +15,66 @@ keeps it from shrinking, so this happens only when a batch needs more room).
 #include "allgather_attention.h"
 #include "attention_kind.h"
 #include "ring_attention.h"
+#include "ulysses_attention.h"
+
+// The groups an algorithm may talk over (cp/mesh.h): the CP group, and its split
+// into Ulysses groups and the rings across them.
+typedef struct {
+    Comm *cp;
+    Comm *ulysses;
+    Comm *ring;
+} CpAttentionComms;
 
 typedef struct {
     CpAttentionKind kind;
-    Comm *comm;                   // the CP group
+    CpAttentionComms comms;
     int B, T, C, NH;              // the sizes the buffers fit (T local tokens per row)
     RingAttention ring;           // kind ring
     AllgatherAttention allgather; // kind allgather
+    UlyssesAttention ulysses;     // kinds ulysses and hybrid
 } CpAttention;
 
-static void cp_attention_init(CpAttention *a, CpAttentionKind kind, Comm *comm, int B, int T, int C, int NH) {
+static void cp_attention_init(CpAttention *a, CpAttentionKind kind, CpAttentionComms comms, int B, int T, int C,
+                              int NH) {
     memset(a, 0, sizeof(*a));
     a->kind = kind;
-    a->comm = comm;
+    a->comms = comms;
     a->B = B; a->T = T; a->C = C; a->NH = NH;
-    if (kind == CP_ATTENTION_RING) { ring_attention_init(&a->ring, comm, B, T, C, NH); }
-    else { allgather_attention_init(&a->allgather, comm, B, T, C, NH); }
+    switch (kind) {
+    case CP_ATTENTION_RING: ring_attention_init(&a->ring, comms.cp, B, T, C, NH); break;
+    case CP_ATTENTION_ALLGATHER: allgather_attention_init(&a->allgather, comms.cp, B, T, C, NH); break;
+    case CP_ATTENTION_ULYSSES:
+    case CP_ATTENTION_HYBRID: ulysses_attention_init(&a->ulysses, comms.ulysses, comms.ring, B, T, C, NH); break;
+    }
 }
 
 static void cp_attention_free(CpAttention *a) {
-    if (a->kind == CP_ATTENTION_RING) { ring_attention_free(&a->ring); }
-    else { allgather_attention_free(&a->allgather); }
+    switch (a->kind) {
+    case CP_ATTENTION_RING: ring_attention_free(&a->ring); break;
+    case CP_ATTENTION_ALLGATHER: allgather_attention_free(&a->allgather); break;
+    case CP_ATTENTION_ULYSSES:
+    case CP_ATTENTION_HYBRID: ulysses_attention_free(&a->ulysses); break;
+    }
 }
 
 // The verbs for this step's layout (the coordinates of the local tokens).
 static AttentionVerbs cp_attention_bind(CpAttention *a, const ShardLayout *layout) {
     if (layout->B != a->B || layout->local_len != a->T) {
         cp_attention_free(a);
-        cp_attention_init(a, a->kind, a->comm, layout->B, layout->local_len, a->C, a->NH);
+        cp_attention_init(a, a->kind, a->comms, layout->B, layout->local_len, a->C, a->NH);
     }
-    if (a->kind == CP_ATTENTION_RING) {
+    switch (a->kind) {
+    case CP_ATTENTION_RING:
         a->ring.layout = layout;
         return ring_attention_verbs(&a->ring);
+    case CP_ATTENTION_ALLGATHER:
+        a->allgather.layout = layout;
+        return allgather_attention_verbs(&a->allgather);
+    case CP_ATTENTION_ULYSSES:
+    case CP_ATTENTION_HYBRID: break;
     }
-    a->allgather.layout = layout;
-    return allgather_attention_verbs(&a->allgather);
+    ulysses_attention_bind(&a->ulysses, layout);
+    return ulysses_attention_verbs(&a->ulysses);
 }
 
 #endif // CP_ATTENTION_H

@@ -1,18 +1,26 @@
 /*
 The attention algorithms a CP group can run (-ca): how its ranks share keys and
 values. ring passes K/V blocks around the ring (cp/ring_attention.h), all-gather
-gathers them all once per layer (cp/allgather_attention.h). Same attention, same
-verbs; cp/attention.h (CPU) and cp/attention.cuh (GPU) hold either.
+gathers them all once per layer (cp/allgather_attention.h), ulysses trades heads
+for tokens by all-to-all so that each rank attends whole rows for NH / cp heads,
+and hybrid does the all-to-all in groups of U ranks and the ring across the
+groups (cp/ulysses_attention.h; cp/mesh.h says which ranks). Same attention, same
+verbs; cp/attention.h (CPU) and cp/attention.cuh (GPU) hold any of them.
 */
 #ifndef CP_ATTENTION_KIND_H
 #define CP_ATTENTION_KIND_H
 
 #include <string.h>
 
-typedef enum { CP_ATTENTION_RING = 0, CP_ATTENTION_ALLGATHER = 1 } CpAttentionKind;
+typedef enum {
+    CP_ATTENTION_RING = 0,
+    CP_ATTENTION_ALLGATHER = 1,
+    CP_ATTENTION_ULYSSES = 2,
+    CP_ATTENTION_HYBRID = 3
+} CpAttentionKind;
 
-static const char *cp_attention_names[] = {"ring", "allgather"};
-#define CP_NUM_ATTENTIONS 2
+static const char *cp_attention_names[] = {"ring", "allgather", "ulysses", "hybrid"};
+#define CP_NUM_ATTENTIONS 4
 
 // parse a -ca value; returns -1 when the name is unknown
 static int cp_attention_from_name(const char *name) {

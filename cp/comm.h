@@ -7,6 +7,9 @@ The transport: a small closed set of verbs with open implementations.
     all_gather               every rank's buffer, concatenated in rank order
     reduce_scatter_sum       the elementwise sum over the ranks of a buffer of
                              size parts; each rank receives its own part of the sum
+    all_to_all               a buffer of size parts: part j goes to rank j, and
+                             part i of the result came from rank i (a transpose of
+                             the parts over the ranks)
     broadcast                root's buffer to every rank
     barrier
 
@@ -44,6 +47,10 @@ struct Comm {
     // (count elements, not overlapping send_buf) gets this rank's part of the elementwise
     // sum of every rank's send_buf. The all-gather's mirror: it sends each part home.
     void (*reduce_scatter_sum)(Comm *comm, const void *send_buf, void *recv_buf, size_t count, CommType type);
+    // send_buf and recv_buf (not overlapping) hold size * bytes_per_rank bytes: part j
+    // of send_buf goes to rank j, part i of recv_buf comes from rank i (its part for
+    // this rank). Ulysses attention trades heads for tokens with it.
+    void (*all_to_all)(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank);
     void (*broadcast)(Comm *comm, void *buf, size_t bytes, int root);
     void (*barrier)(Comm *comm);
     void (*destroy)(Comm *comm);

@@ -243,6 +243,14 @@ static void comm_mpi_reduce_scatter_sum(Comm *comm, const void *send_buf, void *
     comm_mpi_finish(comm, "reduce_scatter_sum");
 }
 
+static void comm_mpi_all_to_all(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank) {
+    if (bytes_per_rank > COMM_MPI_MAX_BYTES) {
+        fatal("all_to_all of %zu bytes per rank exceeds the MPI transport's limit", bytes_per_rank);
+    }
+    MPI_Alltoall(send_buf, (int)bytes_per_rank, MPI_BYTE, recv_buf, (int)bytes_per_rank, MPI_BYTE,
+                 comm_mpi_handle(comm));
+}
+
 static void comm_mpi_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
     char *p = (char *)buf;
     for (size_t done = 0; done < bytes; done += COMM_MPI_MAX_BYTES) {
@@ -303,6 +311,7 @@ static Comm *comm_mpi_create(MPI_Comm mc) {
     comm->all_reduce_sum = comm_mpi_all_reduce_sum;
     comm->all_gather = comm_mpi_all_gather;
     comm->reduce_scatter_sum = comm_mpi_reduce_scatter_sum;
+    comm->all_to_all = comm_mpi_all_to_all;
     comm->broadcast = comm_mpi_broadcast;
     comm->barrier = comm_mpi_barrier;
     comm->destroy = comm_mpi_destroy;

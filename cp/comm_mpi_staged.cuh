@@ -173,6 +173,15 @@ static void comm_staged_reduce_scatter_sum(Comm *comm, const void *send_buf, voi
     comm_staged_upload(impl, recv_buf, host + all, part);
 }
 
+// staging: [every rank's parts to send | every rank's parts received]
+static void comm_staged_all_to_all(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    size_t all = bytes_per_rank * comm->size;
+    char *host = comm_staged_download(impl, send_buf, all, 0, 2 * all);
+    impl->host->all_to_all(impl->host, host, host + all, bytes_per_rank);
+    comm_staged_upload(impl, recv_buf, host + all, all);
+}
+
 static void comm_staged_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
     CommMpiStaged *impl = comm_staged_impl(comm);
     char *host = comm_staged_download(impl, buf, bytes, 0, bytes);
@@ -215,6 +224,7 @@ static Comm *comm_mpi_staged_create(MPI_Comm mc, cudaStream_t compute) {
     comm->all_reduce_sum = comm_staged_all_reduce_sum;
     comm->all_gather = comm_staged_all_gather;
     comm->reduce_scatter_sum = comm_staged_reduce_scatter_sum;
+    comm->all_to_all = comm_staged_all_to_all;
     comm->broadcast = comm_staged_broadcast;
     comm->barrier = comm_staged_barrier;
     comm->destroy = comm_staged_destroy;

@@ -207,6 +207,21 @@ static void comm_nccl_reduce_scatter_sum(Comm *comm, const void *send_buf, void 
     comm_streams_compute_after(&impl->streams, impl->streams.done);
 }
 
+// NCCL has no all-to-all collective: one grouped send and receive per peer
+static void comm_nccl_all_to_all(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank) {
+    CommNccl *impl = comm_nccl_impl(comm);
+    comm_streams_after_compute(&impl->streams);
+    ncclCheck(ncclGroupStart());
+    for (int peer = 0; peer < comm->size; peer++) {
+        ncclCheck(ncclSend((const char *)send_buf + peer * bytes_per_rank, bytes_per_rank, ncclChar, peer, impl->nccl,
+                           impl->streams.stream));
+        ncclCheck(ncclRecv((char *)recv_buf + peer * bytes_per_rank, bytes_per_rank, ncclChar, peer, impl->nccl,
+                           impl->streams.stream));
+    }
+    ncclCheck(ncclGroupEnd());
+    comm_streams_compute_after(&impl->streams, impl->streams.done);
+}
+
 static void comm_nccl_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
     CommNccl *impl = comm_nccl_impl(comm);
     comm_streams_after_compute(&impl->streams);
@@ -256,6 +271,7 @@ static Comm *comm_nccl_create(MPI_Comm mc, cudaStream_t compute) {
     comm->all_reduce_sum = comm_nccl_all_reduce_sum;
     comm->all_gather = comm_nccl_all_gather;
     comm->reduce_scatter_sum = comm_nccl_reduce_scatter_sum;
+    comm->all_to_all = comm_nccl_all_to_all;
     comm->broadcast = comm_nccl_broadcast;
     comm->barrier = comm_nccl_barrier;
     comm->destroy = comm_nccl_destroy;

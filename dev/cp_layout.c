@@ -39,10 +39,17 @@ real and pad count the rank's tokens over all rows, the ranges are row 0's. The
 imbalance of a column is max/mean over the ranks (1.000 = perfectly balanced); cp1
 is the same count for one rank holding the whole row (layout identity).
 
+With -m MODEL (dN, the trainers' -e presets: d12 is GPT-2 124M) it also prints what
+each attention algorithm sends per rank and layer at this padded length, B rows and
+the model's C and NH (cp/attention_cost.h; -cu U: the Ulysses degree of hybrid,
+default 2 where it divides cp), as lines starting with "# comm":
+    # comm ALGORITHM forward BYTES MESSAGES backward BYTES MESSAGES step BYTES MESSAGES
+an algorithm that does not fit (heads not divisible) says why instead.
+
 The counts touch every pair: O(B T^2) time, so T is capped at MAX_T and B * T at
 MAX_BT.
 */
-#define _POSIX_C_SOURCE 200809L // mkdtemp
+#define _DEFAULT_SOURCE // mkdtemp; M_PI of llmc/rand.h (through llmc/gpt2.h)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +58,8 @@ MAX_BT.
 #include "../cp/layout.h"
 #include "../cp/sharder.h"
 #include "../cp/block_mask.h"
+#include "../cp/attention_cost.h"
+#include "../llmc/gpt2.h"
 #include "../llmc/dataloader.h"
 
 #define MAX_T 65536
@@ -436,10 +445,30 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *w
 // ----------------------------------------------------------------------------
 // CLI
 
+// The "# comm" lines: each algorithm's messages at the layout's padded length.
+static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
+    GPT2Config c = gpt2_config_for_depth(depth);
+    int B = sh->layout.B, Tl = sh->layout.local_len;
+    printf("# comm model d%d: C %d, NH %d; B %d, %d tokens per rank; hybrid U %d x R %d; per rank and layer, "
+           "bytes and messages sent\n", depth, c.channels, c.num_heads, B, Tl, U, cp / U);
+    for (int k = 0; k < CP_NUM_ATTENTIONS; k++) {
+        int degree = k == CP_ATTENTION_ULYSSES ? cp : k == CP_ATTENTION_HYBRID ? U : 1;
+        if (c.num_heads % degree != 0) {
+            printf("# comm %-9s does not fit: %d heads are not divisible by U %d\n", cp_attention_names[k],
+                   c.num_heads, degree);
+            continue;
+        }
+        AttentionCost a = attention_cost((CpAttentionKind)k, cp, U, B, Tl, c.channels, c.num_heads);
+        printf("# comm %-9s forward %12zu %3ld backward %12zu %3ld step %9zu %3ld\n", cp_attention_names[k],
+               a.forward_bytes, a.forward_messages, a.backward_bytes, a.backward_messages, a.step_bytes,
+               a.step_messages);
+    }
+}
+
 __attribute__((format(printf, 1, 2), noreturn))
 static void usage_error(const char *fmt, ...) {
     fprintf(stderr, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|packed|identity [-i FILE [-b B] [-dm 0|1]]"
-                    " [-png FILE]\n"
+                    " [-m dN [-cu U]] [-png FILE]\n"
                     "  -t    sequence length T (1..%d)\n"
                     "  -cp   context-parallel size (ranks in the ring, >= 1)\n"
                     "  -cl   layout (cp/layout.h); identity needs -cp 1, packed needs -dm 1\n"
@@ -447,6 +476,9 @@ static void usage_error(const char *fmt, ...) {
                     "        one document)\n"
                     "  -b    rows read with -i (default 1; B * T <= %d)\n"
                     "  -dm   with -i, 1: an EOT token (%d) opens a document, attention is masked to documents\n"
+                    "  -m    a model preset dN (d12: GPT-2 124M): also print each attention algorithm's\n"
+                    "        bytes and messages per rank and layer\n"
+                    "  -cu   with -m, the Ulysses degree of hybrid (default 2, or 1 where 2 does not divide cp)\n"
                     "  -png  also draw the attention matrix (summed over the rows) and the work per rank\n"
                     "        (needs gnuplot)\n", MAX_T, MAX_BT, EOT_TOKEN);
     va_list args;
@@ -469,12 +501,13 @@ static int parse_int(const char *flag, const char *value) {
 
 int main(int argc, char **argv) {
     int T = 0, cp = 0, kind = -1, have_T = 0, have_cp = 0, B = 1, documents = 0, have_B = 0, have_dm = 0;
+    int depth = 0, U = 0;
     const char *png = NULL, *input = NULL;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         int known = strcmp(flag, "-t") == 0 || strcmp(flag, "-cp") == 0 || strcmp(flag, "-cl") == 0
                     || strcmp(flag, "-png") == 0 || strcmp(flag, "-i") == 0 || strcmp(flag, "-b") == 0
-                    || strcmp(flag, "-dm") == 0;
+                    || strcmp(flag, "-dm") == 0 || strcmp(flag, "-m") == 0 || strcmp(flag, "-cu") == 0;
         if (!known) { usage_error("unknown flag '%s'", flag); }
         if (i + 1 >= argc) { usage_error("%s needs a value", flag); }
         const char *value = argv[++i];
@@ -487,6 +520,12 @@ int main(int argc, char **argv) {
         else if (strcmp(flag, "-i") == 0) { input = value; }
         else if (strcmp(flag, "-b") == 0) { B = parse_int(flag, value); have_B = 1; }
         else if (strcmp(flag, "-dm") == 0) { documents = parse_int(flag, value); have_dm = 1; }
+        else if (strcmp(flag, "-m") == 0) {
+            if (value[0] != 'd' || (depth = parse_int(flag, value + 1)) < 1) {
+                usage_error("-m '%s': a model preset dN with N >= 1 (d12: GPT-2 124M)", value);
+            }
+        }
+        else if (strcmp(flag, "-cu") == 0) { U = parse_int(flag, value); }
         else { png = value; }
     }
     if (!have_T) { usage_error("-t is required"); }
@@ -497,6 +536,9 @@ int main(int argc, char **argv) {
     if (!input && (have_B || have_dm)) { usage_error("-b and -dm read data: they need -i"); }
     if (B < 1 || (long)B * T > MAX_BT) { usage_error("-b %d: B * T must be in 1..%d", B, MAX_BT); }
     if (documents != 0 && documents != 1) { usage_error("-dm %d: must be 0 or 1", documents); }
+    if (U != 0 && depth == 0) { usage_error("-cu %d: the Ulysses degree is for the -m report", U); }
+    if (U == 0) { U = cp % 2 == 0 ? 2 : 1; }
+    if (U < 1 || (cp > 0 && cp % U != 0)) { usage_error("-cu %d must divide -cp %d (cp = U x R)", U, cp); }
     if (png && strchr(png, '\'')) { usage_error("-png '%s': a file name with a single quote is not supported", png); }
     if (png && !gnuplot_found()) { fatal("-png needs gnuplot, which is not on the PATH (Debian: apt-get install gnuplot-nox)"); }
 
@@ -529,6 +571,7 @@ int main(int argc, char **argv) {
     cp_sharder_free(&whole);
 
     print_table(sh, cp, work, &st, &cp1, input ? data : NULL);
+    if (depth > 0) { print_comm(&sh[0], cp, U, depth); }
     fflush(stdout);
     if (png) {
         draw_png(png, sh, cp, work, &st, &grid);

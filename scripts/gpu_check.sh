@@ -10,12 +10,15 @@
 #      scripts/gpu_bundle.sh, for machines without MPI or a package registry)
 #   2. builds train_gpt2cp, the CPU twin train_gpt2cp_cpu and the GPU tests
 #   3. runs the GPU tests: every kernel and the whole model against the CPU headers,
-#      ring attention against the CPU ring on 1 to 4 ranks sharing the GPU
+#      ring, all-gather, Ulysses and hybrid attention against their CPU twins on 1
+#      to 4 ranks sharing the GPU
 #   4. trains the same small model (-e d2 -b 4 -t 256 -x 20 -f 0, Austen data) with
 #      the CPU twin (cp 1, the reference) and with train_gpt2cp at cp 1 (NCCL) and
-#      cp 2 and 4 x {contiguous, round_robin} (-ct mpi, ranks sharing the GPU);
+#      cp 2 and 4 x {contiguous, round_robin} (-ct mpi, ranks sharing the GPU),
+#      Ulysses at cp 1 (NCCL) and 2, the hybrid U 2 x R 2;
 #      then with document masking (-dm 1, text with short documents) the packed
-#      layout and the all-gather attention against the CPU twin with -dm 1; and a
+#      layout, the all-gather, Ulysses and hybrid attention against the CPU twin
+#      with -dm 1; and a
 #      resume: 10 steps, then -y 1 to 20, must repeat the 20-step run's losses
 #   5. prints a table, also written to $OUT/gpu_check.txt when OUT is set: per run,
 #      |step loss - CPU twin| at step 1 and the max over 20 steps, the max
@@ -134,6 +137,11 @@ for cp in 2 4; do
         gpu "gpu_cp${cp}_${layout}_mpi" "$cp" cpu_cp1 -cp "$cp" -cl "$layout" -ct mpi
     done
 done
+# Ulysses (d2: 2 heads, so U 2): the all-to-all over NCCL at cp 1 (a group of one),
+# over the staged MPI transport at cp 2, and the hybrid U 2 x R 2
+gpu gpu_cp1_ulysses_nccl 1 cpu_cp1 -cp 1 -ca ulysses -ct nccl
+gpu gpu_cp2_ulysses_mpi 2 cpu_cp1 -cp 2 -cl round_robin -ca ulysses -ct mpi
+gpu gpu_cp4_hybrid_2x2_mpi 4 cpu_cp1 -cp 4 -cl contiguous -ca hybrid -cu 2 -ct mpi
 # documents: rows of several short documents over the span the runs read
 source test/binary_files.sh
 DOCS=$WORK/short_documents.bin
@@ -143,6 +151,8 @@ gpu gpu_docs_cp1_nccl 1 cpu_docs_cp1 -cp 1 -dm 1 -i "$DOCS" -ct nccl
 gpu gpu_docs_cp2_packed_mpi 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -i "$DOCS" -ct mpi
 gpu gpu_docs_cp4_packed_allgather 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -i "$DOCS" -ca allgather -ct mpi
 gpu gpu_docs_cp4_rr_allgather 4 cpu_docs_cp1 -cp 4 -cl round_robin -dm 1 -i "$DOCS" -ca allgather -ct mpi
+gpu gpu_docs_cp2_packed_ulysses 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -i "$DOCS" -ca ulysses -ct mpi
+gpu gpu_docs_cp4_packed_hybrid 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -i "$DOCS" -ca hybrid -cu 2 -ct mpi
 # resume: 10 steps with a checkpoint, then -y 1 on to 20, against the 20-step run
 RESUME=$WORK/gpu_resume
 train gpu_resume_first 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -x 10 -o "$RESUME" -tl "$RESUME.tl" &&

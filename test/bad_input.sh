@@ -259,6 +259,17 @@ expect_error recompute_negative 2 "-r -1: recompute is 0" \
     "${BASE[@]}" -cp 2 -r -1
 expect_error attention_bogus 2 "-ca 'bogus': unknown attention algorithm" \
     "${BASE[@]}" -cp 2 -ca bogus
+# Ulysses: whole heads per rank (d6: 6 heads), -cu with hybrid only
+expect_error ulysses_heads 4 "-ca ulysses: the model's 6 heads are not divisible by -cp 4" \
+    "${BASE[@]}" -e d6 -cp 4 -ca ulysses
+expect_error hybrid_heads 4 "-ca hybrid: the model's 1 heads are not divisible by -cu 2" \
+    "${BASE[@]}" -cp 4 -ca hybrid -cu 2
+expect_error hybrid_without_degree 4 "-ca hybrid needs -cu U, a Ulysses degree that divides -cp 4 .*got -cu 0" \
+    "${BASE[@]}" -cp 4 -ca hybrid
+expect_error hybrid_degree_not_dividing 4 "-ca hybrid needs -cu U, a Ulysses degree that divides -cp 4 .*got -cu 3" \
+    "${BASE[@]}" -cp 4 -ca hybrid -cu 3
+expect_error degree_without_hybrid 2 "-cu 2: the Ulysses degree applies to -ca hybrid only \(-ca ring\)" \
+    "${BASE[@]}" -cp 2 -cu 2
 expect_error unknown_flag 2 "unknown flag '-zz'" \
     "${BASE[@]}" -cp 2 -zz 1
 if ! grep -q '^usage:' "$WORK/unknown_flag.err"; then
@@ -278,12 +289,12 @@ cases=$((cases + 1))
 run_trainer 0 "$WORK/help.out" "$WORK/help.err" -h
 help_problems=()
 if [[ $rc -eq 0 || $rc -eq 124 || $rc -gt 128 ]]; then help_problems+=("exit code $rc, expected a non-zero exit"); fi
-for flag in -cp -cl -tl -dm -ca -r; do
+for flag in -cp -cl -tl -dm -ca -r -cu; do
     if ! grep -qE "^ +$flag " "$WORK/help.out"; then help_problems+=("the usage does not list $flag"); fi
 done
 if ! grep -q '^usage:' "$WORK/help.out"; then help_problems+=("no usage line on stdout"); fi
 if [[ ${#help_problems[@]} -eq 0 ]]; then
-    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -ca -r\n' help "(1 process)" "$rc"
+    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -ca -r -cu\n' help "(1 process)" "$rc"
 else
     failures=$((failures + 1))
     echo "FAIL help: $(IFS=';'; echo "${help_problems[*]}")"

@@ -1,6 +1,6 @@
 # What the end-to-end scripts share (sourced, with E2E_NAME set): the CPU trainer,
 # mpirun's flags, a clean work dir $BUILD_DIR/$E2E_NAME (cwd: the repo root), a
-# failure counter, and train().
+# failure counter, train() and run().
 #
 # Env: MPIRUN, BUILD_DIR (scratch), REPO_ROOT (the trainer is REPO_ROOT/train_gpt2cp_cpu).
 
@@ -109,4 +109,14 @@ train() {
         exit 1
     fi
     echo "run $name: $((SECONDS - start)) s"
+}
+
+# run NAME NP [flags...]: train NAME with its main.log in $WORK/NAME and its per-token
+# losses in $WORK/NAME.tl, and append NAME LOG TL to runs (compare_runs' arguments)
+runs=()
+run() {
+    local name=$1 np=$2
+    shift 2
+    train "$name" "$np" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@"
+    runs+=("$name" "$WORK/$name/main.log" "$WORK/$name.tl")
 }

@@ -1,6 +1,7 @@
 /*
-MPI test of the host transport's reduce_scatter_sum (cp/comm_mpi.h), the verb
-all-gather attention sends its dK and dV home with.
+MPI test of the host transport's reduce_scatter_sum and all_to_all (cp/comm_mpi.h),
+the verbs all-gather attention sends its dK and dV home with and Ulysses attention
+trades heads for tokens with.
 
 Every rank fills its send buffer of size * count elements with small integers
 that encode (sending rank, part, element), so every sum is exact in float and
@@ -70,6 +71,36 @@ static void check_reduce_scatter(Comm *comm, CommType type, size_t count) {
     free(recv);
 }
 
+// all_to_all: rank r's part j holds bytes code(r, j, k); rank i must receive, as part
+// r, rank r's part for i: byte k of it is code(r, i, k). Also: the send buffer is
+// left as it was, and nothing past the receive buffer is written.
+static unsigned char code(int from, int to, size_t k) { return (unsigned char)(31 * from + 7 * to + k % 251); }
+
+static void check_all_to_all(Comm *comm, size_t bytes) {
+    int n = comm->size, me = comm->rank;
+    unsigned char *send = (unsigned char *)mallocCheck(n * bytes);
+    unsigned char *recv = (unsigned char *)mallocCheck(n * bytes + 1); // one canary byte past the end
+    for (int j = 0; j < n; j++) {
+        for (size_t k = 0; k < bytes; k++) { send[j * bytes + k] = code(me, j, k); }
+    }
+    memset(recv, 0xA5, n * bytes + 1);
+    comm->all_to_all(comm, send, recv, bytes);
+    for (int r = 0; r < n; r++) {
+        for (size_t k = 0; k < bytes; k++) {
+            CHECK(recv[r * bytes + k] == code(r, me, k), "all_to_all %zu bytes: part %d byte %zu is %d, expected %d",
+                  bytes, r, k, recv[r * bytes + k], code(r, me, k));
+        }
+    }
+    CHECK(recv[n * bytes] == 0xA5, "all_to_all %zu bytes wrote past the receive buffer", bytes);
+    for (int j = 0; j < n; j++) {
+        for (size_t k = 0; k < bytes; k++) {
+            CHECK(send[j * bytes + k] == code(me, j, k), "all_to_all %zu bytes changed the send buffer", bytes);
+        }
+    }
+    free(send);
+    free(recv);
+}
+
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
     MPI_Comm dup;
@@ -80,7 +111,11 @@ int main(int argc, char **argv) {
     for (int t = 0; t < 3; t++) {
         for (int c = 0; c < 3; c++) { check_reduce_scatter(comm, types[t], counts[c]); }
     }
-    if (comm->rank == 0) { printf("test_comm np %d: OK, reduce_scatter_sum of 3 types x 3 counts\n", comm->size); }
+    size_t sizes[] = {1, 7, 400012};
+    for (int i = 0; i < 3; i++) { check_all_to_all(comm, sizes[i]); }
+    if (comm->rank == 0) {
+        printf("test_comm np %d: OK, reduce_scatter_sum of 3 types x 3 counts, all_to_all of 3 sizes\n", comm->size);
+    }
     comm->destroy(comm);
     MPI_Finalize();
     return 0;

@@ -351,4 +351,25 @@ if command -v gnuplot > /dev/null; then
 else
     echo "png: gnuplot not installed, checked the error only (apt-get install gnuplot-nox)"
 fi
-echo "OK: hand-computed cases, $checked configurations, real data with documents, bad flags, png"
+
+# ----------------------------------------------------------------------------
+# -m: each algorithm's bytes and messages per layer (cp/attention_cost.h, from the
+# sizes) must be what the running code sends: dev/bench counts them on its Comms,
+# at cp 4 (hybrid 2 x 2) and T 100 (padded to 104), GPT-2 124M's sizes
+make -s bench_attention > /dev/null
+MPIRUN=${MPIRUN:-mpirun}
+"$tool" -t 100 -cp 4 -cl round_robin -m d12 > "$tmp/comm"
+for algorithm in ring allgather ulysses hybrid; do
+    OMP_NUM_THREADS=1 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 4 ./bench_attention \
+        -a "$algorithm" -t 100 -u 2 > "$tmp/bench_$algorithm"
+    # "# comm ring forward B M backward B M step B M"
+    read -r fb fm bb bm sb sm < <(awk -v a="$algorithm" '$2 == "comm" && $3 == a { print $5, $6, $8, $9, $11, $12 }' "$tmp/comm")
+    got=$(awk '/^forward per layer: bytes sent/ {fb=$(NF-1)} /^forward per layer: messages/ {fm=$NF}
+               /^backward per layer: bytes sent/ {bb=$(NF-1)} /^backward per layer: messages/ {bm=$NF}
+               /^per step \(binding\): bytes sent/ {sb=$(NF-1)} /^per step \(binding\): messages/ {sm=$NF}
+               END {print fb, fm, bb, bm, sb, sm}' "$tmp/bench_$algorithm")
+    [ "$got" = "$fb $fm $bb $bm $sb $sm" ] ||
+        fail "$algorithm: cp_layout -m says '$fb $fm $bb $bm $sb $sm', the running code sent '$got' (bytes, messages: forward, backward, step)"
+    echo "comm $algorithm: forward $fb bytes in $fm messages, backward $bb in $bm (counted on the running code)"
+done
+echo "OK: hand-computed cases, $checked configurations, real data with documents, bad flags, png, communication"

@@ -1,9 +1,11 @@
 /*
 MPI test of the context-parallel attention algorithms on the GPU, ring attention
-(cp/ring_attention.cuh) and all-gather attention (cp/allgather_attention.cuh),
-against their CPU twins (cp/ring_attention.h, cp/allgather_attention.h, both
-checked against a double-precision reference by test_ring_attention.c), and of
-the device transport's verbs.
+(cp/ring_attention.cuh), all-gather attention (cp/allgather_attention.cuh), and
+Ulysses (U = np) and the Ulysses x ring hybrid (U 2 x R 2 at np 4, else U 1) of
+cp/ulysses_attention.cuh, against their CPU twins (cp/ring_attention.h,
+cp/allgather_attention.h, cp/ulysses_attention.h, all checked against a
+double-precision reference by test_ring_attention.c), and of the device
+transport's verbs.
 
 On every rank of the CP group the same local Q, K, V and dO go through each
 algorithm twice: on the CPU over MPI on host memory (cp/comm_mpi.h), on the GPU
@@ -14,7 +16,8 @@ blocks travelling the ring or all-gathered, and dK/dV sent home, every rank's
 outputs depend on every other rank's data. Cases: layouts identity (np 1),
 contiguous and round_robin; T = 7, 37, 100 (most pad); with and without document
 masking (an EOT token opens a document); head sizes 32 and 80 (not a multiple of
-the warp); and packed (documents split head-tail) at T = 100. Each GPU backward
+the warp); and packed (documents split head-tail) at T = 100. Ulysses and the
+hybrid run where the heads split (NH 12, HS 8 cases: every np of the suite). Each GPU backward
 is run twice and must give the same bits (no atomics).
 
 Tolerance: relative 2-norm error 1e-5. Inputs are U(-1, 1), so scores are O(1)
@@ -22,8 +25,8 @@ and every output is a sum of at most T = 100 terms: fp32 rounding in a different
 order (warp lanes vs a serial loop) gives ~ sqrt(T) * 6e-8 ~ 1e-6 relative.
 
 Also the transport: all_reduce_sum (float, double), all_gather, reduce_scatter_sum
-(float, double) and broadcast on device memory against the values they must
-produce.
+(float, double), all_to_all and broadcast on device memory against the values
+they must produce.
 With no GPU the binary exits 77 (skipped) on every rank.
 */
 #include "cp/allgather_attention.cuh"
@@ -32,7 +35,10 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #include "cp/comm_mpi_staged.cuh"
 #include "cp/ring_attention.cuh"
 #include "cp/ring_attention.h"
+#include "cp/mesh.h"
 #include "cp/sharder.h"
+#include "cp/ulysses_attention.cuh"
+#include "cp/ulysses_attention.h"
 #include "test/gpu_test_utils.cuh"
 
 #define B 2
@@ -90,8 +96,64 @@ static void check_algorithm(const char *label, const char *algorithm, AttentionV
     free(out); free(lse); free(dqkv); free(got); free(again); free(part); free(part_ref);
 }
 
+// The Ulysses groups and rings of ULYSSES (U = np, [0]) and HYBRID ([1]), on host
+// and on device memory.
+typedef struct {
+    int U[2];
+    Comm *host_group[2], *host_ring[2], *dev_group[2], *dev_ring[2];
+} UlyssesGroups;
+
+static UlyssesGroups ulysses_groups;
+
+static Comm *split(int staged, int color, int key) {
+    MPI_Comm mc;
+    MPI_Comm_split(MPI_COMM_WORLD, color, key, &mc);
+    return staged ? comm_mpi_staged_create(mc, cuda_ctx.stream) : comm_mpi_create(mc);
+}
+
+static void ulysses_groups_init(int rank, int np) {
+    UlyssesGroups *g = &ulysses_groups;
+    g->U[0] = np;
+    g->U[1] = np == 4 ? 2 : 1;
+    for (int i = 0; i < 2; i++) {
+        Mesh m = mesh_init(rank, np, np, g->U[i]);
+        g->host_group[i] = split(0, m.ring_rank, m.ulysses_rank);
+        g->host_ring[i] = split(0, m.ulysses_rank, m.ring_rank);
+        g->dev_group[i] = split(1, m.ring_rank, m.ulysses_rank);
+        g->dev_ring[i] = split(1, m.ulysses_rank, m.ring_rank);
+    }
+}
+
+static void ulysses_groups_free(void) {
+    UlyssesGroups *g = &ulysses_groups;
+    for (int i = 0; i < 2; i++) {
+        Comm *comms[4] = {g->host_group[i], g->host_ring[i], g->dev_group[i], g->dev_ring[i]};
+        for (int k = 0; k < 4; k++) { comms[k]->destroy(comms[k]); }
+    }
+}
+
+// Ulysses (i = 0) or the hybrid (i = 1) on the CPU and the GPU, where the heads split
+static void check_ulysses(int i, const char *label, const ShardLayout *layout, const float *qkv, const float *dout,
+                          int C, int NH) {
+    UlyssesGroups *g = &ulysses_groups;
+    if (NH % g->U[i] != 0) { return; }
+    int Tl = layout->local_len;
+    UlyssesAttention cpu;
+    ulysses_attention_init(&cpu, g->host_group[i], g->host_ring[i], B, Tl, C, NH);
+    ulysses_attention_bind(&cpu, layout);
+    UlyssesAttentionCuda gpu;
+    ulysses_attention_cuda_init(&gpu, g->dev_group[i], g->host_group[i], g->dev_ring[i], B, Tl, C, NH);
+    ulysses_attention_cuda_bind(&gpu, layout);
+    check_algorithm(label, i == 0 ? "ulysses" : "hybrid", ulysses_attention_verbs(&cpu),
+                    ulysses_attention_cuda_verbs(&gpu), qkv, dout, B * Tl, C, NH);
+    ulysses_attention_cuda_free(&gpu);
+    ulysses_attention_free(&cpu);
+}
+
+// ulysses 0: ring and all-gather; 1: Ulysses and the hybrid (the emulation is slow:
+// each case runs the algorithms it is for)
 static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, int with_documents, int NH,
-                     int HS) {
+                     int HS, int ulysses) {
     int C = NH * HS;
     char label[160];
     snprintf(label, sizeof(label), "%s T %d HS %d%s", cp_layout_names[kind], T, HS, with_documents ? " docs" : "");
@@ -120,6 +182,12 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     fill_uniform(&rng, qkv, nqkv, -1.0f, 1.0f);
     fill_uniform(&rng, dout, nout, -1.0f, 1.0f);
 
+    if (ulysses) {
+        for (int i = 0; i < 2; i++) { check_ulysses(i, label, &sh.layout, qkv, dout, C, NH); }
+        cp_sharder_free(&sh);
+        free(inputs); free(targets); free(qkv); free(dout);
+        return;
+    }
     RingAttention ring;
     ring_attention_init(&ring, host_comm, B, Tl, C, NH);
     ring.layout = &sh.layout;
@@ -206,6 +274,24 @@ static void test_transport(Comm *comm) {
     cuda_upload(d_x, x, count * sizeof(float));
     comm->broadcast(comm, d_x, count * sizeof(float), root);
     check_rel_device("transport broadcast", d_x, expected, count, 0.0);
+
+    // all_to_all: rank r's part k holds r * 10000 + k * 1000 + i (i < 1000), so part k
+    // received by rank r comes from rank k: k * 10000 + r * 1000 + i
+    size_t part = 1000;
+    float *sent = (float *)mallocCheck(part * n * sizeof(float));
+    float *wanted = (float *)mallocCheck(part * n * sizeof(float));
+    for (int k = 0; k < n; k++) {
+        for (size_t i = 0; i < part; i++) {
+            sent[k * part + i] = (float)(r * 10000 + k * 1000 + (int)i);
+            wanted[k * part + i] = (float)(k * 10000 + r * 1000 + (int)i);
+        }
+    }
+    float *d_sent = device_copy(sent, part * n), *d_got = (float *)cudaMallocCheck(part * n * sizeof(float));
+    poison_device(d_got, part * n * sizeof(float));
+    comm->all_to_all(comm, d_sent, d_got, part * sizeof(float));
+    check_rel_device("transport all_to_all", d_got, wanted, part * n, 0.0);
+    cudaCheck(cudaFree(d_sent)); cudaCheck(cudaFree(d_got));
+    free(sent); free(wanted);
     comm->barrier(comm);
     cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_dv)); cudaCheck(cudaFree(d_all));
     free(x); free(expected);
@@ -223,6 +309,7 @@ int main(int argc, char **argv) {
     Comm *dev_comm = comm_mpi_staged_create(dev_mc, cuda_ctx.stream);
     test_transport(dev_comm);
     int np = host_comm->size;
+    ulysses_groups_init(host_comm->rank, np);
     CpLayoutKind kinds[2] = {CP_LAYOUT_CONTIGUOUS, CP_LAYOUT_ROUND_ROBIN};
     int nkinds = np == 1 ? 1 : 2;
     if (np == 1) { kinds[0] = CP_LAYOUT_IDENTITY; }
@@ -230,13 +317,19 @@ int main(int argc, char **argv) {
     for (int k = 0; k < nkinds; k++) {
         for (int l = 0; l < 3; l++) {
             for (int docs = 0; docs < 2; docs++) {
-                run_case(host_comm, dev_comm, kinds[k], lengths[l], docs, 2, 32);
+                run_case(host_comm, dev_comm, kinds[k], lengths[l], docs, 2, 32, 0);
             }
-            run_case(host_comm, dev_comm, kinds[k], lengths[l], 1, 1, 80);
+            run_case(host_comm, dev_comm, kinds[k], lengths[l], 1, 1, 80, 0);
         }
     }
     // packed: documents split head-tail one by one, pad slots between them
-    run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 100, 1, 2, 32);
+    run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 100, 1, 2, 32, 0);
+    // 12 heads: Ulysses at every np, the hybrid 2 x 2 at np 4
+    for (int k = 0; k < nkinds; k++) {
+        for (int docs = 0; docs < 2; docs++) { run_case(host_comm, dev_comm, kinds[k], 37, docs, 12, 8, 1); }
+    }
+    run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 37, 1, 12, 8, 1);
+    ulysses_groups_free();
     dev_comm->destroy(dev_comm);
     host_comm->destroy(host_comm);
     cuda_free_context();

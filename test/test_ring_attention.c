@@ -1,7 +1,8 @@
 /*
-MPI test of the two context-parallel attention algorithms, ring attention
-(cp/ring_attention.h) and all-gather attention (cp/allgather_attention.h), against
-the single-process reference (test/reference_attention.h, itself checked by finite
+MPI test of the context-parallel attention algorithms, ring attention
+(cp/ring_attention.h), all-gather attention (cp/allgather_attention.h), Ulysses
+(U = np) and the Ulysses x ring hybrid (cp/ulysses_attention.h; U 2 x R 2 at
+np 4, U 1 x R np otherwise), against the single-process reference (test/reference_attention.h, itself checked by finite
 differences in test_attention_reference.c).
 
 Every rank draws the same Q, K, V and dO for the whole (B, T) sequence, computes
@@ -26,6 +27,9 @@ LSE and dQ have the same rounding; dK and dV differ only in the order in which t
 cp ranks' shares are summed (the ring adds them as the accumulator travels, the
 reduce-scatter in its own order), a few fp32 ulps of values below ~10.
 
+Ulysses and the hybrid attend a row ordered otherwise, in blocks of other sizes,
+so they are held to the reference's tolerance only.
+
 It also checks, without running anything, that the sub-block visibility tables
 skip what the layouts say must be skipped (cp/block_mask.h), see
 check_block_skipping.
@@ -35,13 +39,15 @@ check_block_skipping.
 #include <string.h>
 #include "cp/allgather_attention.h"
 #include "cp/comm_mpi.h"
+#include "cp/mesh.h"
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
+#include "cp/ulysses_attention.h"
 #include "test/reference_attention.h"
 #include "test/test_utils.h"
 
 #define B 2
-#define NH 2
+#define NH 12 // divisible by every np of the suite (1 to 4): Ulysses gives each rank NH / np heads
 #define HS 8
 #define C (NH * HS)
 #define MAX_SEQ_LEN 128
@@ -51,8 +57,8 @@ check_block_skipping.
 #define ATOL_RING 1e-6 // all-gather against the ring
 #define RTOL_RING 1e-6
 
-enum { RING, ALLGATHER, NUM_ALGORITHMS };
-static const char *algorithm_names[NUM_ALGORITHMS] = {"ring", "allgather"};
+enum { RING, ALLGATHER, ULYSSES, HYBRID, NUM_ALGORITHMS };
+static const char *algorithm_names[NUM_ALGORITHMS] = {"ring", "allgather", "ulysses", "hybrid"};
 #define NUM_QUANTITIES 5
 static const char *quantity_names[NUM_QUANTITIES] = {"O", "LSE", "dQ", "dK", "dV"};
 // the worst |got - ref| of each algorithm and quantity over all cases, and of
@@ -170,6 +176,33 @@ static void run_algorithm(Comm *comm, CpSharder *sh, AttentionVerbs attn, const 
     free(out_d); free(lse_d); free(dqkv_d);
 }
 
+// The Ulysses groups and rings of the algorithms ULYSSES (U = np) and HYBRID.
+typedef struct {
+    Comm *ulysses[2], *ring[2]; // [0]: ULYSSES, [1]: HYBRID
+} UlyssesComms;
+
+static int hybrid_degree(int np) { return np == 4 ? 2 : 1; } // np 4: U 2 x R 2; else the ring of U 1
+
+static UlyssesComms ulysses_comms_init(Comm *comm) {
+    UlyssesComms uc;
+    int degrees[2] = {comm->size, hybrid_degree(comm->size)};
+    for (int i = 0; i < 2; i++) {
+        Mesh m = mesh_init(comm->rank, comm->size, comm->size, degrees[i]);
+        MPI_Comm u, r;
+        MPI_Comm_split(comm_mpi_handle(comm), m.ring_rank, m.ulysses_rank, &u);
+        MPI_Comm_split(comm_mpi_handle(comm), m.ulysses_rank, m.ring_rank, &r);
+        uc.ulysses[i] = comm_mpi_create(u);
+        uc.ring[i] = comm_mpi_create(r);
+    }
+    return uc;
+}
+
+static void ulysses_comms_free(UlyssesComms *uc) {
+    for (int i = 0; i < 2; i++) { uc->ulysses[i]->destroy(uc->ulysses[i]); uc->ring[i]->destroy(uc->ring[i]); }
+}
+
+static UlyssesComms ucomms;
+
 static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
     int np = comm->size;
     const char *name = cp_layout_names[kind];
@@ -218,7 +251,13 @@ static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
     AllgatherAttention ag;
     allgather_attention_init(&ag, comm, B, Tl, C, NH);
     ag.layout = &sh.layout;
-    AttentionVerbs verbs[NUM_ALGORITHMS] = {ring_attention_verbs(&ra), allgather_attention_verbs(&ag)};
+    UlyssesAttention ua[2];
+    for (int i = 0; i < 2; i++) {
+        ulysses_attention_init(&ua[i], ucomms.ulysses[i], ucomms.ring[i], B, Tl, C, NH);
+        ulysses_attention_bind(&ua[i], &sh.layout);
+    }
+    AttentionVerbs verbs[NUM_ALGORITHMS] = {ring_attention_verbs(&ra), allgather_attention_verbs(&ag),
+                                            ulysses_attention_verbs(&ua[0]), ulysses_attention_verbs(&ua[1])};
     Outputs got[NUM_ALGORITHMS];
     for (int a = 0; a < NUM_ALGORITHMS; a++) {
         outputs_init(&got[a], T);
@@ -232,6 +271,7 @@ static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
     outputs_free(&ref);
     ring_attention_free(&ra);
     allgather_attention_free(&ag);
+    for (int i = 0; i < 2; i++) { ulysses_attention_free(&ua[i]); }
     cp_sharder_free(&sh);
     free(qkv); free(dout); free(inputs); free(targets); free(qkv_d); free(dout_d); free(ref_out); free(ref_lse);
     free(ref_dqkv); free(doc); free(qkv_l); free(dout_l);
@@ -307,6 +347,7 @@ int main(int argc, char **argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     Comm *comm = comm_mpi_create(dup);
     int np = comm->size;
+    ucomms = ulysses_comms_init(comm);
     int Ts[] = {3, 7, 16, 37, 100}; // 3 and 7 (at np 4): sub-blocks of one token
     int num_T = (int)(sizeof(Ts) / sizeof(Ts[0]));
     int tested = 0;
@@ -341,8 +382,9 @@ int main(int argc, char **argv) {
         }
         printf("; worst |allgather - ring|:");
         for (int q = 0; q < NUM_QUANTITIES; q++) { printf(" %s %.2g", quantity_names[q], worst_vs_ring[q]); }
-        printf("\n");
+        printf(" (hybrid U %d x R %d)\n", hybrid_degree(np), np / hybrid_degree(np));
     }
+    ulysses_comms_free(&ucomms);
     comm->destroy(comm);
     MPI_Finalize();
     return 0;

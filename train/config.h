@@ -43,6 +43,7 @@ typedef struct {
     const char *layout;         // -cl
     int document_masking;       // -dm
     const char *attention;      // -ca
+    int ulysses_degree;         // -cu (0: not given)
     const char *token_loss_path; // -tl
     const char *transport;      // -ct
 } TrainConfig;
@@ -85,7 +86,8 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-cp", FLAG_INT, &cfg->cp_size, "context-parallel size (dp = world / cp)"},
         {"-cl", FLAG_STRING, &cfg->layout, "CP layout: identity | contiguous | round_robin | packed (needs -dm 1)"},
         {"-dm", FLAG_INT, &cfg->document_masking, "document masking: tokens attend within their document, EOT opens one (0/1)"},
-        {"-ca", FLAG_STRING, &cfg->attention, "CP attention algorithm: ring | allgather"},
+        {"-ca", FLAG_STRING, &cfg->attention, "CP attention algorithm: ring | allgather | ulysses | hybrid (needs -cu)"},
+        {"-cu", FLAG_INT, &cfg->ulysses_degree, "-ca hybrid: Ulysses degree U, cp = U x R (all-to-all in U, ring over R)"},
         {"-tl", FLAG_STRING, &cfg->token_loss_path, "write per-token losses (float32 [steps][dp*B][T], global order)"},
         {"-ct", FLAG_STRING, &cfg->transport, transports},
     };
@@ -246,10 +248,30 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (kind == CP_LAYOUT_PACKED && !cfg->document_masking) {
         fatal_everywhere("-cl packed splits documents: it needs -dm 1");
     }
-    if (cp_attention_from_name(cfg->attention) < 0) {
-        fatal_everywhere("-ca '%s': unknown attention algorithm (ring | allgather)", cfg->attention);
+    int attention = cp_attention_from_name(cfg->attention);
+    if (attention < 0) {
+        fatal_everywhere("-ca '%s': unknown attention algorithm (ring | allgather | ulysses | hybrid)", cfg->attention);
+    }
+    if (attention == CP_ATTENTION_HYBRID) {
+        if (cfg->ulysses_degree < 1 || cfg->cp_size % cfg->ulysses_degree != 0) {
+            fatal_everywhere("-ca hybrid needs -cu U, a Ulysses degree that divides -cp %d (cp = U x R), got -cu %d",
+                             cfg->cp_size, cfg->ulysses_degree);
+        }
+    } else if (cfg->ulysses_degree != 0) {
+        fatal_everywhere("-cu %d: the Ulysses degree applies to -ca hybrid only (-ca %s)", cfg->ulysses_degree,
+                         cfg->attention);
     }
     return (CpLayoutKind)kind;
+}
+
+// U, the size of the Ulysses groups of the CP group (cp/mesh.h): all of it for
+// ulysses, -cu for hybrid, single ranks (no all-to-all) for ring and allgather.
+static int cp_ulysses_degree(const TrainConfig *cfg) {
+    switch (cp_attention_from_name(cfg->attention)) {
+    case CP_ATTENTION_ULYSSES: return cfg->cp_size;
+    case CP_ATTENTION_HYBRID: return cfg->ulysses_degree;
+    default: return 1;
+    }
 }
 
 // Parses "dN" (random init of depth N). Returns N, or 0 when init names a file.
@@ -268,6 +290,16 @@ static void validate_against_model(const TrainConfig *cfg, GPT2Config c) {
     }
     if (cfg->sample_every > 0 && cfg->gen_tokens > c.max_seq_len) {
         fatal_everywhere("-g %d exceeds the model's max_seq_len %d", cfg->gen_tokens, c.max_seq_len);
+    }
+    int U = cp_ulysses_degree(cfg);
+    if (c.num_heads % U != 0) {
+        // each rank of a Ulysses group attends NH / U whole heads
+        if (cp_attention_from_name(cfg->attention) == CP_ATTENTION_ULYSSES) {
+            fatal_everywhere("-ca ulysses: the model's %d heads are not divisible by -cp %d (each rank takes NH / cp "
+                             "heads; -ca hybrid -cu U with U dividing both mixes in the ring)", c.num_heads, U);
+        }
+        fatal_everywhere("-ca hybrid: the model's %d heads are not divisible by -cu %d (each rank takes NH / U heads)",
+                         c.num_heads, U);
     }
     if (cfg->document_masking && GPT2_EOT >= c.vocab_size) {
         fatal_everywhere("-dm 1: documents open with the EOT token %d, outside the model's vocabulary of %d",

@@ -21,6 +21,7 @@ and the peak memory per rank at the end.
 typedef struct {
     const char *trainer;   // "cpu" or "cuda"
     const char *transport; // "mpi", "nccl", ...
+    const Mesh *mesh;      // the ranks (the Ulysses groups and rings of -ca ulysses | hybrid)
     int world_size, dp_size;
     int padded_T, local_T;
     size_t num_parameters;
@@ -28,6 +29,27 @@ typedef struct {
     int start_step;        // 0, or the step of the checkpoint resumed from
     int val_batches;
 } StartupFacts;
+
+// "{0,1} {2,3}": the CP ranks of each of `groups` groups of `size`, member(m, g, i)
+// the i-th of group g; cut with "..." where it would not fit the table
+static void format_rank_groups(char *buf, size_t cap, const Mesh *m, int groups, int size,
+                               int (*member)(const Mesh *, int, int)) {
+    size_t len = 0;
+    buf[0] = '\0';
+    for (int g = 0; g < groups; g++) {
+        char group[256];
+        size_t n = 0;
+        for (int i = 0; i < size && n + 16 < sizeof(group); i++) {
+            n += snprintf(group + n, sizeof(group) - n, "%s%d", i == 0 ? "{" : ",", member(m, g, i));
+        }
+        snprintf(group + n, sizeof(group) - n, "}");
+        if (len + strlen(group) + 5 > cap) {
+            snprintf(buf + len, cap - len, " ...");
+            return;
+        }
+        len += snprintf(buf + len, cap - len, "%s%s", g == 0 ? "" : " ", group);
+    }
+}
 
 static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const StartupFacts *f) {
     printf("+-----------------------+----------------------------------------------------+\n");
@@ -50,6 +72,18 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     snprintf(layout, sizeof(layout), "%s%s, attention %s", cfg->layout,
              cfg->document_masking ? " (document masking)" : "", cfg->attention);
     printf("| %-21s | %-50s |\n", "layout", layout);
+    int kind = cp_attention_from_name(cfg->attention);
+    if (kind == CP_ATTENTION_ULYSSES || kind == CP_ATTENTION_HYBRID) {
+        const Mesh *m = f->mesh;
+        char groups[51];
+        format_rank_groups(groups, sizeof(groups), m, m->ring_size, m->ulysses_size, mesh_ulysses_member);
+        char row[32];
+        snprintf(row, sizeof(row), "ulysses groups, U %d", m->ulysses_size);
+        printf("| %-21s | %-50s |\n", row, groups);
+        format_rank_groups(groups, sizeof(groups), m, m->ulysses_size, m->ring_size, mesh_ring_member);
+        snprintf(row, sizeof(row), "rings, R %d", m->ring_size);
+        printf("| %-21s | %-50s |\n", row, groups);
+    }
     printf("| %-21s | %-50s |\n", "transport", f->transport);
     char padded[128];
     if (strcmp(cfg->layout, "packed") == 0) { snprintf(padded, sizeof(padded), "%d at least (depends on the documents)", f->padded_T); }

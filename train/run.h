@@ -55,16 +55,23 @@ static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step
 }
 
 // The mesh's MPI communicators: world, this replica's CP group, the DP group of
-// this CP rank, and this rank alone. The caller owns (wraps) all four.
-static Mesh mesh_split_mpi(int cp_size, MPI_Comm *world, MPI_Comm *cp, MPI_Comm *dp, MPI_Comm *self) {
+// this CP rank, this rank alone, and the CP group's Ulysses group and ring
+// (cp/mesh.h; U = ulysses_size). The caller owns (wraps) all six.
+typedef struct {
+    MPI_Comm world, cp, dp, self, ulysses, ring;
+} MeshComms;
+
+static Mesh mesh_split_mpi(int cp_size, int ulysses_size, MeshComms *mc) {
     int world_rank, world_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    Mesh m = mesh_init(world_rank, world_size, cp_size);
-    MPI_Comm_dup(MPI_COMM_WORLD, world);
-    MPI_Comm_split(MPI_COMM_WORLD, m.dp_rank, m.cp_rank, cp);
-    MPI_Comm_split(MPI_COMM_WORLD, m.cp_rank, m.dp_rank, dp);
-    MPI_Comm_dup(MPI_COMM_SELF, self);
+    Mesh m = mesh_init(world_rank, world_size, cp_size, ulysses_size);
+    MPI_Comm_dup(MPI_COMM_WORLD, &mc->world);
+    MPI_Comm_split(MPI_COMM_WORLD, m.dp_rank, m.cp_rank, &mc->cp);
+    MPI_Comm_split(MPI_COMM_WORLD, m.cp_rank, m.dp_rank, &mc->dp);
+    MPI_Comm_dup(MPI_COMM_SELF, &mc->self);
+    MPI_Comm_split(mc->cp, m.ring_rank, m.ulysses_rank, &mc->ulysses);
+    MPI_Comm_split(mc->cp, m.ulysses_rank, m.ring_rank, &mc->ring);
     return m;
 }
 
@@ -192,7 +199,7 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
                                     const char *trainer, const char *transport, size_t num_parameters) {
     warn_if_threads_outnumber_cores(mesh);
     if (mesh->world_rank != 0) { return; }
-    StartupFacts facts = {trainer, transport, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
+    StartupFacts facts = {trainer, transport, mesh, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
                           num_parameters, run->steps, run->start_step, run->val_batches};
     print_startup_table(cfg, c, &facts);
     if (run->tokenizer.token_table == NULL) { printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path); }

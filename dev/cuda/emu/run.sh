@@ -4,7 +4,8 @@
 # compiled with g++ against the fake CUDA headers of this folder.
 #
 #     bash dev/cuda/emu/run.sh            the GPU tests, 1 to 4 ranks
-#     bash dev/cuda/emu/run.sh trainer    also train_gpt2cp (-ct mpi) vs the CPU twin, -r 0/1/2, and its resume
+#     bash dev/cuda/emu/run.sh trainer    also train_gpt2cp (-ct mpi; ring, all-gather, Ulysses)
+#                                         vs the CPU twin, -r 0/1/2, and its resume
 #
 # Slow (every thread is a fiber): small sizes only. NCCL is not emulated.
 set -euo pipefail
@@ -74,6 +75,16 @@ for t in 3 11 12 30 47 51 70 99 120; do put_u16 "$WORK/docs.bin" $((1024 + 2 * t
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -i "$WORK/docs.bin" -dm 1 -cp 2 -cl packed -ca allgather -ct mpi \
     -o "$WORK/gpu_docs" -tl "$WORK/gpu_docs.tl" > "$WORK/gpu_docs.out"
 compare cpu_docs gpu_docs
+# Ulysses on documents: d1's weights read as 2 heads (NH in the checkpoint header),
+# all-to-all over 2 ranks, packed with -dm 1
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -x 0 -o "$WORK/d1" > "$WORK/d1.out"
+cp "$WORK/d1/model_00000000.bin" "$WORK/d1_2heads.bin"
+put_i32 "$WORK/d1_2heads.bin" 20 2
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 \
+    -o "$WORK/cpu_ulysses" -tl "$WORK/cpu_ulysses.tl" > "$WORK/cpu_ulysses.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 2 \
+    -cl packed -ca ulysses -ct mpi -o "$WORK/gpu_ulysses" -tl "$WORK/gpu_ulysses.tl" > "$WORK/gpu_ulysses.out"
+compare cpu_ulysses gpu_ulysses
 # resume: 1 step, a checkpoint, then -y 1 on to step 2 gives the 2-step run's losses
 # and weights bit for bit (the AdamW moments go through the host copy both ways)
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -x 1 -o "$WORK/gpu_resume" > "$WORK/gpu_resume1.out"

@@ -1,0 +1,78 @@
+/*
+What each context-parallel attention algorithm sends per layer, from the sizes
+alone: the bytes that leave one rank and its point-to-point messages, forward and
+backward, with collectives counted as their bandwidth-optimal schedules send (an
+all-gather or a reduce-scatter over n ranks: n-1 parts, in n-1 dependent steps;
+an all-to-all: its n-1 parts for the others, n-1 messages that need not wait for
+each other). fp32 tensors and int32 coordinates, as the code sends them.
+
+dev/cp_layout prints it for a (T, cp, model); dev/bench/attention_algorithms.c
+counts the same quantities on the running code (and test/test_cp_layout.sh checks
+that the two agree).
+
+Per rank, B rows of Tl = P / cp local tokens, C channels, NH heads; a K/V block
+(cp/attention_block.h) is 2 B Tl C floats and 2 B Tl ints, dK | dV 2 B Tl C floats.
+    ring        forward  cp-1 K/V blocks                 backward  cp-1 K/V + cp dK|dV
+    allgather   forward  cp-1 K/V blocks                 backward  cp-1 K/V + cp-1 dK|dV
+    ulysses     forward  (U-1)/U of B Tl (3C + C + NH)   backward  (U-1)/U of B Tl (5C + NH + 3C)
+                (U = cp; the messages do not grow with cp's ring steps: 2 (U-1) each way)
+    hybrid      the all-to-all of ulysses over U ranks, plus the ring over R = cp / U
+                ranks of blocks of U Tl tokens and C / U channels
+*/
+#ifndef CP_ATTENTION_COST_H
+#define CP_ATTENTION_COST_H
+
+#include <stddef.h>
+#include "attention_block.h"
+#include "attention_kind.h"
+
+typedef struct {
+    size_t forward_bytes, backward_bytes; // bytes that leave the rank, per layer
+    long forward_messages, backward_messages;
+    size_t step_bytes;                    // once per step (Ulysses: the coordinates of its group)
+    long step_messages;
+} AttentionCost;
+
+// ring over n ranks of blocks of (B, Tl) tokens and C channels
+static void ring_cost(AttentionCost *a, int n, int B, int Tl, int C) {
+    if (n == 1) { return; }
+    a->forward_bytes += (n - 1) * kv_block_bytes(B, Tl, C);
+    a->forward_messages += n - 1;
+    a->backward_bytes += (n - 1) * kv_block_bytes(B, Tl, C) + n * dkv_block_bytes(B, Tl, C);
+    a->backward_messages += 2 * n - 1;
+}
+
+// the all-to-alls of Ulysses over U ranks: floats per local token in and back
+static void ulysses_cost(AttentionCost *a, int U, int B, int Tl, int C, int NH) {
+    if (U == 1) { return; }
+    size_t tokens = (size_t)B * Tl, f = sizeof(float);
+    a->forward_bytes += (U - 1) * (tokens * 3 * C / U + tokens * (C + NH) / U) * f;
+    a->backward_bytes += (U - 1) * (tokens * (5 * C + NH) / U + tokens * 3 * C / U) * f;
+    a->forward_messages += 2 * (U - 1);
+    a->backward_messages += 2 * (U - 1);
+    a->step_bytes += (U - 1) * tokens * 2 * sizeof(int);
+    a->step_messages += U - 1;
+}
+
+// U: the Ulysses degree of kind hybrid (ulysses takes cp, the others 1)
+static AttentionCost attention_cost(CpAttentionKind kind, int cp, int U, int B, int Tl, int C, int NH) {
+    AttentionCost a = {0, 0, 0, 0, 0, 0};
+    switch (kind) {
+    case CP_ATTENTION_RING: ring_cost(&a, cp, B, Tl, C); break;
+    case CP_ATTENTION_ALLGATHER:
+        if (cp == 1) { break; }
+        a.forward_bytes = (cp - 1) * kv_block_bytes(B, Tl, C);
+        a.forward_messages = cp - 1;
+        a.backward_bytes = (cp - 1) * (kv_block_bytes(B, Tl, C) + dkv_block_bytes(B, Tl, C));
+        a.backward_messages = 2 * (cp - 1);
+        break;
+    case CP_ATTENTION_ULYSSES: ulysses_cost(&a, cp, B, Tl, C, NH); break;
+    case CP_ATTENTION_HYBRID:
+        ulysses_cost(&a, U, B, Tl, C, NH);
+        ring_cost(&a, cp / U, B, U * Tl, C / U);
+        break;
+    }
+    return a;
+}
+
+#endif // CP_ATTENTION_COST_H

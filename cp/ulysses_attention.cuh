@@ -1,0 +1,146 @@
+/*
+Ulysses attention on the GPU, and the Ulysses x ring hybrid: cp/ulysses_attention.h
+step for step, with the tensors in device memory. The all-to-alls go through the
+device transport's all_to_all (NCCL: grouped send/recv; -ct mpi: staged through
+the host); one kernel moves the elements of an exchange into and out of the
+all-to-all buffer, each thread one element, by the rule of cp/ulysses_exchange.h
+that the CPU loops follow too. The attention over the group's row is the GPU ring
+(cp/ring_attention.cuh) over the R groups, a ring of one at -ca ulysses.
+
+The group's coordinates (cp/ulysses_layout.h) are built on the host once per step
+(bind) over a host transport of the same ranks, and their slots copied to the
+device; the ring takes the group's layout from the host, like any layout.
+*/
+#ifndef CP_ULYSSES_ATTENTION_CUH
+#define CP_ULYSSES_ATTENTION_CUH
+
+#include "attention_block.cuh"
+#include "comm.h"
+#include "ring_attention.cuh"
+#include "sharder.h"
+#include "ulysses_exchange.h"
+#include "ulysses_layout.h"
+#include "../llmc/attention_verbs.h"
+#include "../llmc/cuda_common.cuh"
+
+typedef struct {
+    Comm *group;               // the Ulysses group (U ranks), on device memory
+    Comm *group_host;          // the same ranks on host memory: the coordinates
+    const ShardLayout *layout; // this step's layout (host)
+    int B, T, C, NH, U;        // T = local tokens per row; buffers fit these sizes
+    UlyssesLayout coords;      // the group's row (host)
+    int *slot;                 // (U, B, T) coords.slot on the device
+    float *send, *recv;        // all-to-all buffers (device), U parts each, sized for the largest exchange
+    float *qkv, *dqkv;         // (B, U*T, 3C/U) the group's row, this rank's heads (device)
+    float *out, *dout;         // (B, U*T, C/U)
+    float *lse;                // (B, NH/U, U*T)
+    RingAttentionCuda ring;    // over the R groups, at (B, U*T, C/U, NH/U)
+    size_t bytes;              // device memory init allocated
+} UlyssesAttentionCuda;
+
+static void ulysses_attention_cuda_init(UlyssesAttentionCuda *ua, Comm *group, Comm *group_host, Comm *ring, int B,
+                                        int T, int C, int NH) {
+    memset(ua, 0, sizeof(*ua));
+    int U = group->size;
+    if (NH % U != 0) { fatal("ulysses: %d heads are not divisible by the Ulysses degree %d", NH, U); }
+    if (group_host->size != U) { fatal("ulysses: the host group has %d ranks, the device group %d", group_host->size, U); }
+    ua->group = group;
+    ua->group_host = group_host;
+    ua->B = B; ua->T = T; ua->C = C; ua->NH = NH; ua->U = U;
+    ulysses_layout_init(&ua->coords, U, B, T);
+    size_t bt = (size_t)B * T, buffer = ulysses_buffer_floats(B, T, C, NH);
+    ua->slot = (int *)attention_cuda_alloc(&ua->bytes, (size_t)U * bt * sizeof(int));
+    ua->send = (float *)attention_cuda_alloc(&ua->bytes, buffer * sizeof(float));
+    ua->recv = (float *)attention_cuda_alloc(&ua->bytes, buffer * sizeof(float));
+    ua->qkv = (float *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(float));
+    ua->dqkv = (float *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(float));
+    ua->out = (float *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(float));
+    ua->dout = (float *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(float));
+    ua->lse = (float *)attention_cuda_alloc(&ua->bytes, bt * NH * sizeof(float));
+    ring_attention_cuda_init(&ua->ring, ring, B, U * T, C / U, NH / U);
+    ua->bytes += ua->ring.bytes;
+}
+
+static void ulysses_attention_cuda_free(UlyssesAttentionCuda *ua) {
+    void *buffers[] = {ua->slot, ua->send, ua->recv, ua->qkv, ua->dqkv, ua->out, ua->dout, ua->lse};
+    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { cudaCheck(cudaFree(buffers[i])); }
+    ring_attention_cuda_free(&ua->ring);
+    ulysses_layout_free(&ua->coords);
+    memset(ua, 0, sizeof(*ua));
+}
+
+// Collective over the Ulysses group: this step's layout, and the group's row made of it.
+static void ulysses_attention_cuda_bind(UlyssesAttentionCuda *ua, const ShardLayout *layout) {
+    ua->layout = layout;
+    ulysses_layout_build(&ua->coords, ua->group_host, layout);
+    cuda_upload(ua->slot, ua->coords.slot, (size_t)ua->U * ua->B * ua->T * sizeof(int));
+    ua->ring.layout = &ua->coords.layout;
+}
+
+// one thread per element of the all-to-all buffer: from (into_buffer) or to its place on `side`
+__global__ static void ulysses_move_kernel(UlyssesExchange x, float *buf, const int *slot, int side, int into_buffer,
+                                           size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) { return; }
+    float *p = ulysses_element(&x, slot, i, side);
+    if (into_buffer) { buf[i] = *p; } else { *p = buf[i]; }
+}
+
+static void ulysses_move_cuda(const UlyssesExchange *x, float *buf, const int *slot, int side, int into_buffer) {
+    size_t n = x->U * ulysses_exchange_part(x);
+    ulysses_move_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(*x, buf, slot, side, into_buffer, n);
+    cudaCheckLaunch();
+}
+
+// local -> group (from = ULYSSES_LOCAL) or group -> local, through one all-to-all
+static void ulysses_exchange_run_cuda(UlyssesAttentionCuda *ua, const UlyssesExchange *x, int from) {
+    ulysses_move_cuda(x, ua->send, ua->slot, from, 1);
+    ua->group->all_to_all(ua->group, ua->send, ua->recv, ulysses_exchange_part(x) * sizeof(float));
+    ulysses_move_cuda(x, ua->recv, ua->slot, 1 - from, 0);
+}
+
+// out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
+static void ulysses_attention_cuda_forward(UlyssesAttentionCuda *ua, float *out, float *lse, const float *qkv) {
+    int C = ua->C, NH = ua->NH;
+    UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
+    ulysses_exchange_add(&in, (float *)qkv, ua->qkv, 3, C, 0);
+    ulysses_exchange_run_cuda(ua, &in, ULYSSES_LOCAL);
+    ring_attention_cuda_forward(&ua->ring, ua->out, ua->lse, ua->qkv);
+    UlyssesExchange back = ulysses_exchange(ua->U, ua->B, ua->T);
+    ulysses_exchange_add(&back, out, ua->out, 1, C, 0);
+    ulysses_exchange_add(&back, lse, ua->lse, 1, NH, 1);
+    ulysses_exchange_run_cuda(ua, &back, ULYSSES_GROUP);
+}
+
+// dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
+static void ulysses_attention_cuda_backward(UlyssesAttentionCuda *ua, float *dqkv, const float *dout,
+                                            const float *qkv, const float *out, const float *lse) {
+    int C = ua->C, NH = ua->NH;
+    UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
+    ulysses_exchange_add(&in, (float *)qkv, ua->qkv, 3, C, 0);
+    ulysses_exchange_add(&in, (float *)out, ua->out, 1, C, 0);
+    ulysses_exchange_add(&in, (float *)dout, ua->dout, 1, C, 0);
+    ulysses_exchange_add(&in, (float *)lse, ua->lse, 1, NH, 1);
+    ulysses_exchange_run_cuda(ua, &in, ULYSSES_LOCAL);
+    ring_attention_cuda_backward(&ua->ring, ua->dqkv, ua->dout, ua->qkv, ua->out, ua->lse);
+    UlyssesExchange back = ulysses_exchange(ua->U, ua->B, ua->T);
+    ulysses_exchange_add(&back, dqkv, ua->dqkv, 3, C, 0);
+    ulysses_exchange_run_cuda(ua, &back, ULYSSES_GROUP);
+}
+
+static void ulysses_attention_cuda_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
+    ulysses_attention_cuda_forward((UlyssesAttentionCuda *)ctx, out, lse, qkv);
+}
+
+static void ulysses_attention_cuda_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                                 const float *out, const float *lse) {
+    ulysses_attention_cuda_backward((UlyssesAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the GPU model's attention verbs (device pointers), computed by Ulysses (and the ring across its groups)
+static AttentionVerbs ulysses_attention_cuda_verbs(UlyssesAttentionCuda *ua) {
+    AttentionVerbs verbs = {ua, ulysses_attention_cuda_forward_verb, ulysses_attention_cuda_backward_verb};
+    return verbs;
+}
+
+#endif // CP_ULYSSES_ATTENTION_CUH
