@@ -155,7 +155,7 @@ fi
 # ---- 5. the table
 PER_STEP=$((B * T))
 # step losses of main.log, one per line
-step_losses() { awk -F'trl:' '/ trl:/ { print $2 }' "$1"; }
+step_losses() { awk -F'trl:' '/ trl:/ { split($2, a, " "); print a[1] }' "$1"; }
 # per-token losses of a -tl file, one per line
 token_losses() { od -An -v -f -w4 "$1" | awk '{ print $1 }'; }
 # mean tok/s of the progress lines after the first step

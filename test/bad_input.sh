@@ -225,18 +225,18 @@ expect_error tl_unwritable 2 "rank 0: cannot open '.*/no_such_dir/losses\.tl'" \
     "${BASE[@]}" -cp 2 -tl "$WORK/no_such_dir/losses.tl"
 
 # ---------------------------------------------------------------------------
-# tokenizer (-k)
+# tokenizer (-tk)
 cp "$TOKENIZER" "$WORK/tok_magic.bin";  put_i32 "$WORK/tok_magic.bin" 0 20240326
 head -c $(($(stat -c %s "$TOKENIZER") / 2)) "$TOKENIZER" >"$WORK/tok_truncated.bin"
 cp "$TOKENIZER" "$WORK/tok_vocab.bin";  put_i32 "$WORK/tok_vocab.bin" 8 50000
 
 echo "== tokenizer"
 expect_error tokenizer_bad_magic 2 "tokenizer '.*tok_magic\.bin': bad magic 20240326" \
-    "${BASE[@]}" -cp 2 -k "$WORK/tok_magic.bin"
+    "${BASE[@]}" -cp 2 -tk "$WORK/tok_magic.bin"
 expect_error tokenizer_truncated 2 "tokenizer '.*tok_truncated\.bin': entry of token [0-9]+ is truncated" \
-    "${BASE[@]}" -cp 2 -k "$WORK/tok_truncated.bin"
+    "${BASE[@]}" -cp 2 -tk "$WORK/tok_truncated.bin"
 expect_error tokenizer_vocab 2 "tokenizer '.*tok_vocab\.bin': vocabulary of 50000 tokens, the model has 50257" \
-    "${BASE[@]}" -cp 2 -k "$WORK/tok_vocab.bin"
+    "${BASE[@]}" -cp 2 -tk "$WORK/tok_vocab.bin"
 
 # ---------------------------------------------------------------------------
 # flags and sizes

@@ -29,12 +29,13 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 #include "config.h"
 #include "progress.h"
 
-#define RANDOM_INIT_SEED 42
+#define RANDOM_INIT_SEED 42 // llm.c's
 #define SAMPLE_SEED 1337
 
 // The model into host memory: the weights of the checkpoint resumed from, else -e
-// (an llm.c checkpoint, or dN for a random init of depth N). Every rank builds the
-// same weights (the trainers broadcast rank 0's all the same).
+// (an llm.c checkpoint, or one of llm.c's descriptors dN, gpt2:dN, gpt3:cN for
+// llm.c's random init of that model). Every rank builds the same weights (the
+// trainers broadcast rank 0's all the same).
 static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step) {
     if (resume_step >= 0) {
         char path[4096];
@@ -42,16 +43,16 @@ static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step
         gpt2_load_checkpoint(model, path);
         return;
     }
-    const char *init = cfg->init;
-    int depth = random_init_depth(init);
-    if (depth > 0) {
-        GPT2Config c = gpt2_config_for_depth(depth);
-        char why[256];
-        if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", init, why); }
-        gpt2_init_random(model, c, RANDOM_INIT_SEED);
-    } else {
-        gpt2_load_checkpoint(model, init);
+    GPT2Config c;
+    char why[256];
+    int descriptor = gpt2_config_from_descriptor(cfg->init, &c, why, sizeof(why));
+    if (descriptor < 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
+    if (descriptor == 0) {
+        gpt2_load_checkpoint(model, cfg->init);
+        return;
     }
+    if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
+    gpt2_init_random(model, c, RANDOM_INIT_SEED);
 }
 
 // The mesh's MPI communicators: world, this replica's CP group, the DP group of
@@ -95,7 +96,7 @@ typedef struct {
     FILE *token_loss_fp;    // -tl, open on the master only
     float *loss_rows;       // (B, T) this replica's gathered per-token losses
     float *loss_all_rows;   // (dp * B, T) every replica's
-    CosineSchedule schedule;
+    LrSchedule schedule;
     Rng sample_rng;
     int start_step;         // 0, or the step of the checkpoint resumed from
     int resumed;
@@ -151,7 +152,8 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
         run->loss_rows = (float *)mallocCheck((size_t)cfg->B * cfg->T * sizeof(float));
         run->loss_all_rows = (float *)mallocCheck((size_t)mesh->dp_size * cfg->B * cfg->T * sizeof(float));
     }
-    CosineSchedule schedule = {cfg->learning_rate, cfg->warmup, run->steps, cfg->final_lr_fraction};
+    LrSchedule schedule = {(LrScheduleKind)lr_schedule_from_name(cfg->lr_schedule), cfg->learning_rate, cfg->warmup,
+                           run->steps, cfg->final_lr_fraction};
     run->schedule = schedule;
     rng_seed(&run->sample_rng, SAMPLE_SEED);
     run->tokens_per_step = (double)mesh->dp_size * cfg->B * cfg->T;
@@ -193,6 +195,7 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
     StartupFacts facts = {trainer, transport, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
                           num_parameters, run->steps, run->start_step, run->val_batches};
     print_startup_table(cfg, c, &facts);
+    print_flag_notes(cfg);
     if (run->tokenizer.token_table == NULL) { printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path); }
 }
 
@@ -261,7 +264,7 @@ static void train_run_end_step(TrainRun *run, int master, int step, float loss, 
         print_progress(step, run->steps, loss, grad_norm, lr, seconds, run->tokens_per_step,
                        run->total_step_seconds / (step + 1));
     }
-    logger_log_train(&run->logger, step, loss);
+    logger_log_train(&run->logger, step, loss, lr, grad_norm);
 }
 
 // Gathers the step's per-token losses to global order: the CP group's shards into
