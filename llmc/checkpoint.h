@@ -108,6 +108,11 @@ static void remove_done_marker(const char *dir, int step) {
     else if (errno != ENOENT) { fatal("cannot remove '%s': %s", path, strerror(errno)); }
 }
 
+// Removes a file of an old checkpoint (-nk); one already gone is fine.
+static void remove_file_if_there(const char *path) {
+    if (unlink(path) != 0 && errno != ENOENT) { fatal("cannot remove '%s': %s", path, strerror(errno)); }
+}
+
 // ----------------------------------------------------------------------------
 // the state file
 

@@ -145,7 +145,7 @@ gpu gpu_docs_cp4_packed_allgather 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -i "$DOC
 gpu gpu_docs_cp4_rr_allgather 4 cpu_docs_cp1 -cp 4 -cl round_robin -dm 1 -i "$DOCS" -ca allgather -ct mpi
 # resume: 10 steps with a checkpoint, then -y 1 on to 20, against the 20-step run
 RESUME=$WORK/gpu_resume
-train gpu_resume_first 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -x 10 -o "$RESUME" -tl "$RESUME.tl" &&
+train gpu_resume_first 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -x 10 -n 10 -o "$RESUME" -tl "$RESUME.tl" &&
     train gpu_resume_rest 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -y 1 -o "$RESUME" -tl "$RESUME.tl" ||
     fail "the resumed GPU run"
 if ! cmp -s "$WORK/gpu_cp2_round_robin_mpi/main.log" "$RESUME/main.log"; then

@@ -196,7 +196,7 @@ expect_error init_too_deep 2 "-e d100000: sizes beyond this trainer's bounds" \
 echo "== resume"
 # -x 0: resume, and nothing to train (no checkpoint is written over the source)
 RESUME=("${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -y 1 -x 0)
-expect_success resume_source 2 "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -x 0 -o "$WORK/resume_good"
+expect_success resume_source 2 "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -x 0 -n 1 -o "$WORK/resume_good"
 resume_dir() { rm -rf "$WORK/$1"; cp -r "$WORK/resume_good" "$WORK/$1"; }
 state0=state_00000000_00000.bin
 state1=state_00000000_00001.bin
@@ -272,6 +272,14 @@ expect_error b_not_integer 2 "flag -b expects an integer, got 'abc'" \
     "${BASE[@]}" -cp 2 -b abc
 expect_error rank_without_token 4 "sequence length 3 with layout contiguous at cp 4 leaves rank [0-9]+ without a real token" \
     "${BASE[@]}" -cp 4 -cl contiguous -t 3
+
+# llm.c's multi-node flags that do not fit mpirun's world, and llm.c's own start-up
+expect_error launch_pn 2 "-pn 3, but mpirun started 2 rank\(s\)" "${BASE[@]}" -cp 2 -pn 3
+expect_error launch_pr 2 "rank 1: -pr 0, but mpirun made this process rank 1" "${BASE[@]}" -cp 2 -pr 0
+expect_error launch_pg 2 "-pg 1, but mpirun put 2 ranks on this node" "${BASE[@]}" -cp 2 -pg 1
+expect_error launch_pi_tcp 2 "-pi tcp: this trainer's ranks start under mpirun" "${BASE[@]}" -cp 2 -pi tcp
+expect_error total_batch_zero 2 "-d 0: the total batch is a number of tokens" "${BASE[@]}" -cp 2 -d 0
+expect_error hellaswag_two 2 "-h 2: HellaSwag is 0 or 1" "${BASE[@]}" -cp 2 -h 2
 
 # -h: the usage on stdout, naming the CP flags, and a non-zero exit
 cases=$((cases + 1))

@@ -73,7 +73,7 @@ echo "== dp 2 x cp {1, 2}, B = 2, against one rank with B = 4"
 echo
 echo "== checkpoint round trip"
 CKPT_DIR=$WORK/ckpt
-train ckpt 1 -b 2 -x 0 -o "$CKPT_DIR" # a later flag wins: no steps
+train ckpt 1 -b 2 -x 0 -n 1 -o "$CKPT_DIR" # a later flag wins: no steps; -n 1: the checkpoint at the end
 CKPT=$CKPT_DIR/model_00000000.bin
 if [[ ! -f $CKPT ]]; then
     echo "FAIL: -x 0 -o $CKPT_DIR wrote no $CKPT; the directory holds: $(ls "$CKPT_DIR")" >&2

@@ -313,10 +313,6 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     }
     if (cfg->gelu_fusion < -1 || cfg->gelu_fusion > 2) { fatal_everywhere("-ge %d: llm.c's GELU fusion is -1, 0, 1 or 2", cfg->gelu_fusion); }
     if (cfg->zero_stage < 0 || cfg->zero_stage > 3) { fatal_everywhere("-z %d: llm.c's ZeRO stages are 0 to 3", cfg->zero_stage); }
-    if (cfg->total_batch_size != -1 || cfg->checkpoints_keep || cfg->major_checkpoint_every ||
-        cfg->overfit_single_batch || cfg->skip_loss_z != 0.0f || cfg->skip_grad_z != 0.0f || cfg->hellaswag) {
-        fatal_everywhere("-d, -nk, -nm, -a, -sl, -sg and -h 1 are not implemented yet");
-    }
     if (strcmp(cfg->init_method, "mpi") != 0) {
         fatal_everywhere("-pi %s: this trainer's ranks start under mpirun (-pi mpi); llm.c's tcp and fs start-up, "
                          "one process per node told its -pr and -pn, is not here: run mpirun -np N instead",

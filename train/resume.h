@@ -102,6 +102,25 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
     }
 }
 
+// After checkpoint `step`: with -nk K, the checkpoint K * N steps older goes (llm.c's
+// rule), unless -nm M makes it a major one (its step a multiple of M). Its DONE
+// marker goes first, so that a crash in the middle never leaves a marker over
+// missing files; then every rank removes its state file and rank 0 the model.
+static void delete_old_checkpoint(const TrainConfig *cfg, const Mesh *mesh, int step) {
+    int old = step - cfg->checkpoints_keep * cfg->checkpoint_every;
+    if (cfg->checkpoints_keep == 0 || old <= 0) { return; }
+    if (cfg->major_checkpoint_every > 0 && old % cfg->major_checkpoint_every == 0) { return; }
+    char path[4096];
+    if (mesh->world_rank == 0) { remove_done_marker(cfg->output_dir, old); }
+    MPI_Barrier(MPI_COMM_WORLD);
+    state_path(path, sizeof(path), cfg->output_dir, old, mesh->world_rank);
+    remove_file_if_there(path);
+    if (mesh->world_rank == 0) {
+        model_path(path, sizeof(path), cfg->output_dir, old);
+        remove_file_if_there(path);
+    }
+}
+
 // Writes checkpoint `step`: the weights (rank 0) and every rank's state, then,
 // once every rank has finished its files (a barrier), the DONE marker that makes
 // resume trust the checkpoint. A crash before the marker leaves the previous one
@@ -129,6 +148,7 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
         printf("wrote checkpoint %s/model_%08d.bin (+ state of %d rank(s), DONE_%08d)\n", cfg->output_dir, step,
                mesh->world_size, step);
     }
+    delete_old_checkpoint(cfg, mesh, step);
 }
 
 #endif // TRAIN_RESUME_H
