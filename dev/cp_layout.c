@@ -105,7 +105,7 @@ static Batch dummy_batch(int T) {
 // loader (one data-parallel replica, its first step).
 static Batch file_batch(const char *path, int B, int T, int document_token) {
     DataLoader dl;
-    dataloader_init(&dl, path, "-i", B, T, 0, 1, ANY_TOKEN);
+    dataloader_init(&dl, path, "-i", B, T, 0, 1, ANY_TOKEN, 0);
     dataloader_next_batch(&dl);
     Batch batch = {B, T, (int *)mallocCheck((size_t)B * T * sizeof(int)), (int *)mallocCheck((size_t)B * T * sizeof(int)),
                    document_token};

@@ -12,6 +12,10 @@ rank draws alike:
 #include <stdint.h>
 #include <stddef.h>
 
+#ifndef M_PI // strict C modes leave it out
+#define M_PI 3.14159265358979323846
+#endif
+
 typedef struct {
     uint64_t state;
 } Rng;

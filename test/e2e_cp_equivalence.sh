@@ -19,7 +19,8 @@ fi
 STEPS=20
 T=100
 # -e d1 random init, a learning rate that moves the loss (about 10.85 -> 9.5 in 20 steps)
-COMMON=(-e d1 -t $T -x $STEPS -l 1e-3 -v 0 -s 0)
+# -sh 0: the data in order, so that dp 2 reads the rows of one rank's larger batch
+COMMON=(-e d1 -t $T -x $STEPS -l 1e-3 -v 0 -s 0 -sh 0)
 
 # train_b NAME NP B [flags...]: one run at batch B, with its main.log in $WORK/NAME
 # and its per-token losses in $WORK/NAME.tl

@@ -16,6 +16,9 @@
 #   8. -h 1: HellaSwag on a small eval file (test/llmc_files.py, llm.c's format) with
 #      a model trained on a token cycle: the expected 4/6 at cp 1, cp 2 and dp 2;
 #      a missing eval file is noted and skipped, as in llm.c
+#  10. -sh 1 (the default) reads the training data in llm.c's shuffled order (an
+#      independent Python replay of llm.c's loader, over 2 shards and 2 epochs, at
+#      dp 1 and dp 2), the same at cp 4, and a resume continues it bit for bit
 #   9. llm.c's flags that cannot act here are accepted with a note; -pn -pr -pg
 #      that fit mpirun's world are accepted (those that do not: bad_input.sh)
 #
@@ -110,7 +113,7 @@ model_at() { printf '%s/model_%08d.bin' "$1" "$2"; }
 # ---- 4. gradient accumulation
 echo
 echo "== -d: gradient accumulation equals the larger batch"
-ACC=(-e d1 -t 32 -x 8 -l 1e-3 -n 8)
+ACC=(-e d1 -t 32 -x 8 -l 1e-3 -n 8 -sh 0) # in order: the micro-batches are the larger batch's rows
 train acc_big 1 "${ACC[@]}" -b 4 -o "$WORK/acc_big" -tl "$WORK/acc_big.tl"
 train acc_cp2 2 "${ACC[@]}" -b 2 -d 128 -cp 2 -o "$WORK/acc_cp2" -tl "$WORK/acc_cp2.tl"
 train acc_dp2 2 "${ACC[@]}" -b 1 -d 128 -cp 1 -o "$WORK/acc_dp2" -tl "$WORK/acc_dp2.tl"
@@ -172,7 +175,7 @@ awk -F'[: ]' '$3 == "trl" { l[$2] = $4 } END { exit !(l[5] < l[0] - 0.5) }' "$WO
 echo
 echo "== -sl / -sg: the spiked step's update is skipped"
 python3 "$FILES" spike "$WORK/spike.bin" 8 141 140
-SPIKE=(-e d1 -b 1 -t 8 -x 141 -n 140 -l 1e-2 -i "$WORK/spike.bin")
+SPIKE=(-e d1 -b 1 -t 8 -x 141 -n 140 -l 1e-2 -i "$WORK/spike.bin" -sh 0) # in order: the spike at step 140
 train skip_loss 1 "${SPIKE[@]}" -sl 3 -o "$WORK/skip_loss"
 train skip_grad 1 "${SPIKE[@]}" -sg 3 -o "$WORK/skip_grad"
 for kind in loss grad; do
@@ -228,5 +231,30 @@ for flag in "-w 0" "-ge 2" "-r 2" "-z 1" "-lg 5"; do
     grep -q "^note: $flag: " "$WORK/accepted.out" || fail "no note for $flag"
 done
 echo "ok   -w 0 -ge 2 -r 2 -z 1 -lg 5 accepted, each with its note; -pn 2 -pg 8 -pi/-pm mpi -ps -pf/-pp fit np 2"
+
+# ---- 10. shuffled data
+echo
+echo "== -sh 1: llm.c's shuffled order"
+python3 "$FILES" head dev/data/austen/austen_val.bin "$WORK/shard_a.bin" $((11 * 32 + 5))
+python3 "$FILES" head dev/data/austen/austen_train.bin "$WORK/shard_b.bin" $((7 * 32 + 1))
+SHUF=(-e d1 -b 2 -t 16 -l 0 -i "$WORK/shard_*.bin")  # -l 0: a row's losses depend on its tokens alone
+train val_all 1 -e d1 -b 2 -t 16 -x 0 -v 1 -m -1 -j "$WORK/shard_a.bin"
+grep -qE '^\| val batches +\| 11 ' "$WORK/val_all.out" && echo "ok   -m -1 validates on all 11 batches of the -j data" ||
+    fail "-m -1: $(grep 'val batches' "$WORK/val_all.out")"
+train in_order 1 "${SHUF[@]}" -sh 0 -x 18 -tl "$WORK/in_order.tl"
+train shuffled 1 "${SHUF[@]}" -x 22 -tl "$WORK/shuffled.tl"
+train shuffled_dp2 2 "${SHUF[@]}" -cp 1 -x 12 -tl "$WORK/shuffled_dp2.tl"
+python3 "$FILES" shuffle_check "$WORK/shuffled.tl" "$WORK/in_order.tl" 2 16 1 22 "$WORK"/shard_*.bin || fail "-sh 1 at dp 1"
+python3 "$FILES" shuffle_check "$WORK/shuffled_dp2.tl" "$WORK/in_order.tl" 2 16 2 12 "$WORK"/shard_*.bin || fail "-sh 1 at dp 2"
+train shuffled_cp4 4 "${SHUF[@]}" -cp 4 -x 22 -tl "$WORK/shuffled_cp4.tl"
+python3 "$FILES" tl_close "$WORK/shuffled.tl" "$WORK/shuffled_cp4.tl" 1e-5 || fail "-sh 1: cp 4 reads another order than cp 1"
+train shuffled_first 1 "${SHUF[@]}" -l 1e-3 -x 20 -n 20 -o "$WORK/shuffled_resume" -tl "$WORK/shuffled_resume.tl"
+train shuffled_rest 1 "${SHUF[@]}" -l 1e-3 -x 22 -y 1 -o "$WORK/shuffled_resume" -tl "$WORK/shuffled_resume.tl"
+train shuffled_whole 1 "${SHUF[@]}" -l 1e-3 -x 22 -o "$WORK/shuffled_whole" -tl "$WORK/shuffled_whole.tl"
+if cmp -s "$WORK/shuffled_resume.tl" "$WORK/shuffled_whole.tl" && cmp -s "$WORK/shuffled_resume/main.log" "$WORK/shuffled_whole/main.log"; then
+    echo "ok   resumed at step 20 (in the second epoch), the shuffled run continues bit for bit"
+else
+    fail "-sh 1: the resumed run differs from the uninterrupted one"
+fi
 
 finish

@@ -47,6 +47,7 @@ typedef struct {
     int hellaswag;              // -h
     const char *hellaswag_path; // -hf
     int overfit_single_batch;   // -a
+    int shuffle;                // -sh
     int tf32;                   // -f
     int master_weights;         // -w
     int gelu_fusion;            // -ge
@@ -99,7 +100,7 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-sl", FLAG_FLOAT, &cfg->skip_loss_z, "skip the update when the loss z-score exceeds this (0: off)"},
         {"-sg", FLAG_FLOAT, &cfg->skip_grad_z, "skip the update when the grad-norm z-score exceeds this (0: off)"},
         {"-v", FLAG_INT, &cfg->val_every, "validation loss every N steps (0: never)"},
-        {"-m", FLAG_INT, &cfg->val_batches, "validation batches"},
+        {"-m", FLAG_INT, &cfg->val_batches, "validation batches (-1: the whole validation data)"},
         {"-n", FLAG_INT, &cfg->checkpoint_every, "checkpoint every N steps and at the end (0: never)"},
         {"-nk", FLAG_INT, &cfg->checkpoints_keep, "keep the last N checkpoints, deleting older ones (0: keep all)"},
         {"-nm", FLAG_INT, &cfg->major_checkpoint_every, "checkpoints of steps that are multiples of M are never deleted"},
@@ -109,6 +110,7 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-h", FLAG_INT, &cfg->hellaswag, "HellaSwag eval with validation (0/1; -h alone: this help)"},
         {"-hf", FLAG_STRING, &cfg->hellaswag_path, "the eval file of -h 1 (llm.c's format)"},
         {"-a", FLAG_INT, &cfg->overfit_single_batch, "overfit one batch, the first of -j (0/1)"},
+        {"-sh", FLAG_INT, &cfg->shuffle, "train data shuffled as llm.c shuffles it (0: in order; -a 1: in order)"},
         {"-f", FLAG_INT, &cfg->tf32, "TF32 matmuls on the GPU (0/1)"},
         {"-w", FLAG_INT, &cfg->master_weights, "fp32 master weights (0/1; weights are fp32 here either way)"},
         {"-ge", FLAG_INT, &cfg->gelu_fusion, "llm.c's GELU fusion 0|1|2 (-1: 0); no effect here, same math"},
@@ -165,6 +167,7 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->hellaswag = 0;
     cfg->hellaswag_path = "dev/data/hellaswag/hellaswag_val.bin"; // where llm.c's dev/data/hellaswag.py writes it
     cfg->overfit_single_batch = 0;
+    cfg->shuffle = 1;
     cfg->tf32 = 1;
     cfg->master_weights = 1;
     cfg->gelu_fusion = -1;
@@ -292,7 +295,9 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     }
     if (cfg->weight_decay < 0.0f) { fatal_everywhere("-c %g: weight decay must not be negative", cfg->weight_decay); }
     if (cfg->val_every < 0) { fatal_everywhere("-v %d must not be negative", cfg->val_every); }
-    if (cfg->val_batches < 1) { fatal_everywhere("-m %d: validation needs at least one batch", cfg->val_batches); }
+    if (cfg->val_batches < 1 && cfg->val_batches != -1) {
+        fatal_everywhere("-m %d: validation needs at least one batch (-1: all of them)", cfg->val_batches);
+    }
     if (cfg->checkpoint_every < 0) { fatal_everywhere("-n %d must not be negative", cfg->checkpoint_every); }
     if (cfg->checkpoints_keep < 0) { fatal_everywhere("-nk %d must not be negative", cfg->checkpoints_keep); }
     if (cfg->major_checkpoint_every < 0) {
@@ -308,6 +313,7 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (cfg->overfit_single_batch != 0 && cfg->overfit_single_batch != 1) {
         fatal_everywhere("-a %d: overfitting one batch is 0 or 1", cfg->overfit_single_batch);
     }
+    if (cfg->shuffle != 0 && cfg->shuffle != 1) { fatal_everywhere("-sh %d: shuffling is 0 or 1", cfg->shuffle); }
     if (cfg->master_weights != 0 && cfg->master_weights != 1) {
         fatal_everywhere("-w %d: master weights are 0 or 1", cfg->master_weights);
     }

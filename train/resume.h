@@ -71,7 +71,9 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         status = problem(why, sizeof(why), "written by rank %d of %d, expected rank %d of %d", s.rank, s.world_size,
                          mesh->world_rank, writer.world_size);
     }
-    if (status == 0) {
+    if (status == 0 && run->train_loader.shuffle) {
+        dataloader_skip(&run->train_loader, s.data_batches); // the shuffled order, as it was
+    } else if (status == 0) {
         status = dataloader_resume(&run->train_loader, s.data_shard, s.data_position, why, sizeof(why));
     }
     if (status != 0) {
@@ -95,6 +97,12 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         printf("note: the checkpoint was written by %s, this run has %s: the weights, the optimizer state "
                "(rank 0's, the same on every rank) and the data position carry over; the losses will follow "
                "the original run closely, not bit for bit\n", was, now);
+    }
+    if (writer.data_shuffled != (uint64_t)run->train_loader.shuffle) {
+        printf("note: the checkpoint's run read its data %s, this one reads it %s: %s\n",
+               writer.data_shuffled ? "shuffled" : "in order", run->train_loader.shuffle ? "shuffled (-sh 1)" : "in order (-sh 0)",
+               run->train_loader.shuffle ? "the shuffled order starts where its batch count says"
+                                         : "the data starts again at its beginning");
     }
     if (run->start_step >= run->steps) {
         printf("note: the checkpoint is at step %d and the run has %d steps: nothing left to train\n",
@@ -137,9 +145,11 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
         model_path(path, sizeof(path), cfg->output_dir, step);
         gpt2_save_checkpoint(model, path);
     }
+    const DataLoader *dl = &run->train_loader;
     TrainState s = {step, mesh->world_rank, mesh->world_size, mesh->cp_size, mesh->dp_size, (int)run->layout,
-                    cfg->B, cfg->T, model->num_parameters, run->train_loader.shard_index,
-                    run->train_loader.position, run->sample_rng.state, (uint64_t)run->padded_T};
+                    cfg->B, cfg->T, model->num_parameters, dl->shuffle ? 0 : dl->shard_index,
+                    dl->shuffle ? 0 : dl->position, run->sample_rng.state, (uint64_t)run->padded_T,
+                    dl->batches_read, (uint64_t)dl->shuffle};
     state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
     state_write(path, &s, model->m_memory, model->v_memory);
     MPI_Barrier(MPI_COMM_WORLD);

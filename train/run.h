@@ -156,15 +156,17 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
     run->padded_T = cp_padded_len(layout, cfg->T, cfg->cp_size);
     run->local_T = run->padded_T / cfg->cp_size;
-    // -a 1 overfits the first batch of the validation data, as llm.c does
+    // -a 1 overfits the first batch of the validation data, read in order, as llm.c
+    // does; the training data is shuffled as llm.c shuffles it unless -sh 0, the
+    // validation data is read in order
     const char *train_pattern = cfg->overfit_single_batch ? cfg->val_pattern : cfg->train_pattern;
     dataloader_init(&run->train_loader, train_pattern, cfg->overfit_single_batch ? "-j (-a 1)" : "-i", cfg->B, cfg->T,
-                    mesh->dp_rank, mesh->dp_size, c.vocab_size);
+                    mesh->dp_rank, mesh->dp_size, c.vocab_size, cfg->shuffle && !cfg->overfit_single_batch);
     if (cfg->val_every > 0) {
         dataloader_init(&run->val_loader, cfg->val_pattern, "-j", cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
-                        c.vocab_size);
+                        c.vocab_size, 0);
         int epoch = (int)run->val_loader.epoch_steps;
-        run->val_batches = cfg->val_batches < epoch ? cfg->val_batches : epoch;
+        run->val_batches = cfg->val_batches != -1 && cfg->val_batches < epoch ? cfg->val_batches : epoch;
     }
     // -d: a step of total_batch_size tokens is grad_accum_steps micro-batches of dp x B x T
     long micro_tokens = (long)mesh->dp_size * cfg->B * cfg->T;
