@@ -278,6 +278,9 @@ expect_error launch_pn 2 "-pn 3, but mpirun started 2 rank\(s\)" "${BASE[@]}" -c
 expect_error launch_pr 2 "rank 1: -pr 0, but mpirun made this process rank 1" "${BASE[@]}" -cp 2 -pr 0
 expect_error launch_pg 2 "-pg 1, but mpirun put 2 ranks on this node" "${BASE[@]}" -cp 2 -pg 1
 expect_error launch_pi_tcp 2 "-pi tcp: this trainer's ranks start under mpirun" "${BASE[@]}" -cp 2 -pi tcp
+expect_error schedule_unknown 2 "-k 'cosin': unknown learning-rate schedule" "${BASE[@]}" -cp 2 -k cosin
+expect_error total_batch_not_multiple 2 "-d 100 is not a multiple of the 16 tokens of a micro-batch \(dp 1 x B 1 x T 16\)" \
+    "${BASE[@]}" -cp 2 -d 100
 expect_error total_batch_zero 2 "-d 0: the total batch is a number of tokens" "${BASE[@]}" -cp 2 -d 0
 expect_error hellaswag_two 2 "-h 2: HellaSwag is 0 or 1" "${BASE[@]}" -cp 2 -h 2
 
