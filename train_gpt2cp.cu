@@ -124,27 +124,28 @@ typedef struct {
     ActivationsCuda *acts;
     CpAttentionCuda *attention;
     double *loss_stats; // device double[2]
+    float *losses_host; // (B, local T) the last forward pass's per-token losses, for -tl and -h 1
 } Trainer;
 
-// The forward pass of the loader's next batch on this rank's shard; returns the
-// loss statistics of the global batch. With train, the pass of a training step:
-// the gradients are zeroed and the classifier's backward runs with the forward
-// (gpt2_cuda_forward_train), weighted by the global batch's loss weight, counted
-// first. The sharder is the step's: built here, freed by the caller after the
-// backward pass.
-static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh, int train) {
-    next_sharded_batch(sh, dl, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
+// The forward pass of a batch (B rows of T inputs and targets) on this rank's
+// shard; returns the loss statistics of the global batch. With micro_steps > 0,
+// the pass of one of the micro_steps micro-batches of a training step, as the CPU
+// twin's: the classifier's backward runs with the forward
+// (gpt2_cuda_forward_train), weighted by the whole step's loss weight,
+// accumulating into gradients the caller zeroed. The sharder is the step's: built
+// here, freed by the caller after the backward pass.
+static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, CpSharder *sh, int micro_steps) {
+    shard_rows(sh, inputs, targets, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_cuda_free(tr->acts);
         activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
     }
     AttentionVerbs attn = cp_attention_cuda_bind(tr->attention, &sh->layout);
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
-    if (train) {
+    if (micro_steps > 0) {
         double valid = global_valid_count_cuda(tr->ranks->world, tr->loss_stats, sh->local.targets, n);
-        gpt2_cuda_zero_grad(tr->model);
         gpt2_cuda_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
-                                loss_weight(valid), &attn);
+                                loss_weight(valid * micro_steps), &attn);
     } else {
         gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
     }
@@ -152,8 +153,18 @@ static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh, int tr
     return global_loss_stats_cuda(tr->ranks->world, tr->loss_stats);
 }
 
-static LossStats forward_step_verb(void *trainer, DataLoader *dl, CpSharder *sh) {
-    return forward_step((Trainer *)trainer, dl, sh, 0);
+static LossStats forward_step_verb(void *trainer, const int *inputs, const int *targets, CpSharder *sh) {
+    return forward_step((Trainer *)trainer, inputs, targets, sh, 0);
+}
+
+// the last forward pass's per-token losses to the host: (B, local T)
+static const float *shard_losses(void *trainer) {
+    Trainer *tr = (Trainer *)trainer;
+    size_t n = (size_t)tr->cfg->B * tr->run->local_T;
+    tr->losses_host = (float *)realloc(tr->losses_host, n * sizeof(float));
+    if (tr->losses_host == NULL) { fatal("out of host memory for the per-token losses"); }
+    cuda_download(tr->losses_host, tr->acts->t.losses, n * sizeof(float));
+    return tr->losses_host;
 }
 
 // Sampling runs unsharded on this rank alone: the identity layout over a one-rank
@@ -228,7 +239,7 @@ int main(int argc, char **argv) {
     cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.B,
                            run.local_T, c.channels, c.num_heads);
     double *loss_stats = (double *)cudaMallocCheck(2 * sizeof(double));
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, loss_stats};
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, loss_stats, NULL};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -236,6 +247,11 @@ int main(int argc, char **argv) {
             float val_loss = validation_loss(forward_step_verb, &tr, &run.val_loader, run.val_batches);
             if (master) { printf("val loss %.6f\n", val_loss); }
             logger_log_val(&run.logger, step, val_loss);
+        }
+        if (run_evaluates(&run, &cfg, step, last_step)) {
+            float accuracy = hellaswag_accuracy(forward_step_verb, shard_losses, &tr, &run, ranks.cp_host,
+                                                ranks.dp_host);
+            logger_log_eval(&run.logger, step, accuracy);
         }
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
         if (run_checkpoints(&run, &cfg, step, last_step)) {
@@ -245,29 +261,38 @@ int main(int argc, char **argv) {
         if (last_step) { break; }
 
         double start = wall_seconds();
-        CpSharder sh;
-        LossStats stats = forward_step(&tr, &run.train_loader, &sh, 1);
-        float loss = mean_loss(stats);
-        AttentionVerbs attn = cp_attention_cuda_bind(&attention, &sh.layout);
-        gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &attn);
+        if (cfg.overfit_single_batch) { dataloader_reset(&run.train_loader); }
+        // -d: the gradients of grad_accum_steps micro-batches add up, as the CPU twin
+        gpt2_cuda_zero_grad(&model);
+        LossStats step_stats = {0.0, 0.0};
+        for (int micro = 0; micro < run.grad_accum_steps; micro++) {
+            CpSharder sh;
+            dataloader_next_batch(&run.train_loader);
+            LossStats stats = forward_step(&tr, run.train_loader.inputs, run.train_loader.targets, &sh,
+                                           run.grad_accum_steps);
+            step_stats.loss_sum += stats.loss_sum;
+            step_stats.valid_count += stats.valid_count;
+            AttentionVerbs attn = cp_attention_cuda_bind(&attention, &sh.layout);
+            gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &attn);
+            if (cfg.token_loss_path) {
+                write_token_losses(&run, &cfg, &sh, ranks.cp_host, ranks.dp_host, shard_losses(&tr));
+            }
+            cp_sharder_free(&sh);
+        }
+        float loss = mean_loss(step_stats);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
         float grad_norm = (float)sqrt(global_norm_squared_cuda(model.grads_memory, model.num_parameters));
         check_step_finite(&cfg, step, loss, grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
-        gpt2_cuda_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
-        if (cfg.token_loss_path) {
-            size_t n = (size_t)sh.layout.B * sh.layout.local_len;
-            float *losses_host = (float *)mallocCheck(n * sizeof(float)); // (B, local_T)
-            cuda_download(losses_host, acts.t.losses, n * sizeof(float));
-            write_token_losses(&run, &cfg, &sh, ranks.cp_host, ranks.dp_host, losses_host);
-            free(losses_host);
+        if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
+            gpt2_cuda_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
         }
-        cp_sharder_free(&sh);
         cuda_sync(); // the step's time includes its update
         train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);
     }
 
     print_peak_memory(mesh);
+    free(tr.losses_host);
     cudaCheck(cudaFree(loss_stats));
     train_run_free(&run, &cfg);
     cp_attention_cuda_free(&attention);

@@ -58,35 +58,38 @@ typedef struct {
     CpAttention *attention;
 } Trainer;
 
-// The forward pass of the loader's next batch on this rank's shard; returns the
-// loss statistics of the global batch. With train, the pass of a training step:
-// the gradients are zeroed and the classifier's backward runs with the forward
-// (gpt2_forward_train), weighted by the global batch's loss weight, counted
-// first. The sharder is the step's: built here, freed by the caller after the
-// backward pass.
-static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh, int train) {
-    next_sharded_batch(sh, dl, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
+// The forward pass of a batch (B rows of T inputs and targets) on this rank's
+// shard; returns the loss statistics of the global batch. With micro_steps > 0,
+// the pass of one of the micro_steps micro-batches of a training step: the
+// classifier's backward runs with the forward (gpt2_forward_train), weighted by
+// the loss weight of the whole step (its valid targets counted first: every
+// micro-batch has as many, pads are never counted), accumulating into gradients
+// the caller zeroed before the step's first micro-batch. The sharder is the
+// step's: built here, freed by the caller after the backward pass.
+static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, CpSharder *sh, int micro_steps) {
+    shard_rows(sh, inputs, targets, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_free(tr->acts);
         activations_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
     }
     AttentionVerbs attn = cp_attention_bind(tr->attention, &sh->layout);
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
-    if (train) {
+    if (micro_steps > 0) {
         double valid = local_valid_count(sh->local.targets, n);
         tr->ranks->world->all_reduce_sum(tr->ranks->world, &valid, 1, COMM_DOUBLE);
-        gpt2_zero_grad(tr->model);
         gpt2_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
-                           loss_weight(valid), &attn);
+                           loss_weight(valid * micro_steps), &attn);
     } else {
         gpt2_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
     }
     return global_loss_stats(tr->ranks->world, local_loss_stats(tr->acts->t.losses, sh->local.targets, n));
 }
 
-static LossStats forward_step_verb(void *trainer, DataLoader *dl, CpSharder *sh) {
-    return forward_step((Trainer *)trainer, dl, sh, 0);
+static LossStats forward_step_verb(void *trainer, const int *inputs, const int *targets, CpSharder *sh) {
+    return forward_step((Trainer *)trainer, inputs, targets, sh, 0);
 }
+
+static const float *shard_losses(void *trainer) { return ((Trainer *)trainer)->acts->t.losses; }
 
 // Sampling runs unsharded on this rank alone: the identity layout over a one-rank
 // group, with activations of one row of gen_tokens tokens.
@@ -153,23 +156,40 @@ int main(int argc, char **argv) {
             if (master) { printf("val loss %.6f\n", val_loss); }
             logger_log_val(&run.logger, step, val_loss);
         }
+        if (run_evaluates(&run, &cfg, step, last_step)) {
+            float accuracy = hellaswag_accuracy(forward_step_verb, shard_losses, &tr, &run, ranks.cp, ranks.dp);
+            logger_log_eval(&run.logger, step, accuracy);
+        }
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
         if (run_checkpoints(&run, &cfg, step, last_step)) { save_checkpoint(&run, &cfg, mesh, &model, step); }
         if (last_step) { break; }
 
         double start = wall_seconds();
-        CpSharder sh;
-        LossStats stats = forward_step(&tr, &run.train_loader, &sh, 1);
-        float loss = mean_loss(stats);
-        AttentionVerbs attn = cp_attention_bind(&attention, &sh.layout);
-        gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, &attn);
+        if (cfg.overfit_single_batch) { dataloader_reset(&run.train_loader); }
+        // -d: the gradients of grad_accum_steps micro-batches add up to the gradient
+        // of the step's mean loss
+        gpt2_zero_grad(&model);
+        LossStats step_stats = {0.0, 0.0};
+        for (int micro = 0; micro < run.grad_accum_steps; micro++) {
+            CpSharder sh;
+            dataloader_next_batch(&run.train_loader);
+            LossStats stats = forward_step(&tr, run.train_loader.inputs, run.train_loader.targets, &sh,
+                                           run.grad_accum_steps);
+            step_stats.loss_sum += stats.loss_sum;
+            step_stats.valid_count += stats.valid_count;
+            AttentionVerbs attn = cp_attention_bind(&attention, &sh.layout);
+            gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, &attn);
+            if (cfg.token_loss_path) { write_token_losses(&run, &cfg, &sh, ranks.cp, ranks.dp, acts.t.losses); }
+            cp_sharder_free(&sh);
+        }
+        float loss = mean_loss(step_stats);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
         float grad_norm = (float)sqrt(global_norm_squared(model.grads_memory, model.num_parameters));
         check_step_finite(&cfg, step, loss, grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
-        gpt2_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
-        if (cfg.token_loss_path) { write_token_losses(&run, &cfg, &sh, ranks.cp, ranks.dp, acts.t.losses); }
-        cp_sharder_free(&sh);
+        if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
+            gpt2_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
+        }
         train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);
     }
 

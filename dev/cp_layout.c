@@ -114,7 +114,7 @@ static Batch dummy_batch(int T) {
 // loader (one data-parallel replica, its first step).
 static Batch file_batch(const char *path, int B, int T, int document_token) {
     DataLoader dl;
-    dataloader_init(&dl, path, "-i", B, T, 0, 1, ANY_TOKEN);
+    dataloader_init(&dl, path, "-i", B, T, 0, 1, ANY_TOKEN, 0);
     dataloader_next_batch(&dl);
     Batch batch = {B, T, (int *)mallocCheck((size_t)B * T * sizeof(int)), (int *)mallocCheck((size_t)B * T * sizeof(int)),
                    document_token};
@@ -447,7 +447,10 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *w
 
 // The "# comm" lines: each algorithm's messages at the layout's padded length.
 static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
-    GPT2Config c = gpt2_config_for_depth(depth);
+    GPT2Config c = {0};
+    char descriptor[32], why[256];
+    snprintf(descriptor, sizeof(descriptor), "d%d", depth);
+    if (gpt2_config_from_descriptor(descriptor, &c, why, sizeof(why)) != 1) { fatal("-m d%d: %s", depth, why); }
     int B = sh->layout.B, Tl = sh->layout.local_len;
     printf("# comm model d%d: C %d, NH %d; B %d, %d tokens per rank; hybrid U %d x R %d; per rank and layer, "
            "bytes and messages sent\n", depth, c.channels, c.num_heads, B, Tl, U, cp / U);

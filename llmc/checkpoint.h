@@ -19,8 +19,9 @@ State file: 256 int32 header
     [5] cp  [6] dp  [7] layout (CpLayoutKind)  [8] B  [9] T
 then 8 uint64: number of parameters, data shard, data position (tokens into the
 shard), sampling RNG state, padded row length the batches are padded to at least
-(the packed layout's, which grows with the data), 3 x 0; then m and v, fp32, one value per parameter
-each. (llm.c's own state files, magic 20240327, have another layout.)
+(the packed layout's, which grows with the data), train batches read since the
+start, 1 if the train data was shuffled (else 0), 0; then m and v, fp32, one value
+per parameter each. (llm.c's own state files, magic 20240327, have another layout.)
 */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -49,6 +50,8 @@ typedef struct {
     uint64_t data_position; // ... and token position of the next step's span
     uint64_t rng_state;     // sampling RNG
     uint64_t padded_len;    // batches are padded to at least this (packed: the longest so far)
+    uint64_t data_batches;  // train batches read since the start (a shuffled order replays them)
+    uint64_t data_shuffled; // 1: the train data was read shuffled (-sh 1)
 } TrainState;
 
 // ----------------------------------------------------------------------------
@@ -108,6 +111,11 @@ static void remove_done_marker(const char *dir, int step) {
     else if (errno != ENOENT) { fatal("cannot remove '%s': %s", path, strerror(errno)); }
 }
 
+// Removes a file of an old checkpoint (-nk); one already gone is fine.
+static void remove_file_if_there(const char *path) {
+    if (unlink(path) != 0 && errno != ENOENT) { fatal("cannot remove '%s': %s", path, strerror(errno)); }
+}
+
 // ----------------------------------------------------------------------------
 // the state file
 
@@ -129,7 +137,8 @@ static void state_write(const char *path, const TrainState *s, const float *m, c
     int *ints[STATE_INT_FIELDS];
     state_int_fields(&copy, ints);
     for (int i = 0; i < STATE_INT_FIELDS; i++) { header[2 + i] = *ints[i]; }
-    uint64_t fields[8] = {s->num_parameters, s->data_shard, s->data_position, s->rng_state, s->padded_len, 0, 0, 0};
+    uint64_t fields[8] = {s->num_parameters, s->data_shard, s->data_position, s->rng_state, s->padded_len,
+                          s->data_batches, s->data_shuffled, 0};
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, sizeof(int), 256, af.fp, path);
@@ -165,6 +174,8 @@ static int state_read_header(FILE *fp, long size, TrainState *s, uint64_t num_pa
     s->data_position = fields[2];
     s->rng_state = fields[3];
     s->padded_len = fields[4];
+    s->data_batches = fields[5];
+    s->data_shuffled = fields[6];
     if (s->step < 0 || s->rank < 0 || s->world_size < 1 || s->rank >= s->world_size || s->cp_size < 1 ||
         s->dp_size < 1 || (long)s->cp_size * s->dp_size != s->world_size || s->layout < 0 ||
         s->B < 1 || s->T < 1) {

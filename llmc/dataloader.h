@@ -1,16 +1,24 @@
 /*
-The data loader: llm.c token files, read in order.
+The data loader: llm.c token files, in order or shuffled as llm.c shuffles them.
 
 A token file ("shard"): 256 int32 header, [0] = 20240520, [1] = 1, [2] = ntok,
 then ntok uint16 tokens; its size is exactly 1024 + 2 * ntok bytes. A glob pattern
-names the shards; they are read in sorted order and the loader wraps around
-after the last one.
+names the shards, in sorted order.
 
-At every step data-parallel replica k of dp reads the window of B*T+1 tokens that
-starts k*B*T tokens into the step's span of dp*B*T tokens. Every CP rank of a
+A shard is cut into spans of dp*B*T tokens (with one token to spare for the last
+target); every batch is one span, and data-parallel replica k of dp reads the
+window of B*T+1 tokens that starts k*B*T tokens into it. Every CP rank of a
 replica reads the same window; the sharder then keeps each rank's part. Inputs are
 tokens [0, B*T) of the window and targets tokens [1, B*T+1): the targets are
 shifted here, before sharding, so no rank needs its neighbour's first token.
+
+In order, the spans follow each other through the shards, wrapping around after
+the last one. Shuffled (llm.c's DataLoader with should_shuffle, the default for
+training): each epoch visits the shards in a random order and each shard's spans
+in a random order, both drawn from llm.c's Mersenne Twister seeded 42 + the
+replica's rank, in llm.c's sequence of draws: so the order is llm.c's for the same
+files, B, T and number of replicas, the same on every CP rank of a replica and
+different across replicas (as llm.c's processes, replicas may meet on a span).
 */
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
@@ -19,8 +27,10 @@ shifted here, before sharding, so no rank needs its neighbour's first token.
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include "rand.h"
 #include "utils.h"
 
+#define SHUFFLE_SEED 42 // llm.c's, plus the replica's rank
 #define TOKENS_MAGIC 20240520
 #define TOKENS_VERSION 1
 #define TOKENS_HEADER_BYTES (256 * sizeof(int))
@@ -31,7 +41,7 @@ typedef struct {
     int vocab_size;
     glob_t files;
     size_t shard_index;    // the shard being read
-    size_t position;       // start of this step's span, in tokens of the shard
+    size_t position;       // in order: start of the next span, in tokens of the shard
     size_t shard_tokens;   // tokens in the current shard
     size_t total_tokens;   // tokens in all shards
     size_t epoch_steps;    // steps in one pass over all shards
@@ -40,6 +50,13 @@ typedef struct {
     uint16_t *window;      // (B*T + 1)
     int *inputs;           // (B, T)
     int *targets;          // (B, T)
+    int shuffle;           // llm.c's shuffled order
+    Mt19937 shuffle_rng;   // seeded SHUFFLE_SEED + dp_rank
+    int *shard_order;      // (shards) shuffled: the shard read k-th in this epoch
+    int *span_order;       // (spans of the current shard) shuffled: the span read k-th
+    size_t shard_k, span_k; // shuffled: the entry of shard_order being read, the next of span_order
+    size_t shard_spans;    // spans in the current shard
+    uint64_t batches_read; // since the run's start: a shuffled resume replays this many
 } DataLoader;
 
 // FNV-1a, 64 bit: a cheap fingerprint of the bytes read, so that ranks can
@@ -116,9 +133,44 @@ static void dataloader_open_shard(DataLoader *dl, size_t index) {
     dl->position = 0;
 }
 
-// pattern: a glob; what: the flag that named it, for messages
+// Shuffled: the spans of shard shard_order[shard_k] in a random order (llm.c's
+// prepare_intra_shard_indices_).
+static void dataloader_start_shard_(DataLoader *dl) {
+    dataloader_open_shard(dl, (size_t)dl->shard_order[dl->shard_k]);
+    dl->shard_spans = (dl->shard_tokens - 1) / ((size_t)dl->dp_size * dl->B * dl->T);
+    free(dl->span_order);
+    dl->span_order = (int *)mallocCheck(dl->shard_spans * sizeof(int));
+    for (size_t i = 0; i < dl->shard_spans; i++) { dl->span_order[i] = (int)i; }
+    mt_shuffle(&dl->shuffle_rng, dl->span_order, (int)dl->shard_spans);
+    dl->span_k = 0;
+}
+
+// Shuffled: a new epoch reorders the shards (llm.c's dataloader_reset: the order of
+// the last epoch shuffled again) and starts on the first.
+static void dataloader_new_epoch_(DataLoader *dl) {
+    mt_shuffle(&dl->shuffle_rng, dl->shard_order, (int)dl->files.gl_pathc);
+    dl->shard_k = 0;
+    dataloader_start_shard_(dl);
+}
+
+// Shuffled: the token offset in the current shard of the next span, past the end
+// of a shard onto the next one (and past the last onto a new epoch).
+static size_t dataloader_next_span_(DataLoader *dl) {
+    if (dl->span_k >= dl->shard_spans) {
+        if (dl->shard_k + 1 == dl->files.gl_pathc) {
+            dataloader_new_epoch_(dl);
+        } else {
+            dl->shard_k++;
+            dataloader_start_shard_(dl);
+        }
+    }
+    return (size_t)dl->span_order[dl->span_k++] * dl->dp_size * dl->B * dl->T;
+}
+
+// pattern: a glob; what: the flag that named it, for messages; shuffle: llm.c's
+// shuffled order (else in order)
 static void dataloader_init(DataLoader *dl, const char *pattern, const char *what, int B, int T,
-                            int dp_rank, int dp_size, int vocab_size) {
+                            int dp_rank, int dp_size, int vocab_size, int shuffle) {
     memset(dl, 0, sizeof(*dl));
     dl->B = B; dl->T = T;
     dl->dp_rank = dp_rank; dl->dp_size = dp_size;
@@ -142,11 +194,28 @@ static void dataloader_init(DataLoader *dl, const char *pattern, const char *wha
     dl->window = (uint16_t *)mallocCheck(((size_t)B * T + 1) * sizeof(uint16_t));
     dl->inputs = (int *)mallocCheck((size_t)B * T * sizeof(int));
     dl->targets = (int *)mallocCheck((size_t)B * T * sizeof(int));
+    dl->shuffle = shuffle;
+    if (!shuffle) {
+        dataloader_open_shard(dl, 0);
+        return;
+    }
+    mt_seed(&dl->shuffle_rng, SHUFFLE_SEED + (uint32_t)dp_rank);
+    dl->shard_order = (int *)mallocCheck(dl->files.gl_pathc * sizeof(int));
+    for (size_t i = 0; i < dl->files.gl_pathc; i++) { dl->shard_order[i] = (int)i; }
+    dataloader_new_epoch_(dl);
+}
+
+// Back to the first span of the first shard: validation and -a 1, which read in
+// order (as in llm.c, a shuffled loader only moves on)
+static void dataloader_reset(DataLoader *dl) {
     dataloader_open_shard(dl, 0);
 }
 
-static void dataloader_reset(DataLoader *dl) {
-    dataloader_open_shard(dl, 0);
+// Shuffled resume: the order as it was after `batches` batches since the start
+// (the draws replayed, nothing read).
+static void dataloader_skip(DataLoader *dl, uint64_t batches) {
+    for (uint64_t i = 0; i < batches; i++) { dataloader_next_span_(dl); }
+    dl->batches_read = batches;
 }
 
 // Continues where a checkpoint left off: the next step's span starts `position`
@@ -166,15 +235,23 @@ static int dataloader_resume(DataLoader *dl, uint64_t shard, uint64_t position, 
     return 0;
 }
 
-// Loads the next step's window into inputs and targets.
+// Loads the next batch's window into inputs and targets.
 static void dataloader_next_batch(DataLoader *dl) {
     size_t BT = (size_t)dl->B * dl->T;
     size_t span = (size_t)dl->dp_size * BT;
-    if (dl->position + span + 1 > dl->shard_tokens) {
-        dataloader_open_shard(dl, (dl->shard_index + 1) % dl->files.gl_pathc);
+    size_t span_start;
+    if (dl->shuffle) {
+        span_start = dataloader_next_span_(dl);
+    } else {
+        if (dl->position + span + 1 > dl->shard_tokens) {
+            dataloader_open_shard(dl, (dl->shard_index + 1) % dl->files.gl_pathc);
+        }
+        span_start = dl->position;
+        dl->position += span;
     }
+    dl->batches_read++;
     const char *path = dl->files.gl_pathv[dl->shard_index];
-    size_t start = dl->position + (size_t)dl->dp_rank * BT;
+    size_t start = span_start + (size_t)dl->dp_rank * BT;
     if (fseek(dl->fp, (long)(TOKENS_HEADER_BYTES + start * sizeof(uint16_t)), SEEK_SET) != 0) {
         fatal("cannot seek in token file '%s'", path);
     }
@@ -183,7 +260,6 @@ static void dataloader_next_batch(DataLoader *dl) {
         dl->inputs[i] = dl->window[i];
         dl->targets[i] = dl->window[i + 1];
     }
-    dl->position += span;
 }
 
 static void dataloader_free(DataLoader *dl) {
@@ -192,6 +268,8 @@ static void dataloader_free(DataLoader *dl) {
     free(dl->window);
     free(dl->inputs);
     free(dl->targets);
+    free(dl->shard_order);
+    free(dl->span_order);
     memset(dl, 0, sizeof(*dl));
 }
 

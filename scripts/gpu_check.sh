@@ -145,17 +145,17 @@ gpu gpu_cp4_hybrid_2x2_mpi 4 cpu_cp1 -cp 4 -cl contiguous -ca hybrid -cu 2 -ct m
 # documents: rows of several short documents over the span the runs read
 source test/binary_files.sh
 DOCS=$WORK/short_documents.bin
-short_documents "$DOCS" $((STEPS * B * T + 1))
-OMP_NUM_THREADS=$CORES train cpu_docs_cp1 1 ./train_gpt2cp_cpu -cp 1 -dm 1 -i "$DOCS" || fail "the CPU twin's -dm 1 run"
-gpu gpu_docs_cp1_nccl 1 cpu_docs_cp1 -cp 1 -dm 1 -i "$DOCS" -ct nccl
-gpu gpu_docs_cp2_packed_mpi 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -i "$DOCS" -ct mpi
-gpu gpu_docs_cp4_packed_allgather 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -i "$DOCS" -ca allgather -ct mpi
-gpu gpu_docs_cp4_rr_allgather 4 cpu_docs_cp1 -cp 4 -cl round_robin -dm 1 -i "$DOCS" -ca allgather -ct mpi
-gpu gpu_docs_cp2_packed_ulysses 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -i "$DOCS" -ca ulysses -ct mpi
-gpu gpu_docs_cp4_packed_hybrid 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -i "$DOCS" -ca hybrid -cu 2 -ct mpi
+short_documents "$DOCS" $((STEPS * B * T + 1)) # read in order (-sh 0): the runs see the documents
+OMP_NUM_THREADS=$CORES train cpu_docs_cp1 1 ./train_gpt2cp_cpu -cp 1 -dm 1 -sh 0 -i "$DOCS" || fail "the CPU twin's -dm 1 run"
+gpu gpu_docs_cp1_nccl 1 cpu_docs_cp1 -cp 1 -dm 1 -sh 0 -i "$DOCS" -ct nccl
+gpu gpu_docs_cp2_packed_mpi 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -sh 0 -i "$DOCS" -ct mpi
+gpu gpu_docs_cp4_packed_allgather 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -sh 0 -i "$DOCS" -ca allgather -ct mpi
+gpu gpu_docs_cp4_rr_allgather 4 cpu_docs_cp1 -cp 4 -cl round_robin -dm 1 -sh 0 -i "$DOCS" -ca allgather -ct mpi
+gpu gpu_docs_cp2_packed_ulysses 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -sh 0 -i "$DOCS" -ca ulysses -ct mpi
+gpu gpu_docs_cp4_packed_hybrid 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -sh 0 -i "$DOCS" -ca hybrid -cu 2 -ct mpi
 # resume: 10 steps with a checkpoint, then -y 1 on to 20, against the 20-step run
 RESUME=$WORK/gpu_resume
-train gpu_resume_first 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -x 10 -o "$RESUME" -tl "$RESUME.tl" &&
+train gpu_resume_first 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -x 10 -n 10 -o "$RESUME" -tl "$RESUME.tl" &&
     train gpu_resume_rest 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -y 1 -o "$RESUME" -tl "$RESUME.tl" ||
     fail "the resumed GPU run"
 if ! cmp -s "$WORK/gpu_cp2_round_robin_mpi/main.log" "$RESUME/main.log"; then
@@ -165,7 +165,7 @@ fi
 # ---- 5. the table
 PER_STEP=$((B * T))
 # step losses of main.log, one per line
-step_losses() { awk -F'trl:' '/ trl:/ { print $2 }' "$1"; }
+step_losses() { awk -F'trl:' '/ trl:/ { split($2, a, " "); print a[1] }' "$1"; }
 # per-token losses of a -tl file, one per line
 token_losses() { od -An -v -f -w4 "$1" | awk '{ print $1 }'; }
 # mean tok/s of the progress lines after the first step

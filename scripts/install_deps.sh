@@ -18,7 +18,17 @@ if [ "$(id -u)" -ne 0 ]; then
     echo "run as root:  $command" >&2
     exit 1
 fi
-echo "installing: ${missing[*]}"
+# the steps are announced and apt-get's own lines (fetching, unpacking, setting up
+# each package) show, so a first run that takes minutes is visibly moving
+echo "installing ${#missing[@]} package(s): ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}" > /dev/null
+echo "[1/2] apt-get update"
+apt-get update -q
+echo "[2/2] apt-get install (download and set up; a few minutes on a fresh machine)"
+set +e
+apt-get install -y -q --no-install-recommends -o Dpkg::Progress-Fancy=0 "${missing[@]}" 2>&1 |
+    grep --line-buffered -E '^(Get:|Unpacking|Setting up|E:)'
+status=${PIPESTATUS[0]}
+set -e
+[ "$status" -eq 0 ] || { echo "apt-get install failed (exit $status)" >&2; exit "$status"; }
+echo "installed: ${missing[*]}"

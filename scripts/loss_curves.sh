@@ -51,7 +51,7 @@ for name in "${runs[@]}"; do
     mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" "${trainer[@]}" "${flags[@]}" -cp "$cp" -cl "$layout" "${extra[@]}" \
         -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; exit 1; }
     # step loss, one line per step: "step loss"
-    sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\)$/\1 \2/p' "$out/$name/main.log" > "$out/$name.dat"
+    sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\) .*$/\1 \2/p' "$out/$name/main.log" > "$out/$name.dat"
 done
 
 # each run's difference to cp 1, step by step

@@ -196,7 +196,7 @@ expect_error init_too_deep 2 "-e d100000: sizes beyond this trainer's bounds" \
 echo "== resume"
 # -x 0: resume, and nothing to train (no checkpoint is written over the source)
 RESUME=("${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -y 1 -x 0)
-expect_success resume_source 2 "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -x 0 -o "$WORK/resume_good"
+expect_success resume_source 2 "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -x 0 -n 1 -o "$WORK/resume_good"
 resume_dir() { rm -rf "$WORK/$1"; cp -r "$WORK/resume_good" "$WORK/$1"; }
 state0=state_00000000_00000.bin
 state1=state_00000000_00001.bin
@@ -225,18 +225,18 @@ expect_error tl_unwritable 2 "rank 0: cannot open '.*/no_such_dir/losses\.tl'" \
     "${BASE[@]}" -cp 2 -tl "$WORK/no_such_dir/losses.tl"
 
 # ---------------------------------------------------------------------------
-# tokenizer (-k)
+# tokenizer (-tk)
 cp "$TOKENIZER" "$WORK/tok_magic.bin";  put_i32 "$WORK/tok_magic.bin" 0 20240326
 head -c $(($(stat -c %s "$TOKENIZER") / 2)) "$TOKENIZER" >"$WORK/tok_truncated.bin"
 cp "$TOKENIZER" "$WORK/tok_vocab.bin";  put_i32 "$WORK/tok_vocab.bin" 8 50000
 
 echo "== tokenizer"
 expect_error tokenizer_bad_magic 2 "tokenizer '.*tok_magic\.bin': bad magic 20240326" \
-    "${BASE[@]}" -cp 2 -k "$WORK/tok_magic.bin"
+    "${BASE[@]}" -cp 2 -tk "$WORK/tok_magic.bin"
 expect_error tokenizer_truncated 2 "tokenizer '.*tok_truncated\.bin': entry of token [0-9]+ is truncated" \
-    "${BASE[@]}" -cp 2 -k "$WORK/tok_truncated.bin"
+    "${BASE[@]}" -cp 2 -tk "$WORK/tok_truncated.bin"
 expect_error tokenizer_vocab 2 "tokenizer '.*tok_vocab\.bin': vocabulary of 50000 tokens, the model has 50257" \
-    "${BASE[@]}" -cp 2 -k "$WORK/tok_vocab.bin"
+    "${BASE[@]}" -cp 2 -tk "$WORK/tok_vocab.bin"
 
 # ---------------------------------------------------------------------------
 # flags and sizes
@@ -283,6 +283,17 @@ expect_error b_not_integer 2 "flag -b expects an integer, got 'abc'" \
     "${BASE[@]}" -cp 2 -b abc
 expect_error rank_without_token 4 "sequence length 3 with layout contiguous at cp 4 leaves rank [0-9]+ without a real token" \
     "${BASE[@]}" -cp 4 -cl contiguous -t 3
+
+# llm.c's multi-node flags that do not fit mpirun's world, and llm.c's own start-up
+expect_error launch_pn 2 "-pn 3, but mpirun started 2 rank\(s\)" "${BASE[@]}" -cp 2 -pn 3
+expect_error launch_pr 2 "rank 1: -pr 0, but mpirun made this process rank 1" "${BASE[@]}" -cp 2 -pr 0
+expect_error launch_pg 2 "-pg 1, but mpirun put 2 ranks on this node" "${BASE[@]}" -cp 2 -pg 1
+expect_error launch_pi_tcp 2 "-pi tcp: this trainer's ranks start under mpirun" "${BASE[@]}" -cp 2 -pi tcp
+expect_error schedule_unknown 2 "-k 'cosin': unknown learning-rate schedule" "${BASE[@]}" -cp 2 -k cosin
+expect_error total_batch_not_multiple 2 "-d 100 is not a multiple of the 16 tokens of a micro-batch \(dp 1 x B 1 x T 16\)" \
+    "${BASE[@]}" -cp 2 -d 100
+expect_error total_batch_zero 2 "-d 0: the total batch is a number of tokens" "${BASE[@]}" -cp 2 -d 0
+expect_error hellaswag_two 2 "-h 2: HellaSwag is 0 or 1" "${BASE[@]}" -cp 2 -h 2
 
 # -h: the usage on stdout, naming the CP flags, and a non-zero exit
 cases=$((cases + 1))

@@ -19,7 +19,8 @@ fi
 STEPS=20
 T=100
 # -e d1 random init, a learning rate that moves the loss (about 10.85 -> 9.5 in 20 steps)
-COMMON=(-e d1 -t $T -x $STEPS -l 1e-3 -v 0 -s 0)
+# -sh 0: the data in order, so that dp 2 reads the rows of one rank's larger batch
+COMMON=(-e d1 -t $T -x $STEPS -l 1e-3 -v 0 -s 0 -sh 0)
 
 # train_b NAME NP B [flags...]: one run at batch B, with its main.log in $WORK/NAME
 # and its per-token losses in $WORK/NAME.tl
@@ -73,7 +74,7 @@ echo "== dp 2 x cp {1, 2}, B = 2, against one rank with B = 4"
 echo
 echo "== checkpoint round trip"
 CKPT_DIR=$WORK/ckpt
-train ckpt 1 -b 2 -x 0 -o "$CKPT_DIR" # a later flag wins: no steps
+train ckpt 1 -b 2 -x 0 -n 1 -o "$CKPT_DIR" # a later flag wins: no steps; -n 1: the checkpoint at the end
 CKPT=$CKPT_DIR/model_00000000.bin
 if [[ ! -f $CKPT ]]; then
     echo "FAIL: -x 0 -o $CKPT_DIR wrote no $CKPT; the directory holds: $(ls "$CKPT_DIR")" >&2

@@ -19,7 +19,15 @@ STEPS=20 B=2 T=100
 DOCS=$WORK/short_documents.bin
 short_documents "$DOCS" $((STEPS * B * T + 1))
 
-COMMON=(-e d1 -b $B -t $T -x $STEPS -l 1e-3 -v 0 -s 0 -i "$DOCS")
+# -sh 0: read in order, the span that holds the documents
+COMMON=(-e d1 -b $B -t $T -x $STEPS -l 1e-3 -v 0 -s 0 -i "$DOCS" -sh 0)
+# run NAME NP [flags...]: main.log in $WORK/NAME, per-token losses in $WORK/NAME.tl
+run() {
+    local name=$1 np=$2
+    shift 2
+    train "$name" "$np" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@"
+    runs+=("$name" "$WORK/$name/main.log" "$WORK/$name.tl")
+}
 
 runs=()
 run ref 1 -cp 1 -dm 1

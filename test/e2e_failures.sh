@@ -67,7 +67,7 @@ for r in 0 1; do
     cp dev/data/austen/austen_val.bin "$WORK/rank$r/tokens.bin"
 done
 put_u16 "$WORK/rank1/tokens.bin" $((1024 + 2 * 777)) 11
-DATA=(-i tokens.bin -k "$REPO_ROOT/dev/data/gpt2_tokenizer.bin" -x 2)
+DATA=(-i tokens.bin -tk "$REPO_ROOT/dev/data/gpt2_tokenizer.bin" -x 2)
 expect_one_error data_mismatch '^error: rank 1: the -i data is 1 file\(s\) of [0-9]+ tokens with fingerprint [0-9a-f]+, but .* on rank 0' \
     "${LAUNCH[@]}" -np 1 -wdir "$WORK/rank0" "$TRAINER" "${BASE[@]}" "${DATA[@]}" \
     : -np 1 -wdir "$WORK/rank1" "$TRAINER" "${BASE[@]}" "${DATA[@]}"

@@ -41,7 +41,7 @@ static void fail_if_any_rank(const char *why) {
 
 // What one rank sees of the job as named values (its flags; its model and data),
 // fixed-size so that rank 0 can broadcast its own for every rank to compare.
-#define VIEW_FIELDS 40
+#define VIEW_FIELDS 64
 typedef struct {
     int count;
     struct {
@@ -87,6 +87,35 @@ static void check_ranks_agree(const JobView *mine, const char *rule) {
     fail_if_any_rank(problem_found);
 }
 
+// llm.c's multi-node flags against mpirun's world: -pn must be the world size, -pr
+// this rank (so an MPMD launch may give each rank its own), -pg at least the
+// ranks on this node (llm.c's device is the rank modulo -pg). Each rank checks its
+// own; the job ends on every rank if one does not fit.
+static void check_launch_flags(const TrainConfig *cfg) {
+    int rank, size, node_size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    char why[256];
+    const char *problem_found = NULL;
+    if (cfg->num_processes != 0 && cfg->num_processes != size) {
+        snprintf(why, sizeof(why), "-pn %d, but mpirun started %d rank(s): drop -pn or start -np %d", cfg->num_processes,
+                 size, cfg->num_processes);
+        problem_found = why;
+    } else if (cfg->process_rank != -1 && cfg->process_rank != rank) {
+        snprintf(why, sizeof(why), "-pr %d, but mpirun made this process rank %d: drop -pr (mpirun numbers the ranks)",
+                 cfg->process_rank, rank);
+        problem_found = why;
+    } else if (cfg->gpus_per_node != 0 && cfg->gpus_per_node < node_size) {
+        snprintf(why, sizeof(why), "-pg %d, but mpirun put %d ranks on this node", cfg->gpus_per_node, node_size);
+        problem_found = why;
+    }
+    fail_if_any_rank(problem_found);
+}
+
 // Every rank was started with the same flags (an MPMD launch, or a wrapper script,
 // can give ranks different ones). Runs before anything collective depends on them.
 static void check_flags_agree(TrainConfig *cfg, const char *transports) {
@@ -95,11 +124,13 @@ static void check_flags_agree(TrainConfig *cfg, const char *transports) {
     Flag flags[MAX_FLAGS];
     int nflags = train_flags(cfg, flags, transports);
     for (int i = 0; i < nflags; i++) {
+        if (strcmp(flags[i].name, "-pr") == 0) { continue; } // each rank's own (check_launch_flags)
         char value[sizeof(view.fields[0].value)];
         format_flag_value(&flags[i], 9, value, sizeof(value)); // 9 digits tell any two floats apart
         view_add(&view, flags[i].name, "%s", value);
     }
     check_ranks_agree(&view, "every rank must be started with the same flags");
+    check_launch_flags(cfg);
 }
 
 // Every rank holds the same model and reads the same data files (same flags can

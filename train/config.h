@@ -16,6 +16,7 @@ context-parallel ones.
 #include "../cp/attention_kind.h"
 #include "../cp/layout.h"
 #include "../llmc/gpt2.h"
+#include "../llmc/schedulers.h"
 #include "../llmc/utils.h"
 
 typedef struct {
@@ -23,22 +24,42 @@ typedef struct {
     const char *val_pattern;    // -j
     const char *init;           // -e
     const char *output_dir;     // -o
-    const char *tokenizer_path; // -k
+    const char *tokenizer_path; // -tk (llm.c reads gpt2_tokenizer.bin; its -k is the schedule)
     int B;                      // -b
     int T;                      // -t
+    int total_batch_size;       // -d, tokens per optimizer step (-1: dp * B * T)
     int steps;                  // -x
+    const char *lr_schedule;    // -k
     float learning_rate;        // -l
     int warmup;                 // -u
     float final_lr_fraction;    // -q
     float weight_decay;         // -c
+    float skip_loss_z;          // -sl
+    float skip_grad_z;          // -sg
     int val_every;              // -v
     int val_batches;            // -m
-    int checkpoint_every;       // -n
+    int checkpoint_every;       // -n (0: never)
+    int checkpoints_keep;       // -nk
+    int major_checkpoint_every; // -nm
     int resume;                 // -y
     int sample_every;           // -s
     int gen_tokens;             // -g
+    int hellaswag;              // -h
+    const char *hellaswag_path; // -hf
+    int overfit_single_batch;   // -a
+    int shuffle;                // -sh
     int tf32;                   // -f
+    int master_weights;         // -w
+    int gelu_fusion;            // -ge
+    int zero_stage;             // -z
     int recompute;              // -r
+    int log_gpu_every;          // -lg
+    int num_processes;          // -pn (0: mpirun's world)
+    int process_rank;           // -pr (-1: mpirun's rank)
+    int gpus_per_node;          // -pg (0: as many as found)
+    const char *init_method;    // -pi, -pm
+    const char *server_ip;      // -ps
+    const char *fs_path;        // -pf, -pp
     int cp_size;                // -cp
     const char *layout;         // -cl
     int document_masking;       // -dm
@@ -57,7 +78,7 @@ typedef struct {
     const char *help;
 } Flag;
 
-#define MAX_FLAGS 32
+#define MAX_FLAGS 64
 
 // The flags of a trainer, each pointing at its field of cfg. `transports` lists
 // the -ct values of the trainer, NULL where it has no choice of transport.
@@ -65,24 +86,46 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
     Flag all[] = {
         {"-i", FLAG_STRING, &cfg->train_pattern, "train token files (glob)"},
         {"-j", FLAG_STRING, &cfg->val_pattern, "validation token files (glob)"},
-        {"-e", FLAG_STRING, &cfg->init, "init: llm.c checkpoint file, or dN = random init of depth N"},
+        {"-e", FLAG_STRING, &cfg->init, "init: llm.c checkpoint file, or llm.c's random init of dN | gpt2:dN | gpt3:cN"},
         {"-o", FLAG_STRING, &cfg->output_dir, "output dir for main.log and checkpoints (none: nothing written)"},
-        {"-k", FLAG_STRING, &cfg->tokenizer_path, "tokenizer file used to print samples"},
+        {"-tk", FLAG_STRING, &cfg->tokenizer_path, "tokenizer file used to print samples"},
         {"-b", FLAG_INT, &cfg->B, "batch size (sequences) per data-parallel replica"},
         {"-t", FLAG_INT, &cfg->T, "sequence length"},
+        {"-d", FLAG_INT, &cfg->total_batch_size, "total batch in tokens per step: gradient accumulation (-1: dp*B*T)"},
         {"-x", FLAG_INT, &cfg->steps, "training steps (-1: one pass over the train files)"},
+        {"-k", FLAG_STRING, &cfg->lr_schedule, "learning-rate schedule: cosine | linear | constant | wsd"},
         {"-l", FLAG_FLOAT, &cfg->learning_rate, "peak learning rate"},
         {"-u", FLAG_INT, &cfg->warmup, "learning-rate warmup steps"},
-        {"-q", FLAG_FLOAT, &cfg->final_lr_fraction, "final learning rate as a fraction of the peak (cosine decay)"},
+        {"-q", FLAG_FLOAT, &cfg->final_lr_fraction, "final learning rate as a fraction of the peak"},
         {"-c", FLAG_FLOAT, &cfg->weight_decay, "weight decay (2-D tensors)"},
+        {"-sl", FLAG_FLOAT, &cfg->skip_loss_z, "skip the update when the loss z-score exceeds this (0: off)"},
+        {"-sg", FLAG_FLOAT, &cfg->skip_grad_z, "skip the update when the grad-norm z-score exceeds this (0: off)"},
         {"-v", FLAG_INT, &cfg->val_every, "validation loss every N steps (0: never)"},
-        {"-m", FLAG_INT, &cfg->val_batches, "validation batches"},
-        {"-n", FLAG_INT, &cfg->checkpoint_every, "checkpoint every N steps (0: only at the end)"},
+        {"-m", FLAG_INT, &cfg->val_batches, "validation batches (-1: the whole validation data)"},
+        {"-n", FLAG_INT, &cfg->checkpoint_every, "checkpoint every N steps and at the end (0: never)"},
+        {"-nk", FLAG_INT, &cfg->checkpoints_keep, "keep the last N checkpoints, deleting older ones (0: keep all)"},
+        {"-nm", FLAG_INT, &cfg->major_checkpoint_every, "checkpoints of steps that are multiples of M are never deleted"},
         {"-y", FLAG_INT, &cfg->resume, "resume from the latest checkpoint in -o (0/1)"},
         {"-s", FLAG_INT, &cfg->sample_every, "sample every N steps (0: never)"},
         {"-g", FLAG_INT, &cfg->gen_tokens, "tokens to generate per sample"},
+        {"-h", FLAG_INT, &cfg->hellaswag, "HellaSwag eval with validation (0/1; -h alone: this help)"},
+        {"-hf", FLAG_STRING, &cfg->hellaswag_path, "the eval file of -h 1 (llm.c's format)"},
+        {"-a", FLAG_INT, &cfg->overfit_single_batch, "overfit one batch, the first of -j (0/1)"},
+        {"-sh", FLAG_INT, &cfg->shuffle, "train data shuffled as llm.c shuffles it (0: in order; -a 1: in order)"},
         {"-f", FLAG_INT, &cfg->tf32, "TF32 matmuls on the GPU (0/1)"},
+        {"-w", FLAG_INT, &cfg->master_weights, "fp32 master weights (0/1; weights are fp32 here either way)"},
+        {"-ge", FLAG_INT, &cfg->gelu_fusion, "llm.c's GELU fusion 0|1|2 (-1: 0); no effect here, same math"},
+        {"-z", FLAG_INT, &cfg->zero_stage, "ZeRO stage 0|1 (1 falls back to 0 here, with a note)"},
         {"-r", FLAG_INT, &cfg->recompute, "recompute in the backward pass: 0 nothing, 1 GELU, 2 GELU + layernorms"},
+        {"-lg", FLAG_INT, &cfg->log_gpu_every, "llm.c's GPU info every N steps (-1: off); not read here, noted"},
+        {"-pn", FLAG_INT, &cfg->num_processes, "number of processes: must be mpirun's (0: mpirun's)"},
+        {"-pr", FLAG_INT, &cfg->process_rank, "this process's rank: must be mpirun's (-1: mpirun's)"},
+        {"-pg", FLAG_INT, &cfg->gpus_per_node, "GPUs per node: at least the ranks of a node (0: not given)"},
+        {"-pi", FLAG_STRING, &cfg->init_method, "start-up: mpi (tcp and fs are llm.c's own; use mpirun)"},
+        {"-pm", FLAG_STRING, &cfg->init_method, "the same as -pi (the name llm.c's usage prints)"},
+        {"-ps", FLAG_STRING, &cfg->server_ip, "llm.c's -pi tcp server address (unused under mpi, as in llm.c)"},
+        {"-pf", FLAG_STRING, &cfg->fs_path, "llm.c's -pi fs directory (unused under mpi, as in llm.c)"},
+        {"-pp", FLAG_STRING, &cfg->fs_path, "the same as -pf (the name llm.c's usage prints)"},
         {"-cp", FLAG_INT, &cfg->cp_size, "context-parallel size (dp = world / cp)"},
         {"-cl", FLAG_STRING, &cfg->layout, "CP layout: identity | contiguous | round_robin | packed (needs -dm 1)"},
         {"-dm", FLAG_INT, &cfg->document_masking, "document masking: tokens attend within their document, EOT opens one (0/1)"},
@@ -106,19 +149,39 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->tokenizer_path = "dev/data/gpt2_tokenizer.bin";
     cfg->B = 4;
     cfg->T = 1024;
+    cfg->total_batch_size = -1;
     cfg->steps = -1;
+    cfg->lr_schedule = "cosine";
     cfg->learning_rate = 3e-4f;
     cfg->warmup = 0;
     cfg->final_lr_fraction = 1.0f;
     cfg->weight_decay = 0.0f;
+    cfg->skip_loss_z = 0.0f;
+    cfg->skip_grad_z = 0.0f;
     cfg->val_every = 20;
     cfg->val_batches = 20;
     cfg->checkpoint_every = 0;
+    cfg->checkpoints_keep = 0;
+    cfg->major_checkpoint_every = 0;
     cfg->resume = 0;
     cfg->sample_every = 20;
     cfg->gen_tokens = 64;
+    cfg->hellaswag = 0;
+    cfg->hellaswag_path = "dev/data/hellaswag/hellaswag_val.bin"; // where llm.c's dev/data/hellaswag.py writes it
+    cfg->overfit_single_batch = 0;
+    cfg->shuffle = 1;
     cfg->tf32 = 1;
+    cfg->master_weights = 1;
+    cfg->gelu_fusion = -1;
+    cfg->zero_stage = 0;
     cfg->recompute = 1;
+    cfg->log_gpu_every = -1;
+    cfg->num_processes = 0;
+    cfg->process_rank = -1;
+    cfg->gpus_per_node = 0;
+    cfg->init_method = "mpi";
+    cfg->server_ip = "";
+    cfg->fs_path = "";
     cfg->cp_size = 1;
     cfg->layout = NULL; // identity at cp 1, round_robin above
     cfg->document_masking = 0;
@@ -150,9 +213,9 @@ static void print_usage(FILE *out, const char *program, const char *transports) 
     for (int i = 0; i < nflags; i++) {
         char value[64];
         format_flag_value(&flags[i], 6, value, sizeof(value));
-        fprintf(out, "  %-4s %-70s [%s]\n", flags[i].name, flags[i].help, value);
+        fprintf(out, "  %-4s %-82s [%s]\n", flags[i].name, flags[i].help, value);
     }
-    fprintf(out, "  -h   this help\n");
+    fprintf(out, "  -h   alone (or --help): this help\n");
     fprintf(out, "-cl defaults to identity at -cp 1 and round_robin above. Run with mpirun -np N for N ranks.\n");
 }
 
@@ -174,14 +237,23 @@ static int parse_float_value(const char *s, float *out) {
     return 1;
 }
 
-// Parses the command line into cfg (which holds the defaults). Returns 1 when -h
-// was asked for; ends the job with the usage and one error line on a bad flag.
+// Is the help asked for? --help, or -h without a number after it: `-h 1` is
+// llm.c's HellaSwag switch, `-h` alone (last, or before another flag) the help.
+static int help_asked(int argc, char **argv) {
+    for (int i = 1; i < argc; i++) {
+        int number;
+        if (strcmp(argv[i], "--help") == 0) { return 1; }
+        if (strcmp(argv[i], "-h") == 0 && (i + 1 >= argc || !parse_int_value(argv[i + 1], &number))) { return 1; }
+    }
+    return 0;
+}
+
+// Parses the command line into cfg (which holds the defaults). Returns 1 when the
+// help was asked for; ends the job with the usage and one error line on a bad flag.
 static int parse_train_args(int argc, char **argv, TrainConfig *cfg, const char *transports) {
     Flag flags[MAX_FLAGS];
     int nflags = train_flags(cfg, flags, transports);
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) { return 1; }
-    }
+    if (help_asked(argc, argv)) { return 1; }
     for (int i = 1; i < argc; i += 2) {
         const Flag *flag = NULL;
         for (int f = 0; f < nflags; f++) {
@@ -216,14 +288,44 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (cfg->T < 1) { fatal_everywhere("-t %d: the sequence length must be at least 1", cfg->T); }
     if (cfg->steps < -1) { fatal_everywhere("-x %d: steps must be -1 (one epoch) or more", cfg->steps); }
     if (cfg->learning_rate < 0.0f) { fatal_everywhere("-l %g: the learning rate must not be negative", cfg->learning_rate); }
+    if (lr_schedule_from_name(cfg->lr_schedule) < 0) {
+        fatal_everywhere("-k '%s': unknown learning-rate schedule (cosine | linear | constant | wsd)", cfg->lr_schedule);
+    }
     if (cfg->warmup < 0) { fatal_everywhere("-u %d: warmup steps must not be negative", cfg->warmup); }
     if (cfg->final_lr_fraction < 0.0f || cfg->final_lr_fraction > 1.0f) {
         fatal_everywhere("-q %g: the final learning-rate fraction must lie in [0, 1]", cfg->final_lr_fraction);
     }
     if (cfg->weight_decay < 0.0f) { fatal_everywhere("-c %g: weight decay must not be negative", cfg->weight_decay); }
     if (cfg->val_every < 0) { fatal_everywhere("-v %d must not be negative", cfg->val_every); }
-    if (cfg->val_batches < 1) { fatal_everywhere("-m %d: validation needs at least one batch", cfg->val_batches); }
+    if (cfg->val_batches < 1 && cfg->val_batches != -1) {
+        fatal_everywhere("-m %d: validation needs at least one batch (-1: all of them)", cfg->val_batches);
+    }
     if (cfg->checkpoint_every < 0) { fatal_everywhere("-n %d must not be negative", cfg->checkpoint_every); }
+    if (cfg->checkpoints_keep < 0) { fatal_everywhere("-nk %d must not be negative", cfg->checkpoints_keep); }
+    if (cfg->major_checkpoint_every < 0) {
+        fatal_everywhere("-nm %d must not be negative", cfg->major_checkpoint_every);
+    }
+    if (cfg->total_batch_size == 0 || cfg->total_batch_size < -1) {
+        fatal_everywhere("-d %d: the total batch is a number of tokens (or -1: dp x B x T)", cfg->total_batch_size);
+    }
+    if (!(cfg->skip_loss_z >= 0.0f) || !(cfg->skip_grad_z >= 0.0f)) {
+        fatal_everywhere("-sl %g / -sg %g: a z-score threshold is positive (0: off)", cfg->skip_loss_z, cfg->skip_grad_z);
+    }
+    if (cfg->hellaswag != 0 && cfg->hellaswag != 1) { fatal_everywhere("-h %d: HellaSwag is 0 or 1", cfg->hellaswag); }
+    if (cfg->overfit_single_batch != 0 && cfg->overfit_single_batch != 1) {
+        fatal_everywhere("-a %d: overfitting one batch is 0 or 1", cfg->overfit_single_batch);
+    }
+    if (cfg->shuffle != 0 && cfg->shuffle != 1) { fatal_everywhere("-sh %d: shuffling is 0 or 1", cfg->shuffle); }
+    if (cfg->master_weights != 0 && cfg->master_weights != 1) {
+        fatal_everywhere("-w %d: master weights are 0 or 1", cfg->master_weights);
+    }
+    if (cfg->gelu_fusion < -1 || cfg->gelu_fusion > 2) { fatal_everywhere("-ge %d: llm.c's GELU fusion is -1, 0, 1 or 2", cfg->gelu_fusion); }
+    if (cfg->zero_stage < 0 || cfg->zero_stage > 3) { fatal_everywhere("-z %d: llm.c's ZeRO stages are 0 to 3", cfg->zero_stage); }
+    if (strcmp(cfg->init_method, "mpi") != 0) {
+        fatal_everywhere("-pi %s: this trainer's ranks start under mpirun (-pi mpi); llm.c's tcp and fs start-up, "
+                         "one process per node told its -pr and -pn, is not here: run mpirun -np N instead",
+                         cfg->init_method);
+    }
     if (cfg->resume != 0 && cfg->resume != 1) { fatal_everywhere("-y %d: resume is 0 or 1", cfg->resume); }
     if (cfg->resume && cfg->output_dir == NULL) { fatal_everywhere("-y 1 needs -o, the directory to resume from"); }
     if (cfg->sample_every < 0) { fatal_everywhere("-s %d must not be negative", cfg->sample_every); }
@@ -274,13 +376,22 @@ static int cp_ulysses_degree(const TrainConfig *cfg) {
     }
 }
 
-// Parses "dN" (random init of depth N). Returns N, or 0 when init names a file.
-static int random_init_depth(const char *init) {
-    if (init[0] != 'd' || init[1] == '\0') { return 0; }
-    int depth;
-    if (!parse_int_value(init + 1, &depth)) { return 0; }
-    if (depth < 1) { fatal_everywhere("-e %s: the depth must be at least 1", init); }
-    return depth;
+// What llm.c's flags that cannot act here do instead, said once at start-up.
+static void print_flag_notes(const TrainConfig *cfg) {
+    if (cfg->master_weights == 0) {
+        printf("note: -w 0: the weights are fp32 here, so there is no separate master copy to drop; same as -w 1\n");
+    }
+    if (cfg->gelu_fusion > 0) {
+        printf("note: -ge %d: llm.c's GELU fusion into cuBLASLt's epilogue is a speed choice; the GELU here is a kernel "
+               "of its own, with the same result\n", cfg->gelu_fusion);
+    }
+    if (cfg->zero_stage > 0) {
+        printf("note: -z %d: the optimizer state is not sharded here; every rank keeps all of it, as -z 0 (llm.c too "
+               "falls back to 0 where it cannot shard); the results are those of -z 0\n", cfg->zero_stage);
+    }
+    if (cfg->log_gpu_every > 0) {
+        printf("note: -lg %d: this trainer does not read NVML; watch the GPUs with nvidia-smi\n", cfg->log_gpu_every);
+    }
 }
 
 // Checks the run's sizes against the model.

@@ -71,7 +71,9 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         status = problem(why, sizeof(why), "written by rank %d of %d, expected rank %d of %d", s.rank, s.world_size,
                          mesh->world_rank, writer.world_size);
     }
-    if (status == 0) {
+    if (status == 0 && run->train_loader.shuffle) {
+        dataloader_skip(&run->train_loader, s.data_batches); // the shuffled order, as it was
+    } else if (status == 0) {
         status = dataloader_resume(&run->train_loader, s.data_shard, s.data_position, why, sizeof(why));
     }
     if (status != 0) {
@@ -96,9 +98,34 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
                "(rank 0's, the same on every rank) and the data position carry over; the losses will follow "
                "the original run closely, not bit for bit\n", was, now);
     }
+    if (writer.data_shuffled != (uint64_t)run->train_loader.shuffle) {
+        printf("note: the checkpoint's run read its data %s, this one reads it %s: %s\n",
+               writer.data_shuffled ? "shuffled" : "in order", run->train_loader.shuffle ? "shuffled (-sh 1)" : "in order (-sh 0)",
+               run->train_loader.shuffle ? "the shuffled order starts where its batch count says"
+                                         : "the data starts again at its beginning");
+    }
     if (run->start_step >= run->steps) {
         printf("note: the checkpoint is at step %d and the run has %d steps: nothing left to train\n",
                run->start_step, run->steps);
+    }
+}
+
+// After checkpoint `step`: with -nk K, the checkpoint K * N steps older goes (llm.c's
+// rule), unless -nm M makes it a major one (its step a multiple of M). Its DONE
+// marker goes first, so that a crash in the middle never leaves a marker over
+// missing files; then every rank removes its state file and rank 0 the model.
+static void delete_old_checkpoint(const TrainConfig *cfg, const Mesh *mesh, int step) {
+    int old = step - cfg->checkpoints_keep * cfg->checkpoint_every;
+    if (cfg->checkpoints_keep == 0 || old <= 0) { return; }
+    if (cfg->major_checkpoint_every > 0 && old % cfg->major_checkpoint_every == 0) { return; }
+    char path[4096];
+    if (mesh->world_rank == 0) { remove_done_marker(cfg->output_dir, old); }
+    MPI_Barrier(MPI_COMM_WORLD);
+    state_path(path, sizeof(path), cfg->output_dir, old, mesh->world_rank);
+    remove_file_if_there(path);
+    if (mesh->world_rank == 0) {
+        model_path(path, sizeof(path), cfg->output_dir, old);
+        remove_file_if_there(path);
     }
 }
 
@@ -118,9 +145,11 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
         model_path(path, sizeof(path), cfg->output_dir, step);
         gpt2_save_checkpoint(model, path);
     }
+    const DataLoader *dl = &run->train_loader;
     TrainState s = {step, mesh->world_rank, mesh->world_size, mesh->cp_size, mesh->dp_size, (int)run->layout,
-                    cfg->B, cfg->T, model->num_parameters, run->train_loader.shard_index,
-                    run->train_loader.position, run->sample_rng.state, (uint64_t)run->padded_T};
+                    cfg->B, cfg->T, model->num_parameters, dl->shuffle ? 0 : dl->shard_index,
+                    dl->shuffle ? 0 : dl->position, run->sample_rng.state, (uint64_t)run->padded_T,
+                    dl->batches_read, (uint64_t)dl->shuffle};
     state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
     state_write(path, &s, model->m_memory, model->v_memory);
     MPI_Barrier(MPI_COMM_WORLD);
@@ -129,6 +158,7 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
         printf("wrote checkpoint %s/model_%08d.bin (+ state of %d rank(s), DONE_%08d)\n", cfg->output_dir, step,
                mesh->world_size, step);
     }
+    delete_old_checkpoint(cfg, mesh, step);
 }
 
 #endif // TRAIN_RESUME_H

@@ -20,8 +20,10 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 #include "../cp/sharder.h"
 #include "../llmc/checkpoint.h"
 #include "../llmc/dataloader.h"
+#include "../llmc/eval_loader.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/logger.h"
+#include "../llmc/outlier_detector.h"
 #include "../llmc/rand.h"
 #include "../llmc/schedulers.h"
 #include "../llmc/tokenizer.h"
@@ -29,12 +31,13 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 #include "config.h"
 #include "progress.h"
 
-#define RANDOM_INIT_SEED 42
+#define RANDOM_INIT_SEED 42 // llm.c's
 #define SAMPLE_SEED 1337
 
 // The model into host memory: the weights of the checkpoint resumed from, else -e
-// (an llm.c checkpoint, or dN for a random init of depth N). Every rank builds the
-// same weights (the trainers broadcast rank 0's all the same).
+// (an llm.c checkpoint, or one of llm.c's descriptors dN, gpt2:dN, gpt3:cN for
+// llm.c's random init of that model). Every rank builds the same weights (the
+// trainers broadcast rank 0's all the same).
 static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step) {
     if (resume_step >= 0) {
         char path[4096];
@@ -42,16 +45,16 @@ static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step
         gpt2_load_checkpoint(model, path);
         return;
     }
-    const char *init = cfg->init;
-    int depth = random_init_depth(init);
-    if (depth > 0) {
-        GPT2Config c = gpt2_config_for_depth(depth);
-        char why[256];
-        if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", init, why); }
-        gpt2_init_random(model, c, RANDOM_INIT_SEED);
-    } else {
-        gpt2_load_checkpoint(model, init);
+    GPT2Config c;
+    char why[256];
+    int descriptor = gpt2_config_from_descriptor(cfg->init, &c, why, sizeof(why));
+    if (descriptor < 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
+    if (descriptor == 0) {
+        gpt2_load_checkpoint(model, cfg->init);
+        return;
     }
+    if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
+    gpt2_init_random(model, c, RANDOM_INIT_SEED);
 }
 
 // The mesh's MPI communicators: world, this replica's CP group, the DP group of
@@ -96,14 +99,18 @@ typedef struct {
     int padded_T, local_T;  // the row after padding, and this rank's share of it: what the
                             // buffers fit (packed: the longest batch so far)
     int steps, val_batches;
+    int grad_accum_steps;   // micro-batches per optimizer step (-d)
     DataLoader train_loader, val_loader;
+    EvalLoader eval_loader; // -h 1
+    int run_hellaswag;      // -h 1 and its file is there
     Tokenizer tokenizer;
     Logger logger;
     FILE *token_loss_fp;    // -tl, open on the master only
     float *loss_rows;       // (B, T) this replica's gathered per-token losses
     float *loss_all_rows;   // (dp * B, T) every replica's
-    CosineSchedule schedule;
+    LrSchedule schedule;
     Rng sample_rng;
+    OutlierDetector loss_outliers, grad_norm_outliers; // -sl, -sg
     int start_step;         // 0, or the step of the checkpoint resumed from
     int resumed;
     double tokens_per_step;
@@ -123,6 +130,24 @@ static FILE *open_token_losses(const char *path, int resume_step, size_t bytes_p
     return fp;
 }
 
+// -h 1: the eval file, as llm.c: one that is not there is noted and the eval
+// skipped; one that is there must be good.
+static void hellaswag_init(TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, int vocab_size) {
+    if (access(cfg->hellaswag_path, F_OK) != 0) {
+        if (mesh->world_rank == 0) {
+            printf("note: -h 1: no HellaSwag eval file at %s (-hf FILE names another; llm.c's "
+                   "dev/data/hellaswag.py writes it): skipping the eval\n", cfg->hellaswag_path);
+        }
+        return;
+    }
+    char why[512];
+    if (evalloader_init(&run->eval_loader, cfg->hellaswag_path, cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
+                        vocab_size, why, sizeof(why)) != 0) {
+        fatal_everywhere("-h 1: eval file '%s': %s", cfg->hellaswag_path, why);
+    }
+    run->run_hellaswag = 1;
+}
+
 // Checks the run against the model, opens the data and the outputs (appending to
 // them when resuming from checkpoint `resume_step`, -1 for none).
 static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind layout, const Mesh *mesh,
@@ -138,43 +163,59 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
     run->padded_T = cp_padded_len(layout, cfg->T, cfg->cp_size);
     run->local_T = run->padded_T / cfg->cp_size;
-    dataloader_init(&run->train_loader, cfg->train_pattern, "-i", cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
-                    c.vocab_size);
+    // -a 1 overfits the first batch of the validation data, read in order, as llm.c
+    // does; the training data is shuffled as llm.c shuffles it unless -sh 0, the
+    // validation data is read in order
+    const char *train_pattern = cfg->overfit_single_batch ? cfg->val_pattern : cfg->train_pattern;
+    dataloader_init(&run->train_loader, train_pattern, cfg->overfit_single_batch ? "-j (-a 1)" : "-i", cfg->B, cfg->T,
+                    mesh->dp_rank, mesh->dp_size, c.vocab_size, cfg->shuffle && !cfg->overfit_single_batch);
     if (cfg->val_every > 0) {
         dataloader_init(&run->val_loader, cfg->val_pattern, "-j", cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
-                        c.vocab_size);
+                        c.vocab_size, 0);
         int epoch = (int)run->val_loader.epoch_steps;
-        run->val_batches = cfg->val_batches < epoch ? cfg->val_batches : epoch;
+        run->val_batches = cfg->val_batches != -1 && cfg->val_batches < epoch ? cfg->val_batches : epoch;
     }
-    run->steps = cfg->steps >= 0 ? cfg->steps : (int)run->train_loader.epoch_steps;
+    // -d: a step of total_batch_size tokens is grad_accum_steps micro-batches of dp x B x T
+    long micro_tokens = (long)mesh->dp_size * cfg->B * cfg->T;
+    long step_tokens = cfg->total_batch_size == -1 ? micro_tokens : cfg->total_batch_size;
+    if (step_tokens % micro_tokens != 0) {
+        fatal_everywhere("-d %ld is not a multiple of the %ld tokens of a micro-batch (dp %d x B %d x T %d)", step_tokens,
+                         micro_tokens, mesh->dp_size, cfg->B, cfg->T);
+    }
+    run->grad_accum_steps = (int)(step_tokens / micro_tokens);
+    run->tokens_per_step = (double)step_tokens;
+    run->steps = cfg->steps >= 0 ? cfg->steps : (int)(run->train_loader.epoch_steps / run->grad_accum_steps);
     tokenizer_init(&run->tokenizer, cfg->tokenizer_path, c.vocab_size);
     if (cfg->output_dir) { make_output_dir(cfg->output_dir); }
     logger_init(&run->logger, cfg->output_dir, master, run->resumed);
     if (cfg->token_loss_path && master) {
-        size_t bytes_per_step = (size_t)mesh->dp_size * cfg->B * cfg->T * sizeof(float);
+        size_t bytes_per_step = (size_t)run->grad_accum_steps * mesh->dp_size * cfg->B * cfg->T * sizeof(float);
         run->token_loss_fp = open_token_losses(cfg->token_loss_path, resume_step, bytes_per_step);
     }
     if (cfg->token_loss_path) {
         run->loss_rows = (float *)mallocCheck((size_t)cfg->B * cfg->T * sizeof(float));
         run->loss_all_rows = (float *)mallocCheck((size_t)mesh->dp_size * cfg->B * cfg->T * sizeof(float));
     }
-    CosineSchedule schedule = {cfg->learning_rate, cfg->warmup, run->steps, cfg->final_lr_fraction};
+    LrSchedule schedule = {(LrScheduleKind)lr_schedule_from_name(cfg->lr_schedule), cfg->learning_rate, cfg->warmup,
+                           run->steps, cfg->final_lr_fraction};
     run->schedule = schedule;
     rng_seed(&run->sample_rng, SAMPLE_SEED);
-    run->tokens_per_step = (double)mesh->dp_size * cfg->B * cfg->T;
+    outlier_detector_init(&run->loss_outliers);
+    outlier_detector_init(&run->grad_norm_outliers);
+    if (cfg->hellaswag) { hellaswag_init(run, cfg, mesh, c.vocab_size); }
 }
 
-// Loads the loader's next batch and shards it for this rank into sh, the step's
-// sharder (built here, freed by the caller); ends the job if the layout cannot.
+// Shards a batch of B rows of T tokens (inputs and targets) for this rank into sh,
+// the step's sharder (built here, freed by the caller); ends the job if the layout
+// cannot.
 // The packed layout's length depends on the data: a batch is padded to at least
 // the longest one so far, so the buffers sized by run->local_T grow now and then
 // but never shrink and regrow.
-static void next_sharded_batch(CpSharder *sh, DataLoader *dl, TrainRun *run, const TrainConfig *cfg, const Mesh *m,
-                               int max_seq_len) {
-    dataloader_next_batch(dl);
+static void shard_rows(CpSharder *sh, const int *inputs, const int *targets, TrainRun *run, const TrainConfig *cfg,
+                       const Mesh *m, int max_seq_len) {
     cp_sharder_init(sh, run->layout, m->cp_rank, m->cp_size, max_seq_len, document_token(cfg));
     sh->min_padded_len = run->padded_T;
-    if (cp_shard_batch(sh, dl->inputs, dl->targets, dl->B, dl->T) != CP_OK) {
+    if (cp_shard_batch(sh, inputs, targets, cfg->B, cfg->T) != CP_OK) {
         fatal_everywhere("%s", sh->error);
     }
     if (sh->layout.padded_seq_len > run->padded_T) {
@@ -189,6 +230,7 @@ static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
     free(run->loss_all_rows);
     logger_free(&run->logger);
     tokenizer_free(&run->tokenizer);
+    if (run->run_hellaswag) { evalloader_free(&run->eval_loader); }
     dataloader_free(&run->train_loader);
     if (cfg->val_every > 0) { dataloader_free(&run->val_loader); }
 }
@@ -202,6 +244,7 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
     StartupFacts facts = {trainer, transport, mesh, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
                           num_parameters, run->steps, run->start_step, run->val_batches};
     print_startup_table(cfg, c, &facts);
+    print_flag_notes(cfg);
     if (run->tokenizer.token_table == NULL) { printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path); }
 }
 
@@ -222,10 +265,12 @@ static void check_step_finite(const TrainConfig *cfg, int step, float loss, floa
                      "training stopped before the update; %s", step, loss, grad_norm, last);
 }
 
-// The forward pass of the loader's next batch on this rank's shard (the trainer's
-// own); returns the loss statistics of the global batch. The sharder is built by
-// it and freed by the caller.
-typedef LossStats (*ForwardStep)(void *trainer, DataLoader *dl, CpSharder *sh);
+// The forward pass of a batch (B rows of T inputs and targets) on this rank's shard
+// (the trainer's own); returns the loss statistics of the global batch. The sharder
+// is built by it and freed by the caller.
+typedef LossStats (*ForwardStep)(void *trainer, const int *inputs, const int *targets, CpSharder *sh);
+// The per-token losses of the last forward pass, (B, local T) on the host.
+typedef const float *(*ShardLosses)(void *trainer);
 
 // The mean loss over the first `batches` batches of the validation data.
 static float validation_loss(ForwardStep forward_step, void *trainer, DataLoader *val_loader, int batches) {
@@ -233,12 +278,58 @@ static float validation_loss(ForwardStep forward_step, void *trainer, DataLoader
     LossStats total = {0.0, 0.0};
     for (int i = 0; i < batches; i++) {
         CpSharder sh;
-        LossStats s = forward_step(trainer, val_loader, &sh);
+        dataloader_next_batch(val_loader);
+        LossStats s = forward_step(trainer, val_loader->inputs, val_loader->targets, &sh);
         cp_sharder_free(&sh);
         total.loss_sum += s.loss_sum;
         total.valid_count += s.valid_count;
     }
     return mean_loss(total);
+}
+
+// -h 1: llm.c's HellaSwag accuracy over the eval file. Every replica runs its share
+// of the examples; each batch's per-token losses are gathered over the CP group to
+// (B, T) rows, scored on every CP rank alike, and the right answers summed over
+// the replicas. cp, dp: host-memory transports of the CP and DP groups.
+static float hellaswag_accuracy(ForwardStep forward_step, ShardLosses shard_losses, void *trainer, TrainRun *run,
+                                Comm *cp, Comm *dp) {
+    EvalLoader *el = &run->eval_loader;
+    float *rows = (float *)mallocCheck((size_t)el->B * el->T * sizeof(float));
+    evalloader_reset(el);
+    double correct = 0.0;
+    for (int i = 0; i < el->num_batches; i++) {
+        evalloader_next_batch(el);
+        CpSharder sh;
+        forward_step(trainer, el->inputs, el->targets, &sh);
+        if (cp_gather_tokens(&sh, cp, shard_losses(trainer), sizeof(float), 1, rows) != CP_OK) {
+            fatal("%s", sh.error);
+        }
+        cp_sharder_free(&sh);
+        correct += evalloader_correct(el, rows);
+    }
+    free(rows);
+    dp->all_reduce_sum(dp, &correct, 1, COMM_DOUBLE);
+    if (fatal_rank == 0) {
+        printf("HellaSwag: %d/%d = %f\n", (int)correct, el->num_examples, correct / el->num_examples);
+    }
+    return (float)(correct / el->num_examples);
+}
+
+// llm.c's -sl / -sg: both detectors see every step's loss and gradient norm (the
+// same on every rank), and the update is skipped when a z-score is above its
+// threshold. Returns 1 to skip.
+static int skip_update(TrainRun *run, const TrainConfig *cfg, int master, float loss, float grad_norm) {
+    double zloss = outlier_detector_update(&run->loss_outliers, loss);
+    double zgrad = outlier_detector_update(&run->grad_norm_outliers, grad_norm);
+    if (isfinite(zloss) && cfg->skip_loss_z != 0.0f && zloss > cfg->skip_loss_z) {
+        if (master) { printf("skipping update due to loss z-score of %f\n", zloss); }
+        return 1;
+    }
+    if (isfinite(zgrad) && cfg->skip_grad_z != 0.0f && zgrad > cfg->skip_grad_z) {
+        if (master) { printf("skipping update due to grad z-score of %f\n", zgrad); }
+        return 1;
+    }
+    return 0;
 }
 
 // What happens before the training step `step` (the last "step" only evaluates).
@@ -252,14 +343,21 @@ static int run_validates(const TrainRun *run, const TrainConfig *cfg, int step, 
     return run_before_step(run, step) && cfg->val_every > 0 && (step % cfg->val_every == 0 || last_step);
 }
 
+// llm.c's rule: HellaSwag at the validation steps after the first, and at the end
+static int run_evaluates(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
+    return run_before_step(run, step) && run->run_hellaswag &&
+           ((cfg->val_every > 0 && step > 0 && step % cfg->val_every == 0) || last_step);
+}
+
 static int run_samples(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
     return run_before_step(run, step) && cfg->sample_every > 0 &&
            ((step > 0 && step % cfg->sample_every == 0) || last_step);
 }
 
+// llm.c's rule: -n N > 0 writes every N steps and at the end, -n 0 never
 static int run_checkpoints(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
-    return run_before_step(run, step) && cfg->output_dir != NULL &&
-           (last_step || (cfg->checkpoint_every > 0 && step > 0 && step % cfg->checkpoint_every == 0));
+    return run_before_step(run, step) && cfg->output_dir != NULL && cfg->checkpoint_every > 0 &&
+           (last_step || (step > 0 && step % cfg->checkpoint_every == 0));
 }
 
 // After a training step: the progress line (master) and the log.
@@ -270,7 +368,7 @@ static void train_run_end_step(TrainRun *run, int master, int step, float loss, 
         print_progress(step, run->steps, loss, grad_norm, lr, seconds, run->tokens_per_step,
                        run->total_step_seconds / (step + 1));
     }
-    logger_log_train(&run->logger, step, loss);
+    logger_log_train(&run->logger, step, loss, lr, grad_norm);
 }
 
 // Gathers the step's per-token losses to global order: the CP group's shards into

@@ -343,7 +343,9 @@ int main(int argc, char **argv) {
     if (T < 1 || reps < 1) { fatal("-t %d, -r %d: both must be at least 1", T, reps); }
     if (U < 1 || cp % U != 0) { fatal("-u %d does not divide the %d ranks", U, cp); }
     int B = 1;
-    GPT2Config c = gpt2_config_for_depth(12); // GPT-2 124M: C 768, NH 12, L 12
+    GPT2Config c = {0};
+    char why[256];
+    gpt2_config_from_descriptor("d12", &c, why, sizeof(why)); // GPT-2 124M: C 768, NH 12, L 12
     int P = cp_padded_len(cp == 1 ? CP_LAYOUT_IDENTITY : CP_LAYOUT_ROUND_ROBIN, T, cp);
     int Tl = P / cp;
     if (rank == 0) {

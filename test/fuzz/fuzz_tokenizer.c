@@ -1,6 +1,6 @@
 /*
 libFuzzer target: the tokenizer parser (llmc/tokenizer.h, tokenizer_read), the
-code behind -k FILE. The model's vocabulary is taken from the input when it is
+code behind -tk FILE. The model's vocabulary is taken from the input when it is
 small, so that short inputs reach the token table; otherwise GPT-2's 50257.
 */
 #include "fuzz_input.h"

@@ -48,7 +48,7 @@ for np in 1 2 3 4; do "${MPIRUN[@]}" -np $np "$WORK/test_gpu_ring_attention" | t
 [[ ${1:-} == trainer ]] || exit 0
 "${CXX[@]}" "$WORK/src/train_gpt2cp.cu" -o "$WORK/train_gpt2cp" "${LINK[@]}"
 make -s train_gpt2cp_cpu
-ARGS=(-e d1 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0)
+ARGS=(-e d1 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0 -n 1) # -n 1: a checkpoint every step (the resume below)
 # compare CPU GPU: the two runs' step losses side by side, and their per-token losses
 # within 1e-4
 compare() {
@@ -71,8 +71,8 @@ done
 source test/binary_files.sh
 cp dev/data/austen/austen_val.bin "$WORK/docs.bin"
 for t in 3 11 12 30 47 51 70 99 120; do put_u16 "$WORK/docs.bin" $((1024 + 2 * t)) 50256; done
-"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -i "$WORK/docs.bin" -dm 1 -o "$WORK/cpu_docs" -tl "$WORK/cpu_docs.tl" > "$WORK/cpu_docs.out"
-"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -i "$WORK/docs.bin" -dm 1 -cp 2 -cl packed -ca allgather -ct mpi \
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -i "$WORK/docs.bin" -sh 0 -dm 1 -o "$WORK/cpu_docs" -tl "$WORK/cpu_docs.tl" > "$WORK/cpu_docs.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -i "$WORK/docs.bin" -sh 0 -dm 1 -cp 2 -cl packed -ca allgather -ct mpi \
     -o "$WORK/gpu_docs" -tl "$WORK/gpu_docs.tl" > "$WORK/gpu_docs.out"
 compare cpu_docs gpu_docs
 # Ulysses on documents: d1's weights read as 2 heads (NH in the checkpoint header),
