@@ -24,6 +24,7 @@ layernorms, instead of keeping them per layer.
 #include <string.h>
 #include "adamw.h"
 #include "attention_verbs.h"
+#include "checkpoint.h"
 #include "classifier.h"
 #include "encoder.h"
 #include "gelu.h"
@@ -385,6 +386,10 @@ static int gpt2_read_checkpoint(GPT2 *model, FILE *fp, long size, char *why, siz
             return problem(why, why_size, "parameter %zu is not a finite number", i);
         }
     }
+    if (checkpoint_verify_checksum(header, model->params_memory, n, why, why_size) != 0) {
+        gpt2_free(model);
+        return -1;
+    }
     return 0;
 }
 
@@ -408,6 +413,7 @@ static void gpt2_write_checkpoint_header(const GPT2 *model, int header[256]) {
     header[5] = model->config.num_heads;
     header[6] = model->config.channels;
     header[7] = model->config.padded_vocab_size;
+    checkpoint_put_checksum(header, model->params_memory, model->num_parameters);
 }
 
 // Written atomically (llmc/utils.h): a crash mid-write leaves no half checkpoint.

@@ -268,7 +268,8 @@ static void train_run_end_step(TrainRun *run, int master, int step, float loss, 
 static void write_token_losses(TrainRun *run, const TrainConfig *cfg, CpSharder *sh, Comm *cp, Comm *dp,
                                const float *losses) {
     int B = sh->layout.B, T = sh->layout.original_seq_len;
-    if (cp_gather_tokens(sh, cp, losses, sizeof(float), 1, run->loss_rows) != CP_OK) {
+    if (cp_gather_tokens(sh, cp, losses, (size_t)B * sh->layout.local_len, sizeof(float), 1, run->loss_rows) !=
+        CP_OK) {
         fatal("%s", sh->error);
     }
     dp->all_gather(dp, run->loss_rows, run->loss_all_rows, (size_t)B * T * sizeof(float));
