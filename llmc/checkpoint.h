@@ -329,20 +329,21 @@ static int state_read(const char *path, TrainState *s, float *m, float *v, uint6
 // Whether the files of checkpoint `step` in dir are all there (the model file,
 // and the state file of every rank that wrote it: rank 0's says how many);
 // returns 0, or -1 naming the first one missing in why. What the files hold is
-// checked when they are read (a damaged file ends the resume, it is not passed over).
+// checked when they are read (a damaged file, or one of another type, ends the resume:
+// it is not passed over).
 static int checkpoint_files_present(const char *dir, int step, char *why, size_t why_size) {
     char path[4096], reason[512];
     struct stat st;
     model_path(path, sizeof(path), dir, step);
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) { return problem(why, why_size, "'%s' is missing", path); }
+    if (stat(path, &st) != 0) { return problem(why, why_size, "'%s' is missing", path); }
     state_path(path, sizeof(path), dir, step, 0);
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) { return problem(why, why_size, "'%s' is missing", path); }
+    if (stat(path, &st) != 0) { return problem(why, why_size, "'%s' is missing", path); }
     TrainState s;
     // a header that does not read is damage, not absence: its reader reports it
     if (state_read(path, &s, NULL, NULL, 0, reason, sizeof(reason)) != 0) { return 0; }
     for (int r = 1; r < s.world_size; r++) {
         state_path(path, sizeof(path), dir, step, r);
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) { return problem(why, why_size, "'%s' is missing", path); }
+        if (stat(path, &st) != 0) { return problem(why, why_size, "'%s' is missing", path); }
     }
     return 0;
 }

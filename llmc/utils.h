@@ -25,12 +25,19 @@ calls MPI_Abort; without it (unit tests, tools) a fatal error is a plain exit(1)
 
 // called after the message is printed; must not return
 static void (*fatal_exit_hook)(void) = NULL;
+// called first, to undo what this process holds (the run's lock of its -o)
+static void (*fatal_cleanup_hook)(void) = NULL;
 // this rank's index in the job (0 without MPI): errors found by one rank name it
 static int fatal_rank = 0;
 // set by the transport once every rank takes part in collectives
 static void (*fatal_wait_for_printer)(void) = NULL;
 
 static void fatal_exit(void) {
+    if (fatal_cleanup_hook) {
+        void (*cleanup)(void) = fatal_cleanup_hook;
+        fatal_cleanup_hook = NULL; // a failure inside it must not come back here
+        cleanup();
+    }
     fflush(stdout);
     fflush(stderr);
     if (fatal_exit_hook) { fatal_exit_hook(); }

@@ -1,10 +1,11 @@
 /*
 What a run writes, and the rules that keep it from losing or mixing up data:
 
-  * a run owns its -o directory: rank 0 holds DIR/LOCK ("HOST PID") from start to
-    end. A second run into the directory refuses, naming the first; the lock of a
-    run that died (same host, its pid gone) is recognised and taken over with a
-    note. A lock left by a run on another host cannot be checked from here: the
+  * a run owns its -o directory: rank 0 holds DIR/LOCK ("HOST PID START_TIME")
+    from start to end (a run that fails removes it). A second run into the
+    directory refuses, naming the first; the lock of a run that died (same host,
+    its pid gone or another process's by its start time) is recognised and taken
+    over with a note. A lock left by a run on another host cannot be checked from here: the
     message says which host and pid, and to remove the file if that run is gone.
   * no output (-tl, DIR/main.log, the lock, the checkpoint files in DIR) is an
     input of the run (-i and -j files, -e, the tokenizer): compared by device and
@@ -28,8 +29,9 @@ What a run writes, and the rules that keep it from losing or mixing up data:
 
 #define RUN_LOCK_NAME "LOCK"
 
-// Creates dir and its parents; it must end up a directory.
-static void make_output_dir(const char *dir) {
+// Creates dir and its parents; it must end up a directory. Returns 0, or -1 with
+// the reason in why.
+static int make_output_dir(const char *dir, char *why, size_t why_size) {
     char path[4096];
     snprintf(path, sizeof(path), "%s", dir);
     for (char *p = path + 1; ; p++) {
@@ -37,18 +39,66 @@ static void make_output_dir(const char *dir) {
             char saved = *p;
             *p = '\0';
             if (mkdir(path, 0755) != 0 && errno != EEXIST) {
-                fatal("-o '%s': cannot create directory '%s': %s", dir, path, strerror(errno));
+                return problem(why, why_size, "-o '%s': cannot create directory '%s': %s", dir, path, strerror(errno));
             }
             *p = saved;
             if (saved == '\0') { break; }
         }
     }
     struct stat st;
-    if (stat(dir, &st) != 0) { fatal("-o '%s': %s", dir, strerror(errno)); }
-    if (!S_ISDIR(st.st_mode)) { fatal("-o '%s': not a directory: it is %s", dir, file_type_name(st.st_mode)); }
+    if (stat(dir, &st) != 0) { return problem(why, why_size, "-o '%s': %s", dir, strerror(errno)); }
+    if (!S_ISDIR(st.st_mode)) {
+        return problem(why, why_size, "-o '%s': not a directory: it is %s", dir, file_type_name(st.st_mode));
+    }
+    return 0;
+}
+
+// The start time of process pid (clock ticks after boot, /proc/PID/stat field 22)
+// and whether it is a zombie; 0 when it cannot be read. With the pid it tells a
+// process apart from a later one that got the same pid.
+static unsigned long long process_start_time(int pid, int *zombie) {
+    char path[64], text[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+    *zombie = 0;
+    FILE *fp = fopen(path, "r");
+    if (fp == NULL) { return 0; }
+    size_t n = fread(text, 1, sizeof(text) - 1, fp);
+    fclose(fp);
+    text[n] = '\0';
+    char *p = strrchr(text, ')'); // the command name may hold spaces and parentheses
+    char state;
+    unsigned long long start = 0;
+    if (p == NULL || sscanf(p + 1, " %c %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %*s %llu",
+                            &state, &start) != 2) {
+        return 0;
+    }
+    *zombie = state == 'Z';
+    return start;
+}
+
+// Whether the run that wrote a lock of this host is still running: its pid is
+// there, not a zombie, and started when the lock says. A run that is being ended
+// (a failed job's ranks are killed just as the launcher returns) gets 3 s to go.
+static int lock_owner_running(int pid, unsigned long long start_time) {
+    for (int wait = 0; wait < 60; wait++) {
+        int zombie;
+        unsigned long long start = process_start_time(pid, &zombie);
+        int running = kill(pid, 0) == 0 || errno != ESRCH;
+        if (!running || zombie || (start != 0 && start_time != 0 && start != start_time)) { return 0; }
+        usleep(50000);
+    }
+    return 1;
+}
+
+static char run_lock_path[4200]; // the lock this process holds, "" for none
+
+static void remove_run_lock(void) {
+    if (run_lock_path[0] != '\0') { unlink(run_lock_path); }
+    run_lock_path[0] = '\0';
 }
 
 // Takes the lock of dir for this process; returns 0, or -1 with the reason in why.
+// The lock file holds "HOST PID START_TIME".
 static int take_run_lock(const char *dir, char *why, size_t why_size) {
     char path[4200], host[256] = "?";
     snprintf(path, sizeof(path), "%s/%s", dir, RUN_LOCK_NAME);
@@ -56,33 +106,40 @@ static int take_run_lock(const char *dir, char *why, size_t why_size) {
     for (int attempt = 0; attempt < 2; attempt++) {
         int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK, 0644);
         if (fd >= 0) {
-            char line[300];
-            int n = snprintf(line, sizeof(line), "%s %d\n", host, (int)getpid());
+            char line[400];
+            int zombie;
+            int n = snprintf(line, sizeof(line), "%s %d %llu\n", host, (int)getpid(),
+                             process_start_time((int)getpid(), &zombie));
             int ok = write(fd, line, (size_t)n) == n && fsync(fd) == 0;
             int saved = errno;
             close(fd);
             if (!ok) { return problem(why, why_size, "cannot write its lock file '%s': %s", path, strerror(saved)); }
+            snprintf(run_lock_path, sizeof(run_lock_path), "%s", path);
+            fatal_cleanup_hook = remove_run_lock; // a run that fails frees its directory
             return 0;
         }
         if (errno != EEXIST) {
             return problem(why, why_size, "cannot create its lock file '%s': %s", path, strerror(errno));
         }
-        char owner[256] = "", text[300] = "";
+        char owner[256] = "", text[400] = "";
         int pid = -1;
+        unsigned long long start_time = 0;
         FILE *fp = open_input_file(path, text, sizeof(text));
         if (fp != NULL) {
-            if (fgets(text, sizeof(text), fp) == NULL || sscanf(text, "%255s %d", owner, &pid) != 2) { pid = -1; }
+            if (fgets(text, sizeof(text), fp) == NULL || sscanf(text, "%255s %d %llu", owner, &pid, &start_time) < 2) {
+                pid = -1;
+            }
             fclose(fp);
         }
         if (pid <= 0) {
             return problem(why, why_size, "-o '%s' is locked by '%s', which names no run (a run starting this very "
                            "moment?); if no run uses the directory, remove the file", dir, path);
         }
-        int dead = strcmp(owner, host) == 0 && kill(pid, 0) != 0 && errno == ESRCH;
-        if (!dead) {
+        int same_host = strcmp(owner, host) == 0;
+        if (!same_host || lock_owner_running(pid, start_time)) {
             return problem(why, why_size, "-o '%s' is in use by the run of pid %d on host %s (its lock file '%s'): "
                            "choose another -o%s", dir, pid, owner, path,
-                           strcmp(owner, host) != 0 ? ", or remove the lock file if that run is gone" : "");
+                           same_host ? "" : ", or remove the lock file if that run is gone");
         }
         printf("note: -o %s: taking over the lock of the run of pid %d on %s, which is no longer running\n", dir,
                pid, owner);
@@ -97,18 +154,19 @@ static int take_run_lock(const char *dir, char *why, size_t why_size) {
 // state file there), rank 0 takes the lock; a rank that cannot ends the job.
 static void claim_output_dir(const TrainConfig *cfg) {
     if (cfg->output_dir == NULL) { return; }
-    make_output_dir(cfg->output_dir);
     char why[1024];
     const char *problem_found = NULL;
+    if (make_output_dir(cfg->output_dir, why, sizeof(why)) != 0) { problem_found = why; }
+    fail_if_any_rank(problem_found);
     if (fatal_rank == 0 && take_run_lock(cfg->output_dir, why, sizeof(why)) != 0) { problem_found = why; }
     fail_if_any_rank(problem_found);
 }
 
-static void release_output_dir(const TrainConfig *cfg) {
-    if (cfg->output_dir == NULL || fatal_rank != 0) { return; }
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/%s", cfg->output_dir, RUN_LOCK_NAME);
-    if (unlink(path) != 0) { fatal("cannot remove the lock file '%s': %s", path, strerror(errno)); }
+static void release_output_dir(void) {
+    if (run_lock_path[0] == '\0') { return; }
+    fatal_cleanup_hook = NULL;
+    if (unlink(run_lock_path) != 0) { fatal("cannot remove the lock file '%s': %s", run_lock_path, strerror(errno)); }
+    run_lock_path[0] = '\0';
 }
 
 // Whether name is one the run writes in its -o directory.

@@ -168,7 +168,7 @@ static void next_sharded_batch(CpSharder *sh, DataLoader *dl, TrainRun *run, con
 
 static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
     if (run->token_loss_fp) { fcloseCheck(run->token_loss_fp, cfg->token_loss_path); }
-    release_output_dir(cfg);
+    release_output_dir();
     free(run->loss_rows);
     free(run->loss_all_rows);
     logger_free(&run->logger);
