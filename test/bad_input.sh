@@ -280,7 +280,7 @@ expect_error fresh_run_over_checkpoints 2 "-o .*resume_good holds the checkpoint
 expect_success moments_run_a 2 "${BASE[@]}" -cp 2 -x 2 -l 1e-3 -o "$WORK/moments_a"
 expect_success moments_run_b 2 "${BASE[@]}" -cp 2 -x 2 -l 2e-3 -o "$WORK/moments_b"
 cp "$WORK/moments_b/state_00000002_00001.bin" "$WORK/moments_a/"
-expect_error moments_disagree 2 "rank 1: the optimizer state is checksum [0-9a-f]+, but [0-9a-f]+ on rank 0 \(every rank must resume the same optimizer state\)" \
+expect_error moments_disagree 2 "rank 1: the optimizer state is checksum [0-9a-f]+, but checksum [0-9a-f]+ on rank 0 \(every rank must resume the same optimizer state\)" \
     "${BASE[@]}" -cp 2 -x 2 -y 1 -o "$WORK/moments_a"
 # the state of another model: the weights of a model with C 8 in place of C 4
 resume_dir resume_other;      make_checkpoint resume_other/model_00000000.bin 8
