@@ -48,8 +48,20 @@ run_trainer() {
     if [[ $np -gt 0 ]]; then
         launcher=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np "$np")
     fi
-    rc=0
-    timeout 60 "${launcher[@]}" "$TRAINER" "$@" >"$out" 2>"$err" || rc=$?
+    for attempt in 1 2; do
+        rc=0
+        timeout 60 "${launcher[@]}" "$TRAINER" "$@" >"$out" 2>"$err" || rc=$?
+        # Open MPI 4.1's mpirun itself now and then segfaults in its own finalize
+        # after a job's MPI_Abort (open-mpi/ompi#13650): that is not the trainer's
+        # crash (it has no frame of the trainer, and no rank died of a signal), so
+        # the case runs once more; a second time counts as a crash
+        if [[ $rc -eq 139 && $attempt -eq 1 ]] && grep -q 'orte_finalize' "$err" &&
+           ! grep -qE 'rank [0-9]+: killed by signal|exited on signal' "$out" "$err"; then
+            echo "note: mpirun crashed in its own finalize (open-mpi/ompi#13650); running the case again"
+            continue
+        fi
+        break
+    done
 }
 
 # expect_error NAME NP PATTERN [flags...]: the run must exit non-zero within 60 s,

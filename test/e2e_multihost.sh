@@ -44,7 +44,8 @@ for i in 0 1; do
 done
 
 # The launch agent: Open MPI calls it as `AGENT HOST COMMAND...` (as it would call
-# ssh); it runs COMMAND in HOST's namespace, under HOST's own hostname.
+# ssh); it runs COMMAND (a shell command line, as ssh hands it to a shell) in
+# HOST's namespace, under HOST's own hostname.
 AGENT=$WORK/netns_agent.sh
 cat >"$AGENT" <<EOF
 #!/usr/bin/env bash
@@ -54,7 +55,7 @@ case \$host in
     ${ADDR[1]}) ns=${NS[1]} name=${HOSTS[1]} ;;
     *) echo "netns_agent: unknown host \$host" >&2; exit 1 ;;
 esac
-exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name && exec \$*"
+exec ip netns exec "\$ns" unshare --uts sh -c "hostname \$name && \$*"
 EOF
 chmod +x "$AGENT"
 HOSTFILE=$WORK/hosts
