@@ -28,6 +28,7 @@ done
 cd "$REPO_ROOT"
 rm -rf "$WORK"
 mkdir -p "$WORK"
+WORK=$(cd "$WORK" && pwd) # absolute: the symbolic links made below must lead somewhere
 
 # put_i32, put_u16
 source "$(dirname "$0")/binary_files.sh"
