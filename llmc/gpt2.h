@@ -422,8 +422,8 @@ static void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
     gpt2_write_checkpoint_header(model, header);
     AtomicFile af;
     atomic_open(&af, path);
-    fwriteCheck(header, sizeof(int), 256, af.fp, path);
-    fwriteCheck(model->params_memory, sizeof(float), model->num_parameters, af.fp, path);
+    fwriteCheck(header, sizeof(int), 256, af.fp, af.tmp_path);
+    fwriteCheck(model->params_memory, sizeof(float), model->num_parameters, af.fp, af.tmp_path);
     atomic_commit(&af);
 }
 
