@@ -5,6 +5,7 @@ file under train/:
     train/config.h    the command line and its checks
     train/agree.h     the checks that every rank runs the same job
     train/progress.h  the start-up table, the progress line, peak memory
+    train/outputs.h   what a run writes: its -o directory (owned, locked), no output an input
     train/run.h       the host side of a run: model init, data, logs, each step's chores
     train/resume.h    checkpoints and resume
     train/sample.h    sampling
@@ -17,6 +18,7 @@ in where the model runs.
 
 #include "train/agree.h"
 #include "train/config.h"
+#include "train/outputs.h"
 #include "train/progress.h"
 #include "train/resume.h"
 #include "train/run.h"
@@ -29,6 +31,7 @@ in where the model runs.
 // weights every rank's (a broadcast) and moves the model where it runs.
 static void train_run_start(TrainRun *run, GPT2 *model, const TrainConfig *cfg, CpLayoutKind layout,
                             const Mesh *mesh, const char *trainer, const char *transport) {
+    claim_output_dir(cfg);
     int resume_step = find_resume_step(cfg);
     init_model_host(model, cfg, resume_step);
     train_run_init(run, cfg, layout, mesh, model->config, resume_step);

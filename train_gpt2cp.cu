@@ -204,7 +204,7 @@ int main(int argc, char **argv) {
     train_runtime_init(&argc, &argv);
     TrainConfig cfg;
     train_config_defaults(&cfg);
-    if (parse_train_args(argc, argv, &cfg, TRANSPORTS)) {
+    if (help_asked_anywhere(parse_train_args(argc, argv, &cfg, TRANSPORTS))) {
         if (fatal_rank == 0) { print_usage(stdout, argv[0], TRANSPORTS); }
         MPI_Finalize();
         return 1;

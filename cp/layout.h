@@ -75,22 +75,23 @@ static int cp_head_tail_span(int start, int len, int cp, int rank, int *indices,
 }
 
 // Global positions owned by `rank`, in local order, for the layouts that are a
-// pure function of (P, cp): identity, contiguous, round_robin.
+// pure function of (P, cp): identity, contiguous, round_robin. Returns 0, or -1
+// (indices untouched) when the arguments break the contract: cp >= 1 (identity:
+// cp 1), rank in [0, cp), P >= 0 a multiple of the layout's cp_pad_multiple
+// (otherwise some slots would belong to no rank), and a layout that does not
+// depend on the data (packed: cp_row_layout).
 // indices: (P / cp,)
-static void cp_local_indices(CpLayoutKind kind, int P, int cp, int rank, int *indices) {
+static int cp_local_indices(CpLayoutKind kind, int P, int cp, int rank, int *indices) {
+    if (cp < 1 || rank < 0 || rank >= cp || P < 0 || (kind == CP_LAYOUT_IDENTITY && cp != 1)) { return -1; }
+    if (kind != CP_LAYOUT_IDENTITY && kind != CP_LAYOUT_CONTIGUOUS && kind != CP_LAYOUT_ROUND_ROBIN) { return -1; }
+    if (P % cp_pad_multiple(kind, cp) != 0) { return -1; }
     int local_len = P / cp;
-    switch (kind) {
-    case CP_LAYOUT_IDENTITY:
-    case CP_LAYOUT_CONTIGUOUS:
-        // identity is contiguous with cp = 1
-        for (int i = 0; i < local_len; i++) { indices[i] = rank * local_len + i; }
-        break;
-    case CP_LAYOUT_ROUND_ROBIN:
+    if (kind == CP_LAYOUT_ROUND_ROBIN) {
         cp_head_tail_span(0, P, cp, rank, indices, 0);
-        break;
-    case CP_LAYOUT_PACKED:
-        break; // depends on the data: cp_row_layout
+    } else { // identity is contiguous with cp = 1
+        for (int i = 0; i < local_len; i++) { indices[i] = rank * local_len + i; }
     }
+    return 0;
 }
 
 // the end of the document that starts at `start` (docs: (T) document ids)
@@ -114,13 +115,13 @@ static int cp_packed_row_len(const int *docs, int T, int cp) {
 
 // The layout of one row padded to P: the padded slots `rank` owns, in local order,
 // and for every padded slot the index in the original row (-1 for a pad slot).
+// Returns 0, or -1 when cp_local_indices refuses (P, cp, rank).
 // docs: (T) document ids, used by packed only   indices: (P / cp)   slot_original: (P)
-static void cp_row_layout(CpLayoutKind kind, const int *docs, int T, int P, int cp, int rank,
-                          int *indices, int *slot_original) {
+static int cp_row_layout(CpLayoutKind kind, const int *docs, int T, int P, int cp, int rank,
+                         int *indices, int *slot_original) {
     if (kind != CP_LAYOUT_PACKED) {
-        cp_local_indices(kind, P, cp, rank, indices);
         for (int g = 0; g < P; g++) { slot_original[g] = g < T ? g : -1; }
-        return;
+        return cp_local_indices(kind, P, cp, rank, indices);
     }
     int count = 0, offset = 0;
     for (int start = 0, end; start < T; start = end) {
@@ -133,6 +134,7 @@ static void cp_row_layout(CpLayoutKind kind, const int *docs, int T, int P, int 
     // the row's share of the batch's padding, split like a document
     for (int g = offset; g < P; g++) { slot_original[g] = -1; }
     cp_head_tail_span(offset, P - offset, cp, rank, indices, count);
+    return 0;
 }
 
 #endif // CP_LAYOUT_H

@@ -127,7 +127,11 @@ static int cp_check_config(CpSharder *sh, int T) {
     int *indices = (int *)mallocCheck((size_t)Tl * sizeof(int));
     int empty_rank = -1;
     for (int r = 0; r < sh->cp_size && empty_rank < 0; r++) {
-        cp_local_indices(sh->kind, P, sh->cp_size, r, indices);
+        if (cp_local_indices(sh->kind, P, sh->cp_size, r, indices) != 0) {
+            free(indices);
+            return cp_fail(sh, "layout %s cannot split %d tokens over cp %d", cp_layout_names[sh->kind], P,
+                           sh->cp_size);
+        }
         int real = 0;
         for (int i = 0; i < Tl; i++) { real |= indices[i] < T; }
         if (!real) { empty_rank = r; }
@@ -154,6 +158,7 @@ static void cp_row_documents(const int *inputs, int T, int document_token, int *
 // inputs, targets: (B, T)
 static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, int B, int T) {
     cp_sharder_free(sh); // a rejected batch leaves no layout behind either
+    if (B < 1) { return cp_fail(sh, "shard_batch: batch size %d must be at least 1", B); }
     if (cp_check_config(sh, T) != CP_OK) { return CP_ERROR; }
     int cp = sh->cp_size;
     int *docs = (int *)mallocCheck((size_t)B * T * sizeof(int)); // (B, T)
@@ -186,7 +191,13 @@ static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, 
     for (int b = 0; b < B; b++) {
         const int *row_docs = docs + (size_t)b * T;
         int *indices = lay->global_index + (size_t)b * Tl;
-        cp_row_layout(sh->kind, row_docs, T, P, cp, sh->cp_rank, indices, slot_original);
+        if (cp_row_layout(sh->kind, row_docs, T, P, cp, sh->cp_rank, indices, slot_original) != 0) {
+            free(slot_original);
+            free(docs);
+            cp_sharder_free(sh);
+            return cp_fail(sh, "shard_batch: layout %s cannot split %d tokens over cp %d (rank %d)",
+                           cp_layout_names[sh->kind], P, cp, sh->cp_rank);
+        }
         for (int i = 0; i < Tl; i++) {
             size_t li = (size_t)b * Tl + i;
             int g = indices[i];
@@ -242,13 +253,20 @@ static int cp_shard_tokens(CpSharder *sh, const void *x, size_t elem_size, int B
 
 // Gathers the local (B, Tl) shards of the CP group back to global order:
 // out is (B, P) by global index, or with trim (B, T) in the caller's coordinates.
-static int cp_gather_tokens(CpSharder *sh, Comm *comm, const void *local, size_t elem_size, int trim, void *out) {
+// local_count: the elements in local, which must be the layout's B * Tl (a buffer
+// of another length is an error, not a read past its end).
+static int cp_gather_tokens(CpSharder *sh, Comm *comm, const void *local, size_t local_count, size_t elem_size,
+                            int trim, void *out) {
     if (!sh->has_layout) { return cp_fail(sh, "gather_tokens before shard_batch: no layout yet"); }
     if (comm->size != sh->cp_size) {
         return cp_fail(sh, "gather_tokens: the group has %d ranks, the layout %d", comm->size, sh->cp_size);
     }
     const ShardLayout *lay = &sh->layout;
     int B = lay->B, Tl = lay->local_len;
+    if (local_count != (size_t)B * Tl) {
+        return cp_fail(sh, "gather_tokens: the local buffer holds %zu elements, the layout's shard (B %d, Tl %d) %zu",
+                       local_count, B, Tl, (size_t)B * Tl);
+    }
     int row_len = trim ? lay->original_seq_len : lay->padded_seq_len;
     size_t n = (size_t)B * Tl;
     // where each local token goes: its original index when trimming, else its global one

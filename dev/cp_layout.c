@@ -307,7 +307,7 @@ static int gnuplot_found(void) {
 
 static FILE *open_in(const char *dir, const char *name, char *path, size_t size) {
     snprintf(path, size, "%s/%s", dir, name);
-    return fopenCheck(path, "w");
+    return open_output_file(path, 0);
 }
 
 // A cell's colour: the rank with the most visible pairs in it, else masked grey when

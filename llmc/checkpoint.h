@@ -15,13 +15,22 @@ crash in the middle of writing step N leaves step N without its marker and the
 previous checkpoint in charge; leftover .tmp files are never read.
 
 State file: 256 int32 header
-    [0] 20241207 magic  [1] 1 version  [2] step  [3] rank  [4] world size
+    [0] 20241207 magic  [1] 2 version  [2] step  [3] rank  [4] world size
     [5] cp  [6] dp  [7] layout (CpLayoutKind)  [8] B  [9] T
-then 8 uint64: number of parameters, data shard, data position (tokens into the
-shard), sampling RNG state, padded row length the batches are padded to at least
-(the packed layout's, which grows with the data), train batches read since the
-start, 1 if the train data was shuffled (else 0), 0; then m and v, fp32, one value
-per parameter each. (llm.c's own state files, magic 20240327, have another layout.)
+then 16 uint64: [0] number of parameters, [1] data shard, [2] data position
+(tokens into the shard), [3] sampling RNG state, [4] padded row length the batches
+are padded to at least (the packed layout's, which grows with the data), [5] the
+train data's fingerprint, [6] its tokens, [7] its files, [8] the checksum of m and
+v, [9] train batches read since the start (a shuffled order replays them), [10] 1
+if the train data was shuffled (else 0), [11..14] 0, [15] the checksum of everything before it in the file and of the
+-e text; then the -e text (256 bytes, NUL-padded); then m and v, fp32, one value
+per parameter each. Checksums: FNV-1a (llmc/checksum.h), so that one flipped bit
+anywhere is found at resume. (llm.c's own state files, magic 20240327, have
+another layout.)
+
+The model file carries the checksum of its parameters in llm.c's unused header
+slots [8..10] (checkpoint_put_checksum), so llm.c still reads it; a file without
+it (written by llm.c) loads unchecked.
 */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -33,12 +42,17 @@ per parameter each. (llm.c's own state files, magic 20240327, have another layou
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include "checksum.h"
 #include "utils.h"
 
 #define STATE_MAGIC 20241207
-#define STATE_VERSION 1
-#define STATE_HEADER_BYTES (256 * sizeof(int) + 8 * sizeof(uint64_t))
+#define STATE_VERSION 2
+#define STATE_FIELDS 16
+#define STATE_INIT_BYTES 256
+#define STATE_HEADER_BYTES (256 * sizeof(int) + STATE_FIELDS * sizeof(uint64_t) + STATE_INIT_BYTES)
 
 typedef struct {
     int step;             // optimizer steps completed
@@ -50,9 +64,41 @@ typedef struct {
     uint64_t data_position; // ... and token position of the next step's span
     uint64_t rng_state;     // sampling RNG
     uint64_t padded_len;    // batches are padded to at least this (packed: the longest so far)
+    uint64_t data_fingerprint, data_tokens, data_files; // the train data (-i) it was written with
+    uint64_t moments_checksum; // of m and v
     uint64_t data_batches;  // train batches read since the start (a shuffled order replays them)
     uint64_t data_shuffled; // 1: the train data was read shuffled (-sh 1)
+    char init[STATE_INIT_BYTES]; // the run's -e
 } TrainState;
+
+// ----------------------------------------------------------------------------
+// the model file's checksum, in llm.c's unused header slots
+
+#define MODEL_CHECKSUM_SLOT 8
+#define MODEL_CHECKSUM_MARK 0x43534b31 // "1KSC": the slots hold a checksum
+
+static void checkpoint_put_checksum(int header[256], const float *params, size_t n) {
+    uint64_t sum = fnv1a(FNV_OFFSET, params, n * sizeof(float));
+    header[MODEL_CHECKSUM_SLOT] = MODEL_CHECKSUM_MARK;
+    header[MODEL_CHECKSUM_SLOT + 1] = (int)(uint32_t)sum;
+    header[MODEL_CHECKSUM_SLOT + 2] = (int)(uint32_t)(sum >> 32);
+}
+
+// 0 when the parameters match the header's checksum or the header has none (a
+// file written by llm.c); -1 with the reason in why otherwise.
+static int checkpoint_verify_checksum(const int header[256], const float *params, size_t n, char *why,
+                                      size_t why_size) {
+    if (header[MODEL_CHECKSUM_SLOT] != MODEL_CHECKSUM_MARK) { return 0; }
+    uint64_t recorded = (uint64_t)(uint32_t)header[MODEL_CHECKSUM_SLOT + 1] |
+                        (uint64_t)(uint32_t)header[MODEL_CHECKSUM_SLOT + 2] << 32;
+    uint64_t sum = fnv1a(FNV_OFFSET, params, n * sizeof(float));
+    if (sum != recorded) {
+        return problem(why, why_size, "its parameters do not match the checksum in its header (%016llx, the "
+                       "parameters give %016llx): the file was damaged after it was written",
+                       (unsigned long long)recorded, (unsigned long long)sum);
+    }
+    return 0;
+}
 
 // ----------------------------------------------------------------------------
 // paths
@@ -80,17 +126,41 @@ static int done_marker_step(const char *name) {
     return step;
 }
 
-// the newest step with a DONE_ marker in dir, or -1 (also when dir does not exist)
-static int latest_complete_checkpoint(const char *dir) {
+static int compare_steps_newest_first(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return (x < y) - (x > y);
+}
+
+// The steps with a DONE_ marker in dir, newest first, into *steps (malloc'd, the
+// caller frees); returns how many (0 also when dir does not exist).
+static int done_marker_steps(const char *dir, int **steps) {
+    *steps = NULL;
     DIR *d = opendir(dir);
-    if (d == NULL) { return -1; }
-    int latest = -1;
+    if (d == NULL) { return 0; }
+    int n = 0, capacity = 0;
     struct dirent *entry;
     while ((entry = readdir(d)) != NULL) {
         int step = done_marker_step(entry->d_name);
-        if (step > latest) { latest = step; }
+        if (step < 0) { continue; }
+        if (n == capacity) {
+            capacity = capacity ? 2 * capacity : 16;
+            int *grown = (int *)realloc(*steps, (size_t)capacity * sizeof(int));
+            if (grown == NULL) { fatal("out of memory listing the checkpoints of '%s'", dir); }
+            *steps = grown;
+        }
+        (*steps)[n++] = step;
     }
     closedir(d);
+    if (n > 0) { qsort(*steps, (size_t)n, sizeof(int), compare_steps_newest_first); }
+    return n;
+}
+
+// the newest step with a DONE_ marker in dir, or -1 (also when dir does not exist)
+static int latest_complete_checkpoint(const char *dir) {
+    int *steps;
+    int n = done_marker_steps(dir, &steps);
+    int latest = n > 0 ? steps[0] : -1;
+    free(steps);
     return latest;
 }
 
@@ -127,61 +197,102 @@ static void state_int_fields(TrainState *s, int *fields[STATE_INT_FIELDS]) {
     memcpy(fields, order, sizeof(order));
 }
 
-// m, v: s->num_parameters floats each
-static void state_write(const char *path, const TrainState *s, const float *m, const float *v) {
+// the uint64 fields [0, 9) of a state, in file order
+#define STATE_U64_FIELDS 11
+static void state_u64_fields(TrainState *s, uint64_t *fields[STATE_U64_FIELDS]) {
+    uint64_t *order[STATE_U64_FIELDS] = {&s->num_parameters, &s->data_shard, &s->data_position, &s->rng_state,
+                                         &s->padded_len, &s->data_fingerprint, &s->data_tokens, &s->data_files,
+                                         &s->moments_checksum, &s->data_batches, &s->data_shuffled};
+    memcpy(fields, order, sizeof(order));
+}
+
+// the checksum of the optimizer moments, as the state file records it
+static uint64_t moments_checksum(const float *m, const float *v, uint64_t num_parameters) {
+    uint64_t sum = fnv1a(FNV_OFFSET, m, num_parameters * sizeof(float));
+    return fnv1a(sum, v, num_parameters * sizeof(float));
+}
+
+// The header bytes of s (STATE_HEADER_BYTES), checksum included.
+static void state_encode_header(const TrainState *s, unsigned char *bytes) {
     int header[256];
+    uint64_t fields[STATE_FIELDS];
     memset(header, 0, sizeof(header));
+    memset(fields, 0, sizeof(fields));
     header[0] = STATE_MAGIC;
     header[1] = STATE_VERSION;
     TrainState copy = *s;
     int *ints[STATE_INT_FIELDS];
     state_int_fields(&copy, ints);
     for (int i = 0; i < STATE_INT_FIELDS; i++) { header[2 + i] = *ints[i]; }
-    uint64_t fields[8] = {s->num_parameters, s->data_shard, s->data_position, s->rng_state, s->padded_len,
-                          s->data_batches, s->data_shuffled, 0};
+    uint64_t *u64s[STATE_U64_FIELDS];
+    state_u64_fields(&copy, u64s);
+    for (int i = 0; i < STATE_U64_FIELDS; i++) { fields[i] = *u64s[i]; }
+    char init[STATE_INIT_BYTES];
+    memset(init, 0, sizeof(init));
+    snprintf(init, sizeof(init), "%s", s->init);
+    memcpy(bytes, header, sizeof(header));
+    memcpy(bytes + sizeof(header), fields, sizeof(fields));
+    memcpy(bytes + sizeof(header) + sizeof(fields), init, sizeof(init));
+    fields[STATE_FIELDS - 1] = fnv1a(FNV_OFFSET, bytes, STATE_HEADER_BYTES);
+    memcpy(bytes + sizeof(header), fields, sizeof(fields));
+}
+
+// m, v: s->num_parameters floats each; s->moments_checksum is computed here
+static void state_write(const char *path, const TrainState *s, const float *m, const float *v) {
+    TrainState copy = *s;
+    copy.moments_checksum = moments_checksum(m, v, s->num_parameters);
+    unsigned char header[STATE_HEADER_BYTES];
+    state_encode_header(&copy, header);
     AtomicFile af;
     atomic_open(&af, path);
-    fwriteCheck(header, sizeof(int), 256, af.fp, path);
-    fwriteCheck(fields, sizeof(uint64_t), 8, af.fp, path);
-    fwriteCheck(m, sizeof(float), s->num_parameters, af.fp, path);
-    fwriteCheck(v, sizeof(float), s->num_parameters, af.fp, path);
+    fwriteCheck(header, 1, sizeof(header), af.fp, af.tmp_path);
+    fwriteCheck(m, sizeof(float), s->num_parameters, af.fp, af.tmp_path);
+    fwriteCheck(v, sizeof(float), s->num_parameters, af.fp, af.tmp_path);
     atomic_commit(&af);
 }
 
 // Reads the header of a state file of `size` bytes from fp into s and checks it,
-// and that the file holds the moments of a model of num_parameters parameters.
+// and that the file holds the moments of a model of num_parameters parameters
+// (0: of any model, and the size is not checked).
 static int state_read_header(FILE *fp, long size, TrainState *s, uint64_t num_parameters, char *why,
                              size_t why_size) {
     if (size < (long)STATE_HEADER_BYTES) {
         return problem(why, why_size, "%ld bytes, shorter than its header", size);
     }
+    unsigned char bytes[STATE_HEADER_BYTES];
     int header[256];
-    uint64_t fields[8];
-    if (fread(header, sizeof(int), 256, fp) != 256 || fread(fields, sizeof(uint64_t), 8, fp) != 8) {
-        return problem(why, why_size, "cannot read its header");
-    }
+    uint64_t fields[STATE_FIELDS];
+    if (fread(bytes, 1, sizeof(bytes), fp) != sizeof(bytes)) { return problem(why, why_size, "cannot read its header"); }
+    memcpy(header, bytes, sizeof(header));
+    memcpy(fields, bytes + sizeof(header), sizeof(fields));
     if (header[0] != STATE_MAGIC) {
         return problem(why, why_size, "bad magic %d (expected %d)", header[0], STATE_MAGIC);
     }
     if (header[1] != STATE_VERSION) {
         return problem(why, why_size, "version %d, only %d is supported", header[1], STATE_VERSION);
     }
+    uint64_t recorded = fields[STATE_FIELDS - 1];
+    memset(bytes + sizeof(header) + (STATE_FIELDS - 1) * sizeof(uint64_t), 0, sizeof(uint64_t));
+    if (fnv1a(FNV_OFFSET, bytes, sizeof(bytes)) != recorded) {
+        return problem(why, why_size, "its header does not match its checksum: the file was damaged after it was "
+                       "written");
+    }
     int *ints[STATE_INT_FIELDS];
     state_int_fields(s, ints);
     for (int i = 0; i < STATE_INT_FIELDS; i++) { *ints[i] = header[2 + i]; }
-    s->num_parameters = fields[0];
-    s->data_shard = fields[1];
-    s->data_position = fields[2];
-    s->rng_state = fields[3];
-    s->padded_len = fields[4];
-    s->data_batches = fields[5];
-    s->data_shuffled = fields[6];
+    uint64_t *u64s[STATE_U64_FIELDS];
+    state_u64_fields(s, u64s);
+    for (int i = 0; i < STATE_U64_FIELDS; i++) { *u64s[i] = fields[i]; }
+    memcpy(s->init, bytes + sizeof(header) + sizeof(fields), STATE_INIT_BYTES);
+    s->init[STATE_INIT_BYTES - 1] = '\0';
     if (s->step < 0 || s->rank < 0 || s->world_size < 1 || s->rank >= s->world_size || s->cp_size < 1 ||
         s->dp_size < 1 || (long)s->cp_size * s->dp_size != s->world_size || s->layout < 0 ||
-        s->B < 1 || s->T < 1) {
-        return problem(why, why_size, "corrupt header (step %d, rank %d, world %d, cp %d, dp %d, layout %d, B %d, T %d)",
-                       s->step, s->rank, s->world_size, s->cp_size, s->dp_size, s->layout, s->B, s->T);
+        s->B < 1 || s->T < 1 || s->padded_len < 1 || s->padded_len > (uint64_t)s->T * 2 * s->cp_size) {
+        return problem(why, why_size, "corrupt header (step %d, rank %d, world %d, cp %d, dp %d, layout %d, B %d, T %d, "
+                       "padded length %llu)", s->step, s->rank, s->world_size, s->cp_size, s->dp_size, s->layout,
+                       s->B, s->T, (unsigned long long)s->padded_len);
     }
+    if (num_parameters == 0) { return 0; }
     if (s->num_parameters != num_parameters) {
         return problem(why, why_size, "optimizer state of %llu parameters, the model has %llu",
                        (unsigned long long)s->num_parameters, (unsigned long long)num_parameters);
@@ -195,8 +306,8 @@ static int state_read_header(FILE *fp, long size, TrainState *s, uint64_t num_pa
 }
 
 // Reads a state file: the header into s and, unless m is NULL (the header alone),
-// the moments into m and v (num_parameters each). Returns 0, or -1 with the reason
-// in why (the caller names the file).
+// the moments into m and v (num_parameters each), checked against their checksum.
+// Returns 0, or -1 with the reason in why (the caller names the file).
 static int state_read(const char *path, TrainState *s, float *m, float *v, uint64_t num_parameters, char *why,
                       size_t why_size) {
     FILE *fp = open_input_file(path, why, why_size);
@@ -211,12 +322,38 @@ static int state_read(const char *path, TrainState *s, float *m, float *v, uint6
         status = problem(why, why_size, "cannot read its optimizer moments");
     }
     fclose(fp);
+    if (status == 0 && moments_checksum(m, v, num_parameters) != s->moments_checksum) {
+        status = problem(why, why_size, "its optimizer moments do not match their checksum: the file was damaged "
+                         "after it was written");
+    }
     for (uint64_t i = 0; status == 0 && i < num_parameters; i++) {
         if (!isfinite(m[i]) || !isfinite(v[i]) || v[i] < 0.0f) {
             status = problem(why, why_size, "optimizer moment %llu is not a valid number", (unsigned long long)i);
         }
     }
     return status;
+}
+
+// Whether the files of checkpoint `step` in dir are all there (the model file,
+// and the state file of every rank that wrote it: rank 0's says how many);
+// returns 0, or -1 naming the first one missing in why. What the files hold is
+// checked when they are read (a damaged file, or one of another type, ends the resume:
+// it is not passed over).
+static int checkpoint_files_present(const char *dir, int step, char *why, size_t why_size) {
+    char path[4096], reason[512];
+    struct stat st;
+    model_path(path, sizeof(path), dir, step);
+    if (stat(path, &st) != 0) { return problem(why, why_size, "'%s' is missing", path); }
+    state_path(path, sizeof(path), dir, step, 0);
+    if (stat(path, &st) != 0) { return problem(why, why_size, "'%s' is missing", path); }
+    TrainState s;
+    // a header that does not read is damage, not absence: its reader reports it
+    if (state_read(path, &s, NULL, NULL, 0, reason, sizeof(reason)) != 0) { return 0; }
+    for (int r = 1; r < s.world_size; r++) {
+        state_path(path, sizeof(path), dir, step, r);
+        if (stat(path, &st) != 0) { return problem(why, why_size, "'%s' is missing", path); }
+    }
+    return 0;
 }
 
 #endif // LLMC_CHECKPOINT_H

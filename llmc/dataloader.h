@@ -19,6 +19,13 @@ in a random order, both drawn from llm.c's Mersenne Twister seeded 42 + the
 replica's rank, in llm.c's sequence of draws: so the order is llm.c's for the same
 files, B, T and number of replicas, the same on every CP rank of a replica and
 different across replicas (as llm.c's processes, replicas may meet on a span).
+
+Every shard is validated once at the start (header, size, every token below the
+vocabulary) and folded into a fingerprint that ranks compare. A shard that is
+changed on disk during the run (rewritten, truncated, replaced) would feed tokens
+nobody validated: its identity (inode, size, modification time) is recorded then,
+and compared whenever the shard is opened again and before every window is read;
+every window's tokens are checked against the vocabulary too.
 */
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
@@ -27,6 +34,8 @@ different across replicas (as llm.c's processes, replicas may meet on a span).
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include "checksum.h"
 #include "rand.h"
 #include "utils.h"
 
@@ -34,6 +43,25 @@ different across replicas (as llm.c's processes, replicas may meet on a span).
 #define TOKENS_MAGIC 20240520
 #define TOKENS_VERSION 1
 #define TOKENS_HEADER_BYTES (256 * sizeof(int))
+
+// what identifies a file's contents as validated: another inode, size or
+// modification time means the file was changed since
+typedef struct {
+    dev_t device;
+    ino_t inode;
+    off_t size;
+    struct timespec modified;
+} FileIdentity;
+
+static FileIdentity file_identity(const struct stat *st) {
+    FileIdentity id = {st->st_dev, st->st_ino, st->st_size, st->st_mtim};
+    return id;
+}
+
+static int file_identity_same(FileIdentity a, FileIdentity b) {
+    return a.device == b.device && a.inode == b.inode && a.size == b.size &&
+           a.modified.tv_sec == b.modified.tv_sec && a.modified.tv_nsec == b.modified.tv_nsec;
+}
 
 typedef struct {
     int B, T;
@@ -46,6 +74,7 @@ typedef struct {
     size_t total_tokens;   // tokens in all shards
     size_t epoch_steps;    // steps in one pass over all shards
     uint64_t fingerprint;  // of every shard's bytes, in order
+    FileIdentity *identity; // (number of shards) each shard as validated
     FILE *fp;
     uint16_t *window;      // (B*T + 1)
     int *inputs;           // (B, T)
@@ -59,15 +88,6 @@ typedef struct {
     uint64_t batches_read; // since the run's start: a shuffled resume replays this many
 } DataLoader;
 
-// FNV-1a, 64 bit: a cheap fingerprint of the bytes read, so that ranks can
-// check that they train on the same data
-#define FNV_OFFSET 1469598103934665603ull
-#define FNV_PRIME 1099511628211ull
-static uint64_t fnv1a(uint64_t hash, const void *data, size_t n) {
-    const unsigned char *p = (const unsigned char *)data;
-    for (size_t i = 0; i < n; i++) { hash = (hash ^ p[i]) * FNV_PRIME; }
-    return hash;
-}
 
 // Checks a token file of `size` bytes from fp: header, exact size, every token
 // below vocab_size. On success sets ntok and folds the file into *fingerprint.
@@ -109,12 +129,16 @@ static int tokens_file_read(FILE *fp, long size, int vocab_size, size_t *ntok, u
     return 0;
 }
 
-// Validates a shard and returns its number of tokens. Every rank opens the same
-// shards, so a bad file is an error every rank sees.
-static size_t tokens_file_validate(const char *path, int vocab_size, uint64_t *fingerprint) {
+// Validates a shard and returns its number of tokens and, in *identity, the file
+// as validated. Every rank opens the same shards, so a bad file is an error every
+// rank sees.
+static size_t tokens_file_validate(const char *path, int vocab_size, uint64_t *fingerprint, FileIdentity *identity) {
     char why[256];
     FILE *fp = open_input_file(path, why, sizeof(why));
     if (fp == NULL) { fatal_everywhere("token file '%s': %s", path, why); }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0) { fatal_everywhere("token file '%s': %s", path, strerror(errno)); }
+    *identity = file_identity(&st);
     size_t ntok = 0;
     int status = tokens_file_read(fp, file_size_of(fp, path), vocab_size, &ntok, fingerprint, why, sizeof(why));
     fclose(fp);
@@ -122,14 +146,26 @@ static size_t tokens_file_validate(const char *path, int vocab_size, uint64_t *f
     return ntok;
 }
 
+// Ends the job if the open shard is no longer the file that was validated.
+static void dataloader_check_unchanged(const DataLoader *dl) {
+    struct stat st;
+    const char *path = dl->files.gl_pathv[dl->shard_index];
+    if (fstat(fileno(dl->fp), &st) != 0 || !file_identity_same(file_identity(&st), dl->identity[dl->shard_index])) {
+        fatal("token file '%s' changed on disk during the run (its size, modification time or inode differ "
+              "from when it was validated): restart the run on data that stays put", path);
+    }
+}
+
 static void dataloader_open_shard(DataLoader *dl, size_t index) {
     if (dl->fp) { fclose(dl->fp); }
     const char *path = dl->files.gl_pathv[index];
-    dl->fp = fopenCheck(path, "rb");
-    int header[256];
-    freadCheck(header, sizeof(int), 256, dl->fp, path);
+    char why[256];
+    dl->fp = open_input_file(path, why, sizeof(why));
+    if (dl->fp == NULL) { fatal("token file '%s': %s (it was there when the run started)", path, why); }
     dl->shard_index = index;
-    dl->shard_tokens = (size_t)header[2];
+    dataloader_check_unchanged(dl);
+    // the size and header were validated, and the file is unchanged since
+    dl->shard_tokens = (size_t)(dl->identity[index].size - (off_t)TOKENS_HEADER_BYTES) / sizeof(uint16_t);
     dl->position = 0;
 }
 
@@ -180,9 +216,10 @@ static void dataloader_init(DataLoader *dl, const char *pattern, const char *wha
     }
     size_t span = (size_t)dp_size * B * T + 1;
     dl->fingerprint = FNV_OFFSET;
+    dl->identity = (FileIdentity *)mallocCheck(dl->files.gl_pathc * sizeof(FileIdentity));
     for (size_t i = 0; i < dl->files.gl_pathc; i++) {
         const char *path = dl->files.gl_pathv[i];
-        size_t ntok = tokens_file_validate(path, vocab_size, &dl->fingerprint);
+        size_t ntok = tokens_file_validate(path, vocab_size, &dl->fingerprint, &dl->identity[i]);
         if (ntok < span) {
             fatal_everywhere("token file '%s': %zu tokens, fewer than one step needs (dp %d x B %d x T %d + 1 = %zu)",
                              path, ntok, dp_size, B, T, span);
@@ -252,10 +289,18 @@ static void dataloader_next_batch(DataLoader *dl) {
     dl->batches_read++;
     const char *path = dl->files.gl_pathv[dl->shard_index];
     size_t start = span_start + (size_t)dl->dp_rank * BT;
-    if (fseek(dl->fp, (long)(TOKENS_HEADER_BYTES + start * sizeof(uint16_t)), SEEK_SET) != 0) {
-        fatal("cannot seek in token file '%s'", path);
+    dataloader_check_unchanged(dl);
+    if (fseek(dl->fp, (long)(TOKENS_HEADER_BYTES + start * sizeof(uint16_t)), SEEK_SET) != 0 ||
+        fread(dl->window, sizeof(uint16_t), BT + 1, dl->fp) != BT + 1) {
+        fatal("token file '%s': cannot read tokens %zu..%zu: %s", path, start, start + BT,
+              ferror(dl->fp) ? strerror(errno) : "the file is shorter than when it was validated");
     }
-    freadCheck(dl->window, sizeof(uint16_t), BT + 1, dl->fp, path);
+    for (size_t i = 0; i <= BT; i++) {
+        if (dl->window[i] >= dl->vocab_size) {
+            fatal("token file '%s': token %u at index %zu is not below the vocabulary size %d (the file changed "
+                  "during the run?)", path, dl->window[i], start + i, dl->vocab_size);
+        }
+    }
     for (size_t i = 0; i < BT; i++) {
         dl->inputs[i] = dl->window[i];
         dl->targets[i] = dl->window[i + 1];
@@ -265,6 +310,7 @@ static void dataloader_next_batch(DataLoader *dl) {
 static void dataloader_free(DataLoader *dl) {
     if (dl->fp) { fclose(dl->fp); }
     globfree(&dl->files);
+    free(dl->identity);
     free(dl->window);
     free(dl->inputs);
     free(dl->targets);

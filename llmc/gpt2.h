@@ -25,6 +25,7 @@ layernorms, instead of keeping them per layer.
 #include <string.h>
 #include "adamw.h"
 #include "attention_verbs.h"
+#include "checkpoint.h"
 #include "classifier.h"
 #include "encoder.h"
 #include "gelu.h"
@@ -426,6 +427,10 @@ static int gpt2_read_checkpoint(GPT2 *model, FILE *fp, long size, char *why, siz
             return problem(why, why_size, "parameter %zu is not a finite number", i);
         }
     }
+    if (checkpoint_verify_checksum(header, model->params_memory, n, why, why_size) != 0) {
+        gpt2_free(model);
+        return -1;
+    }
     return 0;
 }
 
@@ -449,6 +454,7 @@ static void gpt2_write_checkpoint_header(const GPT2 *model, int header[256]) {
     header[5] = model->config.num_heads;
     header[6] = model->config.channels;
     header[7] = model->config.padded_vocab_size;
+    checkpoint_put_checksum(header, model->params_memory, model->num_parameters);
 }
 
 // Written atomically (llmc/utils.h): a crash mid-write leaves no half checkpoint.
@@ -457,8 +463,8 @@ static void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
     gpt2_write_checkpoint_header(model, header);
     AtomicFile af;
     atomic_open(&af, path);
-    fwriteCheck(header, sizeof(int), 256, af.fp, path);
-    fwriteCheck(model->params_memory, sizeof(float), model->num_parameters, af.fp, path);
+    fwriteCheck(header, sizeof(int), 256, af.fp, af.tmp_path);
+    fwriteCheck(model->params_memory, sizeof(float), model->num_parameters, af.fp, af.tmp_path);
     atomic_commit(&af);
 }
 

@@ -25,12 +25,19 @@ calls MPI_Abort; without it (unit tests, tools) a fatal error is a plain exit(1)
 
 // called after the message is printed; must not return
 static void (*fatal_exit_hook)(void) = NULL;
+// called first, to undo what this process holds (the run's lock of its -o)
+static void (*fatal_cleanup_hook)(void) = NULL;
 // this rank's index in the job (0 without MPI): errors found by one rank name it
 static int fatal_rank = 0;
 // set by the transport once every rank takes part in collectives
 static void (*fatal_wait_for_printer)(void) = NULL;
 
 static void fatal_exit(void) {
+    if (fatal_cleanup_hook) {
+        void (*cleanup)(void) = fatal_cleanup_hook;
+        fatal_cleanup_hook = NULL; // a failure inside it must not come back here
+        cleanup();
+    }
     fflush(stdout);
     fflush(stderr);
     if (fatal_exit_hook) { fatal_exit_hook(); }
@@ -142,59 +149,66 @@ static void fatal_install_signal_handlers(void) {
 }
 
 // ----------------------------------------------------------------------------
-// checked libc calls: on failure they name the file and the line of the caller
+// checked libc calls: on failure they name the file and the system's reason
+// (strerror), never a place in the source: these lines are meant for users
 
-static FILE *fopen_check(const char *path, const char *mode, const char *file, int line) {
-    FILE *fp = fopen(path, mode);
-    if (fp == NULL) {
-        fatal("cannot open '%s' (mode %s) at %s:%d", path, mode, file, line);
+// The kind of a file that is not a regular one, for messages.
+static const char *file_type_name(mode_t mode) {
+    if (S_ISDIR(mode)) { return "a directory"; }
+    if (S_ISFIFO(mode)) { return "a FIFO"; }
+    if (S_ISSOCK(mode)) { return "a socket"; }
+    if (S_ISCHR(mode)) { return "a character device"; }
+    if (S_ISBLK(mode)) { return "a block device"; }
+    if (S_ISLNK(mode)) { return "a symbolic link"; }
+    return "not a regular file";
+}
+
+// Opens a file the run writes. Its type is checked before the open, and the open
+// does not block either (O_NONBLOCK), because opening a FIFO for writing waits
+// forever for a reader: an output must be a regular file or a character device
+// (/dev/null). append: add to the end, else truncate. Ends the job on failure.
+static FILE *open_output_file(const char *path, int append) {
+    struct stat st;
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode)) {
+        fatal("cannot write '%s': it is %s, not a regular file", path, file_type_name(st.st_mode));
     }
+    int fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | (append ? O_APPEND : O_TRUNC), 0644);
+    if (fd < 0) { fatal("cannot open '%s' for writing: %s", path, strerror(errno)); }
+    if (fstat(fd, &st) != 0 || (!S_ISREG(st.st_mode) && !S_ISCHR(st.st_mode))) {
+        fatal("cannot write '%s': it is %s, not a regular file", path, file_type_name(st.st_mode));
+    }
+    if (fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        fatal("cannot open '%s' for writing: %s", path, strerror(errno));
+    }
+    FILE *fp = fdopen(fd, append ? "ab" : "wb");
+    if (fp == NULL) { fatal("cannot open '%s' for writing: %s", path, strerror(errno)); }
     return fp;
 }
-#define fopenCheck(path, mode) fopen_check(path, mode, __FILE__, __LINE__)
 
-static void fread_check(void *ptr, size_t size, size_t nmemb, FILE *stream, const char *what,
-                        const char *file, int line) {
-    size_t got = fread(ptr, size, nmemb, stream);
-    if (got != nmemb) {
-        fatal("'%s' is truncated: wanted %zu items of %zu bytes, got %zu (%s:%d)",
-              what, nmemb, size, got, file, line);
-    }
+static void fwriteCheck(const void *ptr, size_t size, size_t nmemb, FILE *stream, const char *what) {
+    if (fwrite(ptr, size, nmemb, stream) != nmemb) { fatal("cannot write '%s': %s", what, strerror(errno)); }
 }
-#define freadCheck(ptr, size, nmemb, stream, what) fread_check(ptr, size, nmemb, stream, what, __FILE__, __LINE__)
 
-static void fwrite_check(const void *ptr, size_t size, size_t nmemb, FILE *stream, const char *what,
-                         const char *file, int line) {
-    if (fwrite(ptr, size, nmemb, stream) != nmemb) {
-        fatal("cannot write '%s' (%s:%d)", what, file, line);
-    }
+// A buffered stream's errors may show only when it is flushed: every flush is checked.
+static void fflushCheck(FILE *stream, const char *what) {
+    if (fflush(stream) != 0) { fatal("cannot write '%s': %s", what, strerror(errno)); }
 }
-#define fwriteCheck(ptr, size, nmemb, stream, what) fwrite_check(ptr, size, nmemb, stream, what, __FILE__, __LINE__)
 
-static void fclose_check(FILE *fp, const char *what, const char *file, int line) {
-    if (fclose(fp) != 0) {
-        fatal("cannot close '%s' (%s:%d)", what, file, line);
-    }
+static void fcloseCheck(FILE *fp, const char *what) {
+    if (fclose(fp) != 0) { fatal("cannot write '%s' (at its close): %s", what, strerror(errno)); }
 }
-#define fcloseCheck(fp, what) fclose_check(fp, what, __FILE__, __LINE__)
 
-static void *malloc_check(size_t size, const char *file, int line) {
+static void *mallocCheck(size_t size) {
     void *ptr = malloc(size == 0 ? 1 : size);
-    if (ptr == NULL) {
-        fatal("out of memory: cannot allocate %zu bytes (%s:%d)", size, file, line);
-    }
+    if (ptr == NULL) { fatal("out of memory: cannot allocate %zu bytes", size); }
     return ptr;
 }
-#define mallocCheck(size) malloc_check(size, __FILE__, __LINE__)
 
-static void *calloc_check(size_t nmemb, size_t size, const char *file, int line) {
+static void *callocCheck(size_t nmemb, size_t size) {
     void *ptr = calloc(nmemb == 0 ? 1 : nmemb, size == 0 ? 1 : size);
-    if (ptr == NULL) {
-        fatal("out of memory: cannot allocate %zu x %zu bytes (%s:%d)", nmemb, size, file, line);
-    }
+    if (ptr == NULL) { fatal("out of memory: cannot allocate %zu x %zu bytes", nmemb, size); }
     return ptr;
 }
-#define callocCheck(nmemb, size) calloc_check(nmemb, size, __FILE__, __LINE__)
 
 // ----------------------------------------------------------------------------
 // writing a file atomically: to `path`.tmp, flushed to disk, renamed into place,
@@ -209,7 +223,7 @@ typedef struct {
 static void atomic_open(AtomicFile *af, const char *path) {
     snprintf(af->path, sizeof(af->path), "%s", path);
     snprintf(af->tmp_path, sizeof(af->tmp_path), "%s.tmp", path);
-    af->fp = fopenCheck(af->tmp_path, "wb");
+    af->fp = open_output_file(af->tmp_path, 0);
 }
 
 // Syncs the directory that holds `path`, so that a rename or a removal in it
@@ -226,7 +240,8 @@ static void fsync_parent_dir(const char *path) {
 
 // Flushes and syncs the file, renames it into place and syncs its directory.
 static void atomic_commit(AtomicFile *af) {
-    if (fflush(af->fp) != 0 || fsync(fileno(af->fp)) != 0) {
+    fflushCheck(af->fp, af->tmp_path);
+    if (fsync(fileno(af->fp)) != 0 && errno != EINVAL) { // EINVAL: a device that keeps nothing
         fatal("cannot flush '%s' to disk: %s", af->tmp_path, strerror(errno));
     }
     fcloseCheck(af->fp, af->tmp_path);
@@ -250,19 +265,35 @@ static int problem(char *why, size_t why_size, const char *fmt, ...) {
     return -1;
 }
 
-// Opens an input file that must be a regular file; NULL (and errno's reason in
-// why) when it is missing, unreadable or a directory.
+// Opens an input file that must be a regular file; NULL (and the reason in why)
+// when it is missing, unreadable or of another type. The type is checked before
+// the open, which does not block either (O_NONBLOCK): opening a FIFO for reading
+// waits forever for a writer.
 static FILE *open_input_file(const char *path, char *why, size_t why_size) {
-    FILE *fp = fopen(path, "rb");
-    if (fp == NULL) {
+    struct stat st;
+    if (stat(path, &st) != 0) {
         problem(why, why_size, "cannot open it: %s", strerror(errno));
         return NULL;
     }
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(fp);
+    if (!S_ISREG(st.st_mode)) {
+        problem(why, why_size, "not a regular file: it is %s", file_type_name(st.st_mode));
+        return NULL;
+    }
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
+    if (fd < 0) {
+        problem(why, why_size, "cannot open it: %s", strerror(errno));
+        return NULL;
+    }
+    // the path may name another file now than at the stat
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+        close(fd);
         problem(why, why_size, "not a regular file");
         return NULL;
+    }
+    FILE *fp = fdopen(fd, "rb");
+    if (fp == NULL) {
+        close(fd);
+        problem(why, why_size, "cannot open it: %s", strerror(errno));
     }
     return fp;
 }

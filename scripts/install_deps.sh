@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs what a fresh Debian machine lacks to build and test gpt2cp: Open MPI,
 # OpenBLAS (its OpenMP build, so its threads do not fight ours), CMake, clang with
-# its libFuzzer runtime (the fuzz tests) and gnuplot (layout and loss-curve plots).
+# its libFuzzer runtime (the fuzz tests), gnuplot (layout and loss-curve plots) and
+# iproute2 (the two-host test's network namespaces; util-linux's unshare names them).
 # As root it installs them; otherwise it prints the command to run and fails.
 set -euo pipefail
 
-packages=(openmpi-bin libopenmpi-dev libopenblas-openmp-dev cmake make gcc clang libclang-rt-14-dev gnuplot-nox)
+packages=(openmpi-bin libopenmpi-dev libopenblas-openmp-dev cmake make gcc clang libclang-rt-14-dev gnuplot-nox iproute2)
 missing=()
 for p in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

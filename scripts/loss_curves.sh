@@ -48,6 +48,7 @@ for name in "${runs[@]}"; do
     t=$(transport "$cp")
     [ -n "$t" ] && extra+=(-ct "$t")
     echo "training $name ($what)..."
+    rm -rf "${out:?}/$name" # a fresh run (a run refuses a directory with another run's checkpoints)
     mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" "${trainer[@]}" "${flags[@]}" -cp "$cp" -cl "$layout" "${extra[@]}" \
         -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; exit 1; }
     # step loss, one line per step: "step loss"

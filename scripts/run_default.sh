@@ -10,7 +10,9 @@ source scripts/default_config.sh
 
 bash scripts/install_deps.sh
 
-# sample once, at the end
+# sample once, at the end; a fresh run each time (a run refuses a directory that
+# holds another run's checkpoints)
+rm -rf out/default
 flags=("${DEFAULT_FLAGS[@]}" -s 150 -o out/default)
 
 gpus=$(gpus_available)

@@ -21,3 +21,27 @@ short_documents() {
     local t
     for ((t = 3; t <= $2; t += 7 + (t * 37) % 60)); do put_u16 "$1" $((1024 + 2 * t)) 50256; done
 }
+
+# fnv1a_file FILE COUNT: FNV-1a 64 (llmc/checksum.h) of the first COUNT bytes, as a
+# signed 64-bit decimal (bash arithmetic wraps like the C code's uint64)
+fnv1a_file() {
+    local hash=1469598103934665603 b
+    for b in $(head -c "$2" "$1" | od -An -v -tu1); do hash=$(((hash ^ b) * 1099511628211)); done
+    echo "$hash"
+}
+
+# put_u64 FILE OFFSET VALUE (VALUE as a signed 64-bit decimal)
+put_u64() {
+    put_i32 "$1" "$2" $(($3 & 0xFFFFFFFF))
+    put_i32 "$1" $(($2 + 4)) $((($3 >> 32) & 0xFFFFFFFF))
+}
+
+# state_reseal FILE: recomputes a state file's header checksum (llmc/checkpoint.h:
+# 1024 bytes of int32, 16 uint64, 256 bytes of -e; the checksum is uint64 [15],
+# computed with itself 0), so that a test can craft header fields the checksum
+# would otherwise reject first
+STATE_HEADER_BYTES=$((1024 + 16 * 8 + 256))
+state_reseal() {
+    put_u64 "$1" $((1024 + 15 * 8)) 0
+    put_u64 "$1" $((1024 + 15 * 8)) "$(fnv1a_file "$1" $STATE_HEADER_BYTES)"
+}

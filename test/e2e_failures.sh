@@ -9,6 +9,9 @@
 #      runs in its own directory): one error line naming the -i data
 #   4. -l 1e30: the loss turns non-finite; the run stops naming the step, exits
 #      non-zero, writes no checkpoint after it, and the last one still resumes
+#   5. the token file changed on disk during a run (a token rewritten in place,
+#      bytes appended, the file replaced): every rank stops with a line naming
+#      the file, instead of training on tokens nobody validated
 #
 #   bash test/e2e_failures.sh      (env: see e2e_lib.sh)
 set -euo pipefail
@@ -96,6 +99,41 @@ else
     fail "the last good checkpoint does not resume (rc $rc)"
     tail -n 10 "$WORK/nan_resume.out"
 fi
+
+# ---- 5. a token file changed during the run
+echo
+echo "== a token file changed on disk during the run"
+# change_data NAME COMMAND...: a long run on its own small copy of the data (3000
+# tokens: an epoch of 23 steps, so that the shard is opened again soon: a file
+# replaced by another is found then, the one open is still the validated one);
+# once it has stepped, COMMAND (with $DATA as the copy) changes the file
+change_data() {
+    local name=$1
+    shift
+    DATA=$WORK/$name.bin
+    head -c $((1024 + 2 * 3000)) dev/data/austen/austen_val.bin >"$DATA"
+    put_i32 "$DATA" 8 3000
+    local out=$WORK/$name.out
+    "${LAUNCH[@]}" -np 2 "$TRAINER" "${BASE[@]}" -x 100000 -i "$DATA" >"$out" 2>&1 &
+    local launcher=$! waited=0
+    until grep -q '^step ' "$out" 2>/dev/null || [[ $waited -gt 600 ]]; do sleep 0.1; waited=$((waited + 1)); done
+    "$@"
+    local i=0 rc=0
+    while kill -0 "$launcher" 2>/dev/null && [[ $i -lt 600 ]]; do sleep 0.05; i=$((i + 1)); done
+    if kill -0 "$launcher" 2>/dev/null; then kill -9 "$launcher"; fail "$name: still running 30 s after the change"; fi
+    wait "$launcher" || rc=$?
+    local line
+    line=$(grep -m1 -E "^error: rank [01]: token file '$DATA' changed on disk during the run" "$out" || true)
+    if [[ $rc -ne 0 && -n $line ]] && ! grep -qiE 'nan|inf' <(grep '^step ' "$out"); then
+        echo "ok   $name: rc $rc: $line"
+    else
+        fail "$name: rc $rc, no line naming the changed file"
+        tail -n 5 "$out"
+    fi
+}
+change_data data_rewritten eval 'put_u16 "$DATA" $((1024 + 2 * 50)) 50000'
+change_data data_appended eval 'head -c 64 /dev/zero >>"$DATA"'
+change_data data_replaced eval 'cp "$DATA" "$DATA.new" && mv "$DATA.new" "$DATA"'
 
 echo
 finish

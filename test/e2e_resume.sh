@@ -85,6 +85,31 @@ else fail "D did not resume from step 10: $(grep -m1 '^resuming\|^error' "$WORK/
 # A's -tl file held 20 steps: the resumed run cut it back to the 10 before its checkpoint
 same_bytes "-tl after resuming a longer file" "$WORK/A.tl" "$WORK/D.tl"
 same_bytes "rewritten checkpoint 20" "$WORK/A/model_00000020.bin" "$WORK/D/model_00000020.bin"
+# so did main.log: the steps past checkpoint 10 are not there twice
+grep -q "^note: $WORK/D/main.log: [0-9]* line(s) logged after checkpoint 10" "$WORK/D.out" ||
+    fail "D does not say that it cut main.log back"
+same_bytes "main.log after resuming past a crash" "$WORK/A/main.log" "$WORK/D/main.log"
+
+# a DONE marker whose files went missing: the newest complete checkpoint before it
+# takes over, with a note, and the run is again A's bit for bit
+echo
+echo "== a DONE marker whose files are missing"
+# (a missing state file: test/bad_input.sh's state_missing)
+for missing in model_00000020.bin; do
+    rm -rf "$WORK/F"
+    cp -r "$WORK/A" "$WORK/F"
+    rm "$WORK/F/$missing"
+    cp "$WORK/A.tl" "$WORK/F.tl"
+    train F 2 -cp 2 -cl round_robin -x 20 -y 1 -o "$WORK/F" -tl "$WORK/F.tl"
+    if grep -q "^note: checkpoint 20 has its DONE marker, but '$WORK/F/$missing' is missing: falling back" "$WORK/F.out" &&
+       grep -q '^resuming from step 10: ' "$WORK/F.out"; then
+        echo "ok   $missing missing: fell back to step 10 with a note"
+    else
+        fail "$missing missing: no fallback to step 10 with a note: $(grep -m1 '^note\|^resuming\|^error' "$WORK/F.out" || true)"
+    fi
+    same_bytes "final weights after the fallback" "$WORK/A/model_00000020.bin" "$WORK/F/model_00000020.bin"
+    same_bytes "main.log after the fallback" "$WORK/A/main.log" "$WORK/F/main.log"
+done
 
 # ---- 4. the packed layout (data-dependent length): short documents make the
 # batches' padded length grow during the run; the resumed run pads its batches to

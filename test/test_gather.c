@@ -37,7 +37,7 @@ static void check_gathered(CpSharder *sh, Comm *comm, const void *local, size_t 
     for (int trim = 1; trim >= 0; trim--) {
         int row_len = trim ? T : P;
         memset(out, 0xAB, (size_t)B * P * elem); // a byte pattern no expected value has
-        int rc = cp_gather_tokens(sh, comm, local, elem, trim, out);
+        int rc = cp_gather_tokens(sh, comm, local, (size_t)B * lay->local_len, elem, trim, out);
         CHECK(rc == CP_OK, "%s: gather (trim %d) failed: %s", what, trim, sh->error);
         for (int b = 0; b < B; b++) {
             for (int g = 0; g < row_len; g++) {
@@ -135,8 +135,27 @@ int main(int argc, char **argv) {
         cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, MAX_SEQ_LEN, -1);
         int in[4] = {1, 2, 3, 4}, out[4];
         CHECK(cp_shard_batch(&sh, in, in, 1, 4) == CP_OK, "identity shard: %s", sh.error);
-        CHECK(cp_gather_tokens(&sh, comm, sh.local.inputs, sizeof(int), 1, out) == CP_ERROR,
+        CHECK(cp_gather_tokens(&sh, comm, sh.local.inputs, 4, sizeof(int), 1, out) == CP_ERROR,
               "gather of a cp 1 layout over %d ranks succeeded", np);
+        cp_sharder_free(&sh);
+    }
+
+    // a local buffer of another length than the layout's shard is refused on every
+    // rank, before any message is sent (a shorter one would be read past its end)
+    {
+        CpSharder sh;
+        cp_sharder_init(&sh, np == 1 ? CP_LAYOUT_IDENTITY : CP_LAYOUT_ROUND_ROBIN, comm->rank, np, MAX_SEQ_LEN, -1);
+        int T = 4 * np, in[4 * 8], out[4 * 8];
+        for (int t = 0; t < T; t++) { in[t] = t; }
+        CHECK(cp_shard_batch(&sh, in, in, 1, T) == CP_OK, "shard T %d: %s", T, sh.error);
+        size_t n = (size_t)sh.layout.local_len;
+        for (int d = -1; d <= 1; d += 2) {
+            CHECK(cp_gather_tokens(&sh, comm, sh.local.inputs, n + d, sizeof(int), 1, out) == CP_ERROR,
+                  "gather of a local buffer of %zu elements (the shard has %zu) succeeded", n + d, n);
+            CHECK(strstr(sh.error, "local buffer") != NULL, "the error does not name the local buffer: %s", sh.error);
+        }
+        CHECK(cp_gather_tokens(&sh, comm, sh.local.inputs, n, sizeof(int), 1, out) == CP_OK, "gather: %s", sh.error);
+        for (int t = 0; t < T; t++) { CHECK(out[t] == t, "gathered position %d holds %d", t, out[t]); }
         cp_sharder_free(&sh);
     }
 

@@ -77,7 +77,7 @@ static void check_example(CpLayoutKind kind, int cp, int expected_P, const int *
     int Tl = P / cp;
     int got[16];
     for (int r = 0; r < cp; r++) {
-        cp_local_indices(kind, P, cp, r, got);
+        CHECK(cp_local_indices(kind, P, cp, r, got) == 0, "%s rank %d: refused", name, r);
         char what[64];
         snprintf(what, sizeof(what), "%s rank %d", name, r);
         check_int_array(what, got, expected + r * Tl, (size_t)Tl);
@@ -123,7 +123,7 @@ static int check_layout_config(CpLayoutKind kind, int cp, int T) {
     int first_empty_rank = -1;
     for (int r = 0; r < cp; r++) {
         for (int i = 0; i < Tl + GUARD; i++) { got[i] = GUARD_VALUE; }
-        cp_local_indices(kind, P, cp, r, got);
+        CHECK(cp_local_indices(kind, P, cp, r, got) == 0, "%s cp %d T %d rank %d: refused", name, cp, T, r);
         for (int i = Tl; i < Tl + GUARD; i++) {
             CHECK(got[i] == GUARD_VALUE, "%s cp %d T %d rank %d: wrote past its %d local indices", name, cp, T, r, Tl);
         }
@@ -386,7 +386,7 @@ static void test_token_verbs(void) {
     stub.size = 4;
     stub.all_gather = stub_all_gather;
     sh.error[0] = '\0';
-    CHECK(cp_gather_tokens(&sh, &stub, out, sizeof(float), 1, x) == CP_ERROR, "gather_tokens before shard_batch succeeded");
+    CHECK(cp_gather_tokens(&sh, &stub, out, EX_B * 4, sizeof(float), 1, x) == CP_ERROR, "gather_tokens before shard_batch succeeded");
     check_error_names(&sh, "shard_batch", "gather_tokens before shard_batch");
     CHECK(stub_all_gather_calls == 0, "gather_tokens before shard_batch talked to the group");
 
@@ -443,7 +443,46 @@ static void test_token_verbs(void) {
     cp_sharder_free(&sh);
 }
 
+// The API's contract on bad arguments: an error return, never slots that belong to
+// no rank, a write into the caller's buffer, or an allocation of a size gone negative.
+static void test_contract_errors(void) {
+    int idx[64];
+    for (int i = 0; i < 64; i++) { idx[i] = GUARD_VALUE; }
+    // padded lengths the layout's multiple (2 cp) does not divide: refused, idx untouched
+    for (int cp = 2; cp <= 4; cp++) {
+        for (int P = 1; P <= 24; P++) {
+            for (int kind = CP_LAYOUT_CONTIGUOUS; kind <= CP_LAYOUT_ROUND_ROBIN; kind++) {
+                int expected = P % (2 * cp) == 0 ? 0 : -1;
+                int got = cp_local_indices((CpLayoutKind)kind, P, cp, 0, idx);
+                CHECK(got == expected, "%s P %d cp %d: returned %d, expected %d", cp_layout_names[kind], P, cp, got,
+                      expected);
+                if (expected != 0) { CHECK(idx[0] == GUARD_VALUE, "refused %s P %d cp %d wrote indices", cp_layout_names[kind], P, cp); }
+                for (int i = 0; i < 64; i++) { idx[i] = GUARD_VALUE; }
+            }
+        }
+    }
+    CHECK(cp_local_indices(CP_LAYOUT_ROUND_ROBIN, 8, 2, 2, idx) == -1, "rank 2 of cp 2 accepted");
+    CHECK(cp_local_indices(CP_LAYOUT_ROUND_ROBIN, 8, 2, -1, idx) == -1, "rank -1 accepted");
+    CHECK(cp_local_indices(CP_LAYOUT_ROUND_ROBIN, 8, 0, 0, idx) == -1, "cp 0 accepted");
+    CHECK(cp_local_indices(CP_LAYOUT_CONTIGUOUS, -4, 2, 0, idx) == -1, "P -4 accepted");
+    CHECK(cp_local_indices(CP_LAYOUT_IDENTITY, 8, 2, 0, idx) == -1, "identity at cp 2 accepted");
+    CHECK(cp_local_indices(CP_LAYOUT_PACKED, 8, 2, 0, idx) == -1, "packed (data-dependent) accepted");
+    CHECK(idx[0] == GUARD_VALUE, "a refused call wrote indices");
+    // a negative or zero batch size: the API's error, naming the batch size
+    CpSharder sh;
+    cp_sharder_init(&sh, CP_LAYOUT_ROUND_ROBIN, 0, 2, 64, -1);
+    int in[8] = {0};
+    for (int B = -3; B <= 0; B++) {
+        CHECK(cp_shard_batch(&sh, in, in, B, 8) == CP_ERROR, "shard_batch with B %d succeeded", B);
+        check_error_names(&sh, "batch size", "a batch size below 1");
+        CHECK(strstr(sh.error, "memory") == NULL, "B %d: %s", B, sh.error);
+        CHECK(!sh.has_layout, "a refused batch left a layout");
+    }
+    cp_sharder_free(&sh);
+}
+
 int main(void) {
+    test_contract_errors();
     test_worked_example();
     test_all_configs();
     test_balance();

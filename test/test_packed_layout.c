@@ -182,15 +182,15 @@ static void check_gather(Comm *comm, Rng *rng, int T) {
     float *back = (float *)mallocCheck((size_t)B * T * sizeof(float));
     float *padded = (float *)mallocCheck((size_t)B * P * sizeof(float));
     CHECK(cp_shard_tokens(&sh, x, sizeof(float), B, T, &fill, local) == CP_OK, "shard T %d: %s", T, sh.error);
-    CHECK(cp_gather_tokens(&sh, comm, local, sizeof(float), 1, back) == CP_OK, "gather T %d: %s", T, sh.error);
+    CHECK(cp_gather_tokens(&sh, comm, local, (size_t)B * Tl, sizeof(float), 1, back) == CP_OK, "gather T %d: %s", T, sh.error);
     for (int i = 0; i < B * T; i++) { CHECK(back[i] == x[i], "gather(trim) T %d: element %d is %g, expected %g", T, i, back[i], x[i]); }
-    CHECK(cp_gather_tokens(&sh, comm, local, sizeof(float), 0, padded) == CP_OK, "gather T %d: %s", T, sh.error);
+    CHECK(cp_gather_tokens(&sh, comm, local, (size_t)B * Tl, sizeof(float), 0, padded) == CP_OK, "gather T %d: %s", T, sh.error);
     int pads = 0;
     for (int i = 0; i < B * P; i++) { pads += padded[i] == fill; }
     // all pad slots hold the fill; the real ones hold every x once
     CHECK(pads == B * P - B * T, "gather(no trim) T %d: %d fill slots, expected %d", T, pads, B * P - B * T);
     int *ints = (int *)mallocCheck((size_t)B * P * sizeof(int));
-    CHECK(cp_gather_tokens(&sh, comm, sh.local.inputs, sizeof(int), 1, ints) == CP_OK, "gather inputs: %s", sh.error);
+    CHECK(cp_gather_tokens(&sh, comm, sh.local.inputs, (size_t)B * Tl, sizeof(int), 1, ints) == CP_OK, "gather inputs: %s", sh.error);
     check_int_array("gathered inputs", ints, inputs, (size_t)B * T);
     cp_sharder_free(&sh);
     free(inputs); free(targets); free(x); free(local); free(back); free(padded); free(ints);

@@ -162,9 +162,9 @@ static void run_algorithm(Comm *comm, CpSharder *sh, AttentionVerbs attn, const 
     float *lse_g = (float *)mallocCheck(nlse * sizeof(float));
     float *lse = (float *)mallocCheck(nlse * sizeof(float));
     float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
-    CHECK(cp_gather_tokens(sh, comm, out_l, C * sizeof(float), 1, out) == CP_OK, "gather out: %s", sh->error);
-    CHECK(cp_gather_tokens(sh, comm, lse_tok, NH * sizeof(float), 1, lse_g) == CP_OK, "gather lse: %s", sh->error);
-    CHECK(cp_gather_tokens(sh, comm, dqkv_l, 3 * C * sizeof(float), 1, dqkv) == CP_OK, "gather dqkv: %s", sh->error);
+    CHECK(cp_gather_tokens(sh, comm, out_l, (size_t)B * Tl, C * sizeof(float), 1, out) == CP_OK, "gather out: %s", sh->error);
+    CHECK(cp_gather_tokens(sh, comm, lse_tok, (size_t)B * Tl, NH * sizeof(float), 1, lse_g) == CP_OK, "gather lse: %s", sh->error);
+    CHECK(cp_gather_tokens(sh, comm, dqkv_l, (size_t)B * Tl, 3 * C * sizeof(float), 1, dqkv) == CP_OK, "gather dqkv: %s", sh->error);
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
             for (int t = 0; t < T; t++) { lse[((size_t)b * NH + h) * T + t] = lse_g[((size_t)b * T + t) * NH + h]; }

@@ -6,19 +6,71 @@ rank's view of the job (its flags; its model and data) with rank 0's.
 #ifndef TRAIN_AGREE_H
 #define TRAIN_AGREE_H
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 #include "../cp/comm_mpi.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/utils.h"
 #include "config.h"
 
-// MPI, and a line naming the rank on every fatal signal (llmc/utils.h)
+// the cores of this machine that are online
+static int available_cores(void) {
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+// An OMP_NUM_THREADS beyond the cores this rank may use (a typo, a value meant for
+// another machine) makes the OpenMP runtime crash or run out of memory at the
+// first parallel loop, with no line naming the rank: such a value is clamped to
+// the cores, and one that is not a number gets OpenMP's default, each with a note.
+static void clamp_omp_threads(void) {
+#ifdef _OPENMP
+    const char *env = getenv("OMP_NUM_THREADS");
+    if (env == NULL) { return; }
+    int cores = available_cores();
+    char *end;
+    errno = 0;
+    long v = strtol(env, &end, 10); // the first value of a list "N,M" is this level's
+    if (errno == 0 && end != env && (*end == '\0' || *end == ',') && v >= 1 && v <= cores) { return; }
+    if (errno == ERANGE || (end != env && v > cores)) {
+        omp_set_num_threads(cores);
+        printf("note: rank %d: OMP_NUM_THREADS=%s is more than the %d core(s) of this machine: %d thread(s)\n",
+               fatal_rank, env, cores, cores);
+    } else {
+        printf("note: rank %d: OMP_NUM_THREADS=%s is not a number of threads: OpenMP's default, %d thread(s)\n",
+               fatal_rank, env, omp_get_max_threads());
+    }
+#endif
+}
+
+// MPI, a line naming the rank on every fatal signal (llmc/utils.h), and a sane
+// number of OpenMP threads
 static void train_runtime_init(int *argc, char ***argv) {
     mpi_runtime_init(argc, argv);
     fatal_install_signal_handlers();
+    clamp_omp_threads();
+}
+
+// -h (or --help) given to some ranks only (an MPMD launch) must not leave the
+// others waiting in a collective for ranks that left: every rank learns whether
+// any rank was asked, and all of them stop alike. asked: this rank's -h.
+static int help_asked_anywhere(int asked) {
+    int ranks_asked = asked != 0;
+    MPI_Allreduce(MPI_IN_PLACE, &ranks_asked, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int size;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    if (ranks_asked > 0 && ranks_asked < size && fatal_rank == 0) {
+        printf("note: -h was given to %d of the %d ranks: every rank stops\n", ranks_asked, size);
+    }
+    return ranks_asked > 0;
 }
 
 // Collective over the world: does any rank have a problem (why != NULL)? If one

@@ -9,6 +9,7 @@ context-parallel ones.
 #define TRAIN_CONFIG_H
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ typedef struct {
     int checkpoints_keep;       // -nk
     int major_checkpoint_every; // -nm
     int resume;                 // -y
+    int resume_other_data;      // -yd
     int sample_every;           // -s
     int gen_tokens;             // -g
     int hellaswag;              // -h
@@ -106,6 +108,7 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-nk", FLAG_INT, &cfg->checkpoints_keep, "keep the last N checkpoints, deleting older ones (0: keep all)"},
         {"-nm", FLAG_INT, &cfg->major_checkpoint_every, "checkpoints of steps that are multiples of M are never deleted"},
         {"-y", FLAG_INT, &cfg->resume, "resume from the latest checkpoint in -o (0/1)"},
+        {"-yd", FLAG_INT, &cfg->resume_other_data, "-y 1 with other -i data than the checkpoint's: read it from its start (0/1)"},
         {"-s", FLAG_INT, &cfg->sample_every, "sample every N steps (0: never)"},
         {"-g", FLAG_INT, &cfg->gen_tokens, "tokens to generate per sample"},
         {"-h", FLAG_INT, &cfg->hellaswag, "HellaSwag eval with validation (0/1; -h alone: this help)"},
@@ -228,11 +231,15 @@ static int parse_int_value(const char *s, int *out) {
     return 1;
 }
 
+// A number of float's range. One too small for a float (1e-50) is a number all
+// the same: strtof's underflow (ERANGE with a result of 0 or a denormal) keeps
+// that result; one too large (1e50) is not accepted.
 static int parse_float_value(const char *s, float *out) {
     char *end;
     errno = 0;
     float v = strtof(s, &end);
-    if (errno != 0 || end == s || *end != '\0' || !isfinite(v)) { return 0; }
+    int underflow = errno == ERANGE && fabsf(v) <= FLT_MIN;
+    if ((errno != 0 && !underflow) || end == s || *end != '\0' || !isfinite(v)) { return 0; }
     *out = v;
     return 1;
 }
@@ -276,7 +283,8 @@ static int parse_train_args(int argc, char **argv, TrainConfig *cfg, const char 
         }
         if (!ok) {
             fatal_everywhere("flag %s expects %s, got '%s'", flag->name,
-                             flag->type == FLAG_INT ? "an integer" : "a number", value);
+                             flag->type == FLAG_INT ? "an integer (within 32 bits)" : "a number within float's range",
+                             value);
         }
     }
     return 0;
@@ -328,6 +336,10 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     }
     if (cfg->resume != 0 && cfg->resume != 1) { fatal_everywhere("-y %d: resume is 0 or 1", cfg->resume); }
     if (cfg->resume && cfg->output_dir == NULL) { fatal_everywhere("-y 1 needs -o, the directory to resume from"); }
+    if (cfg->resume_other_data != 0 && cfg->resume_other_data != 1) {
+        fatal_everywhere("-yd %d: resuming on other data is 0 or 1", cfg->resume_other_data);
+    }
+    if (cfg->resume_other_data && !cfg->resume) { fatal_everywhere("-yd 1 changes the data of a resumed run: it needs -y 1"); }
     if (cfg->sample_every < 0) { fatal_everywhere("-s %d must not be negative", cfg->sample_every); }
     if (cfg->gen_tokens < 1) { fatal_everywhere("-g %d: generate at least one token", cfg->gen_tokens); }
     if (cfg->tf32 != 0 && cfg->tf32 != 1) { fatal_everywhere("-f %d: TF32 is 0 or 1", cfg->tf32); }

@@ -7,6 +7,7 @@ crash at any moment leaves a complete earlier one in charge.
 #define TRAIN_RESUME_H
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include "../cp/comm_mpi.h"
 #include "../cp/layout.h"
@@ -18,19 +19,39 @@ crash at any moment leaves a complete earlier one in charge.
 #include "config.h"
 #include "run.h"
 
-// The checkpoint to resume from with -y 1: the newest complete one in -o (the
-// newest step with a DONE marker), or -1 for a fresh start. Rank 0 looks, and every
-// rank takes its answer.
+// The newest checkpoint in dir whose files are all there (rank 0 only): a DONE
+// marker whose files went missing (deleted, or lost with a disk) is passed over
+// with a note, for the newest complete one before it. -1 when there is none.
+static int newest_usable_checkpoint(const char *dir) {
+    int *steps;
+    int n = done_marker_steps(dir, &steps), found = -1;
+    for (int i = 0; i < n && found < 0; i++) {
+        char why[4500];
+        if (checkpoint_files_present(dir, steps[i], why, sizeof(why)) == 0) { found = steps[i]; continue; }
+        printf("note: checkpoint %d has its DONE marker, but %s: falling back to the one before it\n", steps[i], why);
+    }
+    free(steps);
+    return found;
+}
+
+// The checkpoint to resume from with -y 1: the newest complete one in -o, or -1
+// for a fresh start. Rank 0 looks, and every rank takes its answer. A fresh run
+// (no -y 1) into a directory that holds an earlier run's checkpoints is refused:
+// writing over some of them would leave a mix that a later -y 1 resumes.
 static int find_resume_step(const TrainConfig *cfg) {
-    int step = fatal_rank == 0 && cfg->output_dir ? latest_complete_checkpoint(cfg->output_dir) : -1;
+    int step = -1;
+    if (fatal_rank == 0 && cfg->output_dir) {
+        step = cfg->resume ? newest_usable_checkpoint(cfg->output_dir) : latest_complete_checkpoint(cfg->output_dir);
+    }
+    MPI_Bcast(&step, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (!cfg->resume) {
         if (step >= 0) {
-            printf("note: %s holds checkpoints of an earlier run (the newest complete one: step %d); this run starts "
-                   "from scratch and writes over them (-y 1 resumes instead)\n", cfg->output_dir, step);
+            fatal_everywhere("-o %s holds the checkpoints of an earlier run (the newest complete one: step %d): -y 1 "
+                             "resumes it; to start afresh, remove them (%s/model_*, state_*, DONE_*) or choose "
+                             "another -o", cfg->output_dir, step, cfg->output_dir);
         }
         return -1;
     }
-    MPI_Bcast(&step, 1, MPI_INT, 0, MPI_COMM_WORLD);
     if (step < 0 && fatal_rank == 0) {
         printf("-y 1: no complete checkpoint in %s: starting from scratch\n", cfg->output_dir);
     }
@@ -43,20 +64,112 @@ static void describe_shape(char *buf, size_t size, int world, int cp, int layout
              layout >= 0 && layout < CP_NUM_LAYOUTS ? cp_layout_names[layout] : "?", B, T);
 }
 
+// the -i data a state records, or a run reads, as text for messages
+static void describe_data(char *buf, size_t size, uint64_t files, uint64_t tokens, uint64_t fingerprint) {
+    snprintf(buf, size, "%llu file(s), %llu tokens, fingerprint %016llx", (unsigned long long)files,
+             (unsigned long long)tokens, (unsigned long long)fingerprint);
+}
+
+// Checks rank 0's state header (the checkpoint as written) against this run:
+// every field that is used must make sense for it. The model and -e: the weights
+// come from the checkpoint, so a run with another -e (another model or shape)
+// is refused. The data: the position is a token offset into the data the
+// checkpoint was written with; other data is refused unless -yd 1 (then the new
+// data is read from its start). Returns 0, or -1 with the reason in why; sets
+// *other_data when the data differ and -yd 1 allows it.
+// more micro-batches per step than -d could ask for on any real run
+#define STATE_MAX_BATCHES_PER_STEP 65536
+static int check_state_fits_run(const TrainState *s, const TrainRun *run, const TrainConfig *cfg, int step,
+                                int *other_data, char *why, size_t why_size) {
+    *other_data = 0;
+    if (s->step != step) { return problem(why, why_size, "holds step %d, its name says %d", s->step, step); }
+    if (s->layout >= CP_NUM_LAYOUTS) { return problem(why, why_size, "layout %d is not one of this trainer's", s->layout); }
+    CpLayoutKind kind = (CpLayoutKind)s->layout;
+    uint64_t least = (uint64_t)cp_padded_len(kind, s->T, s->cp_size);
+    if (s->padded_len < least || s->padded_len % (uint64_t)cp_pad_multiple(kind, s->cp_size) != 0 ||
+        (kind != CP_LAYOUT_PACKED && s->padded_len != least)) {
+        return problem(why, why_size, "padded row length %llu is impossible for T %d at cp %d, layout %s",
+                       (unsigned long long)s->padded_len, s->T, s->cp_size, cp_layout_names[kind]);
+    }
+    if (s->data_shuffled > 1) { return problem(why, why_size, "shuffle flag %llu is neither 0 nor 1", (unsigned long long)s->data_shuffled); }
+    // a shuffled resume replays the draws of every batch read: a count no run of
+    // `step` steps could have read would replay for ever
+    if (s->data_batches > (uint64_t)s->step * STATE_MAX_BATCHES_PER_STEP) {
+        return problem(why, why_size, "%llu batches read in %d steps is impossible", (unsigned long long)s->data_batches,
+                       s->step);
+    }
+    if (strcmp(s->init, cfg->init) != 0) {
+        return problem(why, why_size, "was written by a run with -e %s, this run has -e %s: resume with the same "
+                       "-e (the weights come from the checkpoint)", s->init, cfg->init);
+    }
+    const DataLoader *dl = &run->train_loader;
+    if (s->data_fingerprint != dl->fingerprint || s->data_tokens != dl->total_tokens ||
+        s->data_files != dl->files.gl_pathc) {
+        char was[128], now[128];
+        describe_data(was, sizeof(was), s->data_files, s->data_tokens, s->data_fingerprint);
+        describe_data(now, sizeof(now), dl->files.gl_pathc, dl->total_tokens, dl->fingerprint);
+        if (!cfg->resume_other_data) {
+            return problem(why, why_size, "was written with other -i data (%s) than this run's (%s): resume with the "
+                           "same data, or add -yd 1 to train on this data from its start", was, now);
+        }
+        *other_data = 1;
+    }
+    return 0;
+}
+
+// A rank's own state file (same shape) must be one of the same checkpoint as
+// rank 0's: every field but the rank and the sampling RNG (only rank 0 samples)
+// equal to the writer's.
+static int check_state_matches_writer(const TrainState *s, const TrainState *writer, int rank, char *why,
+                                      size_t why_size) {
+    if (s->rank != rank || s->world_size != writer->world_size) {
+        return problem(why, why_size, "written by rank %d of %d, expected rank %d of %d", s->rank, s->world_size, rank,
+                       writer->world_size);
+    }
+    TrainState a = *s, b = *writer;
+    a.rank = b.rank = 0;
+    a.rng_state = b.rng_state = 0;
+    a.moments_checksum = b.moments_checksum = 0; // compared across ranks once the moments are read
+    unsigned char ha[STATE_HEADER_BYTES], hb[STATE_HEADER_BYTES];
+    state_encode_header(&a, ha);
+    state_encode_header(&b, hb);
+    if (memcmp(ha, hb, sizeof(ha)) != 0) {
+        return problem(why, why_size, "its header differs from rank 0's (step %d, cp %d, layout %d, B %d, T %d, data "
+                       "shard %llu position %llu, padded length %llu): not the same checkpoint", s->step, s->cp_size,
+                       s->layout, s->B, s->T, (unsigned long long)s->data_shard, (unsigned long long)s->data_position,
+                       (unsigned long long)s->padded_len);
+    }
+    return 0;
+}
+
+// Every rank proves it resumed the same optimizer state: the moments are the same
+// on every rank (gradients are summed over all ranks), so their checksums are.
+static void check_moments_agree(const GPT2 *model) {
+    JobView view;
+    memset(&view, 0, sizeof(view));
+    view_add(&view, "the optimizer state", "checksum %016llx",
+             (unsigned long long)moments_checksum(model->m_memory, model->v_memory, model->num_parameters));
+    check_ranks_agree(&view, "every rank must resume the same optimizer state");
+}
+
 // Restores the training state of checkpoint `step` (its weights came with the
 // model file): the AdamW moments into model, the train loader's position and the
 // sampling RNG into run. Every rank reads its own state file, unless the checkpoint
 // was written in another shape (world size, cp, layout, B or T): then every rank
 // reads rank 0's. That holds because the moments are the same on every rank
 // (gradients are summed over all ranks) and the data position is a token offset.
-// A bad file ends the job on every rank with one line (fail_if_any_rank).
+// Every field is checked against the run before it is used, and every rank's
+// moments against every other's. A bad file ends the job on every rank with one
+// line (fail_if_any_rank).
 static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, GPT2 *model, int step) {
     char path[4096], why[768], problem_line[sizeof(path) + sizeof(why) + 32];
     const char *problem_found = NULL;
     TrainState s;
     memset(&s, 0, sizeof(s));
     state_path(path, sizeof(path), cfg->output_dir, step, 0);
+    int other_data = 0;
     int status = state_read(path, &s, NULL, NULL, model->num_parameters, why, sizeof(why));
+    if (status == 0) { status = check_state_fits_run(&s, run, cfg, step, &other_data, why, sizeof(why)); }
     int same_shape = status == 0 && s.world_size == mesh->world_size && s.cp_size == mesh->cp_size &&
                      s.layout == (int)run->layout && s.B == cfg->B && s.T == cfg->T;
     TrainState writer = s; // rank 0's header: the shape the checkpoint was written in
@@ -64,14 +177,10 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         if (same_shape) { state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank); }
         status = state_read(path, &s, model->m_memory, model->v_memory, model->num_parameters, why, sizeof(why));
     }
-    if (status == 0 && s.step != step) {
-        status = problem(why, sizeof(why), "holds step %d, its name says %d", s.step, step);
-    }
-    if (status == 0 && same_shape && (s.rank != mesh->world_rank || s.world_size != writer.world_size)) {
-        status = problem(why, sizeof(why), "written by rank %d of %d, expected rank %d of %d", s.rank, s.world_size,
-                         mesh->world_rank, writer.world_size);
-    }
-    if (status == 0 && run->train_loader.shuffle) {
+    if (status == 0 && same_shape) { status = check_state_matches_writer(&s, &writer, mesh->world_rank, why, sizeof(why)); }
+    if (status == 0 && other_data) {
+        status = dataloader_resume(&run->train_loader, 0, 0, why, sizeof(why)); // the other data from its start
+    } else if (status == 0 && run->train_loader.shuffle) {
         dataloader_skip(&run->train_loader, s.data_batches); // the shuffled order, as it was
     } else if (status == 0) {
         status = dataloader_resume(&run->train_loader, s.data_shard, s.data_position, why, sizeof(why));
@@ -81,15 +190,25 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         problem_found = problem_line;
     }
     fail_if_any_rank(problem_found);
+    check_moments_agree(model);
     run->sample_rng.state = s.rng_state;
-    if (same_shape && s.padded_len > (uint64_t)run->padded_T && s.padded_len <= (uint64_t)INT32_MAX) {
+    if (same_shape && s.padded_len > (uint64_t)run->padded_T) {
         // the packed layout's buffers as the run left them: batches pad as they did
+        // (checked above: a multiple of 2 cp, at most T * 2 cp)
         run->padded_T = (int)s.padded_len;
         run->local_T = run->padded_T / mesh->cp_size;
     }
     if (mesh->world_rank != 0) { return; }
     printf("resuming from step %d: %s/model_%08d.bin and %s\n", step, cfg->output_dir, step,
            same_shape ? "every rank's own state file" : "rank 0's state file on every rank");
+    if (other_data) {
+        char was[128], now[128];
+        describe_data(was, sizeof(was), writer.data_files, writer.data_tokens, writer.data_fingerprint);
+        describe_data(now, sizeof(now), run->train_loader.files.gl_pathc, run->train_loader.total_tokens,
+                      run->train_loader.fingerprint);
+        printf("note: -yd 1: the checkpoint was written with other -i data (%s); this run trains on its own (%s) "
+               "from its start\n", was, now);
+    }
     if (!same_shape) {
         char was[256], now[256];
         describe_shape(was, sizeof(was), writer.world_size, writer.cp_size, writer.layout, writer.B, writer.T);
@@ -145,11 +264,28 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
         model_path(path, sizeof(path), cfg->output_dir, step);
         gpt2_save_checkpoint(model, path);
     }
+    TrainState s;
+    memset(&s, 0, sizeof(s));
+    s.step = step;
+    s.rank = mesh->world_rank;
+    s.world_size = mesh->world_size;
+    s.cp_size = mesh->cp_size;
+    s.dp_size = mesh->dp_size;
+    s.layout = (int)run->layout;
+    s.B = cfg->B;
+    s.T = cfg->T;
+    s.num_parameters = model->num_parameters;
     const DataLoader *dl = &run->train_loader;
-    TrainState s = {step, mesh->world_rank, mesh->world_size, mesh->cp_size, mesh->dp_size, (int)run->layout,
-                    cfg->B, cfg->T, model->num_parameters, dl->shuffle ? 0 : dl->shard_index,
-                    dl->shuffle ? 0 : dl->position, run->sample_rng.state, (uint64_t)run->padded_T,
-                    dl->batches_read, (uint64_t)dl->shuffle};
+    s.data_shard = dl->shuffle ? 0 : dl->shard_index; // shuffled: the batch count says where
+    s.data_position = dl->shuffle ? 0 : dl->position;
+    s.rng_state = run->sample_rng.state;
+    s.padded_len = (uint64_t)run->padded_T;
+    s.data_fingerprint = run->train_loader.fingerprint;
+    s.data_tokens = run->train_loader.total_tokens;
+    s.data_files = run->train_loader.files.gl_pathc;
+    s.data_batches = dl->batches_read;
+    s.data_shuffled = (uint64_t)dl->shuffle;
+    snprintf(s.init, sizeof(s.init), "%s", cfg->init);
     state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
     state_write(path, &s, model->m_memory, model->v_memory);
     MPI_Barrier(MPI_COMM_WORLD);

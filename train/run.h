@@ -29,10 +29,18 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 #include "../llmc/tokenizer.h"
 #include "../llmc/utils.h"
 #include "config.h"
+#include "outputs.h"
 #include "progress.h"
 
 #define RANDOM_INIT_SEED 42 // llm.c's
 #define SAMPLE_SEED 1337
+
+// Whether -e names a checkpoint file (not one of llm.c's model descriptors).
+static int init_is_checkpoint_file(const char *init) {
+    GPT2Config c;
+    char why[256];
+    return gpt2_config_from_descriptor(init, &c, why, sizeof(why)) == 0;
+}
 
 // The model into host memory: the weights of the checkpoint resumed from, else -e
 // (an llm.c checkpoint, or one of llm.c's descriptors dN, gpt2:dN, gpt3:cN for
@@ -78,20 +86,6 @@ static Mesh mesh_split_mpi(int cp_size, int ulysses_size, MeshComms *mc) {
     return m;
 }
 
-static void make_output_dir(const char *dir) {
-    char path[4096];
-    snprintf(path, sizeof(path), "%s", dir);
-    for (char *p = path + 1; ; p++) {
-        if (*p == '/' || *p == '\0') {
-            char saved = *p;
-            *p = '\0';
-            if (mkdir(path, 0755) != 0 && errno != EEXIST) { fatal("cannot create directory '%s'", path); }
-            *p = saved;
-            if (saved == '\0') { break; }
-        }
-    }
-}
-
 // What a run needs besides the model: sizes, data, tokenizer, logs, the -tl file,
 // the schedule, the sampling RNG and the step timer.
 typedef struct {
@@ -120,10 +114,10 @@ typedef struct {
 // Opens the -tl file: anew, or when resuming from step `resume_step` for appending
 // after that step's losses (a run that crashed past its checkpoint left more).
 static FILE *open_token_losses(const char *path, int resume_step, size_t bytes_per_step) {
-    if (resume_step < 0) { return fopenCheck(path, "wb"); }
-    FILE *fp = fopenCheck(path, "ab");
+    if (resume_step < 0) { return open_output_file(path, 0); }
+    FILE *fp = open_output_file(path, 1);
     long keep = (long)((size_t)resume_step * bytes_per_step);
-    if (fseek(fp, 0, SEEK_END) != 0) { fatal("cannot seek in '%s'", path); }
+    if (fseek(fp, 0, SEEK_END) != 0) { fatal("cannot seek in '%s': %s", path, strerror(errno)); }
     if (ftell(fp) > keep && ftruncate(fileno(fp), keep) != 0) {
         fatal("cannot cut '%s' back to the %d steps before the checkpoint: %s", path, resume_step, strerror(errno));
     }
@@ -185,9 +179,12 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     run->grad_accum_steps = (int)(step_tokens / micro_tokens);
     run->tokens_per_step = (double)step_tokens;
     run->steps = cfg->steps >= 0 ? cfg->steps : (int)(run->train_loader.epoch_steps / run->grad_accum_steps);
-    tokenizer_init(&run->tokenizer, cfg->tokenizer_path, c.vocab_size);
-    if (cfg->output_dir) { make_output_dir(cfg->output_dir); }
-    logger_init(&run->logger, cfg->output_dir, master, run->resumed);
+    // the tokenizer only prints samples: a run that prints none does not read it
+    if (cfg->sample_every > 0) { tokenizer_init(&run->tokenizer, cfg->tokenizer_path, c.vocab_size); }
+    check_outputs_are_not_inputs(cfg, &run->train_loader, cfg->val_every > 0 ? &run->val_loader : NULL,
+                                 !run->resumed && init_is_checkpoint_file(cfg->init) ? cfg->init : NULL,
+                                 cfg->sample_every > 0 ? cfg->tokenizer_path : NULL);
+    logger_init(&run->logger, cfg->output_dir, master, resume_step);
     if (cfg->token_loss_path && master) {
         size_t bytes_per_step = (size_t)run->grad_accum_steps * mesh->dp_size * cfg->B * cfg->T * sizeof(float);
         run->token_loss_fp = open_token_losses(cfg->token_loss_path, resume_step, bytes_per_step);
@@ -226,6 +223,7 @@ static void shard_rows(CpSharder *sh, const int *inputs, const int *targets, Tra
 
 static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
     if (run->token_loss_fp) { fcloseCheck(run->token_loss_fp, cfg->token_loss_path); }
+    release_output_dir();
     free(run->loss_rows);
     free(run->loss_all_rows);
     logger_free(&run->logger);
@@ -245,7 +243,14 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
                           num_parameters, run->steps, run->start_step, run->val_batches};
     print_startup_table(cfg, c, &facts);
     print_flag_notes(cfg);
-    if (run->tokenizer.token_table == NULL) { printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path); }
+    if (cfg->sample_every > 0 && run->tokenizer.token_table == NULL) {
+        printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path);
+    }
+    if (cfg->warmup > run->steps) {
+        printf("note: the warmup of %d steps (-u) is longer than the run's %d steps: the learning rate stops at "
+               "%g, short of its peak %g (-l)\n", cfg->warmup, run->steps,
+               run->steps > 0 ? learning_rate_at(&run->schedule, run->steps - 1) : 0.0f, cfg->learning_rate);
+    }
 }
 
 // A loss or gradient norm that is not finite ends the run before the update could
@@ -301,7 +306,7 @@ static float hellaswag_accuracy(ForwardStep forward_step, ShardLosses shard_loss
         evalloader_next_batch(el);
         CpSharder sh;
         forward_step(trainer, el->inputs, el->targets, &sh);
-        if (cp_gather_tokens(&sh, cp, shard_losses(trainer), sizeof(float), 1, rows) != CP_OK) {
+        if (cp_gather_tokens(&sh, cp, shard_losses(trainer), (size_t)sh.layout.B * sh.layout.local_len, sizeof(float), 1, rows) != CP_OK) {
             fatal("%s", sh.error);
         }
         cp_sharder_free(&sh);
@@ -377,14 +382,15 @@ static void train_run_end_step(TrainRun *run, int master, int step, float loss, 
 static void write_token_losses(TrainRun *run, const TrainConfig *cfg, CpSharder *sh, Comm *cp, Comm *dp,
                                const float *losses) {
     int B = sh->layout.B, T = sh->layout.original_seq_len;
-    if (cp_gather_tokens(sh, cp, losses, sizeof(float), 1, run->loss_rows) != CP_OK) {
+    if (cp_gather_tokens(sh, cp, losses, (size_t)B * sh->layout.local_len, sizeof(float), 1, run->loss_rows) !=
+        CP_OK) {
         fatal("%s", sh->error);
     }
     dp->all_gather(dp, run->loss_rows, run->loss_all_rows, (size_t)B * T * sizeof(float));
     if (run->token_loss_fp != NULL) {
         fwriteCheck(run->loss_all_rows, sizeof(float), (size_t)dp->size * B * T, run->token_loss_fp,
                     cfg->token_loss_path);
-        fflush(run->token_loss_fp);
+        fflushCheck(run->token_loss_fp, cfg->token_loss_path);
     }
 }
 

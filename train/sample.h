@@ -20,7 +20,8 @@ prints it.
 // the row sharded in sh (identity layout, this rank alone).
 typedef const float *(*NextTokenLogits)(void *ctx, const CpSharder *sh, int t);
 
-// Generates gen_tokens tokens after an EOT, unsharded on this rank alone, and
+// Generates gen_tokens tokens after an EOT (sample_start_token: the model's
+// vocabulary may be too small for GPT-2's), unsharded on this rank alone, and
 // prints them. The whole window is run every time, as llm.c does: causal attention
 // makes the filler after position t-1 irrelevant to its logits.
 static void generate_sample(const TrainConfig *cfg, GPT2Config c, const Tokenizer *tokenizer, Rng *rng,
@@ -28,9 +29,17 @@ static void generate_sample(const TrainConfig *cfg, GPT2Config c, const Tokenize
     int T = cfg->gen_tokens;
     int *tokens = (int *)mallocCheck((size_t)T * sizeof(int));
     int *no_targets = (int *)mallocCheck((size_t)T * sizeof(int));
-    for (int t = 0; t < T; t++) { tokens[t] = GPT2_EOT; no_targets[t] = IGNORE_INDEX; }
+    int eot = tokenizer->token_table ? tokenizer->eot_token : -1;
+    int start = sample_start_token(c.vocab_size, eot, GPT2_EOT);
+    for (int t = 0; t < T; t++) { tokens[t] = start; no_targets[t] = IGNORE_INDEX; }
     CpSharder sh;
     cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, c.max_seq_len, document_token(cfg));
+    if (start == eot && start != GPT2_EOT) {
+        printf("note: samples start from the tokenizer's EOT, token %d\n", start);
+    } else if (start != GPT2_EOT) {
+        printf("note: samples start from token %d: the model's vocabulary of %d tokens holds no EOT token "
+               "(GPT-2's is %d)\n", start, c.vocab_size, GPT2_EOT);
+    }
     printf("generating:\n---\n");
     for (int t = 1; t < T; t++) {
         if (cp_shard_batch(&sh, tokens, no_targets, 1, T) != CP_OK) { fatal("%s", sh.error); }
