@@ -17,6 +17,13 @@ typedef struct {
     AllgatherAttentionCuda allgather; // kind allgather
 } CpAttentionCuda;
 
+// The device bytes an attention of this kind holds per rank (cp/attention.h's
+// cp_attention_bytes, for the GPU's buffers)
+static size_t cp_attention_cuda_bytes(CpAttentionKind kind, int cp, int B, int T, int C, int NH) {
+    return kind == CP_ATTENTION_RING ? ring_attention_cuda_bytes(B, T, C, NH)
+                                     : allgather_attention_cuda_bytes(cp, B, T, C, NH);
+}
+
 static void cp_attention_cuda_init(CpAttentionCuda *a, CpAttentionKind kind, Comm *comm, int B, int T, int C, int NH) {
     memset(a, 0, sizeof(*a));
     a->kind = kind;
@@ -24,6 +31,12 @@ static void cp_attention_cuda_init(CpAttentionCuda *a, CpAttentionKind kind, Com
     a->B = B; a->T = T; a->C = C; a->NH = NH;
     if (kind == CP_ATTENTION_RING) { ring_attention_cuda_init(&a->ring, comm, B, T, C, NH); }
     else { allgather_attention_cuda_init(&a->allgather, comm, B, T, C, NH); }
+    size_t held = kind == CP_ATTENTION_RING ? a->ring.bytes : a->allgather.bytes;
+    size_t counted = cp_attention_cuda_bytes(kind, comm->size, B, T, C, NH);
+    if (held != counted) {
+        fatal("the %s attention allocated %zu device bytes, cp_attention_cuda_bytes counts %zu: the memory "
+              "estimate is out of date", cp_attention_names[kind], held, counted);
+    }
 }
 
 static void cp_attention_cuda_free(CpAttentionCuda *a) {

@@ -21,6 +21,13 @@ typedef struct {
     AllgatherAttention allgather; // kind allgather
 } CpAttention;
 
+// The bytes an attention of this kind holds per rank at cp ranks, B rows of T
+// local tokens: what the run's memory estimate counts before allocating
+// (train/memory.h), and what init must allocate.
+static size_t cp_attention_bytes(CpAttentionKind kind, int cp, int B, int T, int C, int NH) {
+    return kind == CP_ATTENTION_RING ? ring_attention_bytes(B, T, C, NH) : allgather_attention_bytes(cp, B, T, C, NH);
+}
+
 static void cp_attention_init(CpAttention *a, CpAttentionKind kind, Comm *comm, int B, int T, int C, int NH) {
     memset(a, 0, sizeof(*a));
     a->kind = kind;
@@ -28,6 +35,12 @@ static void cp_attention_init(CpAttention *a, CpAttentionKind kind, Comm *comm, 
     a->B = B; a->T = T; a->C = C; a->NH = NH;
     if (kind == CP_ATTENTION_RING) { ring_attention_init(&a->ring, comm, B, T, C, NH); }
     else { allgather_attention_init(&a->allgather, comm, B, T, C, NH); }
+    size_t held = kind == CP_ATTENTION_RING ? a->ring.bytes : a->allgather.bytes;
+    size_t counted = cp_attention_bytes(kind, comm->size, B, T, C, NH);
+    if (held != counted) {
+        fatal("the %s attention allocated %zu bytes, cp_attention_bytes counts %zu: the memory estimate is out of "
+              "date", cp_attention_names[kind], held, counted);
+    }
 }
 
 static void cp_attention_free(CpAttention *a) {

@@ -26,6 +26,7 @@ typedef struct {
     const char *tokenizer_path; // -k
     int B;                      // -b
     int T;                      // -t
+    int max_seq_len;            // -mt
     int steps;                  // -x
     float learning_rate;        // -l
     int warmup;                 // -u
@@ -56,7 +57,7 @@ typedef struct {
     const char *help;
 } Flag;
 
-#define MAX_FLAGS 32
+#define MAX_FLAGS 32 // at least the flags of train_flags
 
 // The flags of a trainer, each pointing at its field of cfg. `transports` lists
 // the -ct values of the trainer, NULL where it has no choice of transport.
@@ -69,6 +70,7 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-k", FLAG_STRING, &cfg->tokenizer_path, "tokenizer file used to print samples"},
         {"-b", FLAG_INT, &cfg->B, "batch size (sequences) per data-parallel replica"},
         {"-t", FLAG_INT, &cfg->T, "sequence length"},
+        {"-mt", FLAG_INT, &cfg->max_seq_len, "position-table rows (maxT) of a random init -e dN (0: -t, at least 1024)"},
         {"-x", FLAG_INT, &cfg->steps, "training steps (-1: one pass over the train files)"},
         {"-l", FLAG_FLOAT, &cfg->learning_rate, "peak learning rate"},
         {"-u", FLAG_INT, &cfg->warmup, "learning-rate warmup steps"},
@@ -104,6 +106,7 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->tokenizer_path = "dev/data/gpt2_tokenizer.bin";
     cfg->B = 4;
     cfg->T = 1024;
+    cfg->max_seq_len = 0;
     cfg->steps = -1;
     cfg->learning_rate = 3e-4f;
     cfg->warmup = 0;
@@ -208,10 +211,28 @@ static int parse_train_args(int argc, char **argv, TrainConfig *cfg, const char 
     return 0;
 }
 
+// Parses "dN" (random init of depth N). Returns N, or 0 when init names a file.
+static int random_init_depth(const char *init) {
+    if (init[0] != 'd' || init[1] == '\0') { return 0; }
+    int depth;
+    if (!parse_int_value(init + 1, &depth)) { return 0; }
+    if (depth < 1) { fatal_everywhere("-e %s: the depth must be at least 1", init); }
+    return depth;
+}
+
 // Checks every value that needs no file to be checked; resolves the layout.
 static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (cfg->B < 1) { fatal_everywhere("-b %d: the batch size must be at least 1", cfg->B); }
     if (cfg->T < 1) { fatal_everywhere("-t %d: the sequence length must be at least 1", cfg->T); }
+    if (cfg->max_seq_len < 0) { fatal_everywhere("-mt %d: the position table cannot have negative rows", cfg->max_seq_len); }
+    if (cfg->max_seq_len > 0 && cfg->max_seq_len < cfg->T) {
+        fatal_everywhere("-mt %d is shorter than -t %d: the position table needs a row for every position of a "
+                         "sequence (-mt 0 sizes it to -t)", cfg->max_seq_len, cfg->T);
+    }
+    if (cfg->max_seq_len > 0 && random_init_depth(cfg->init) == 0) {
+        fatal_everywhere("-mt %d sets the position table of a random init (-e dN); the checkpoint -e '%s' brings "
+                         "its own", cfg->max_seq_len, cfg->init);
+    }
     if (cfg->steps < -1) { fatal_everywhere("-x %d: steps must be -1 (one epoch) or more", cfg->steps); }
     if (cfg->learning_rate < 0.0f) { fatal_everywhere("-l %g: the learning rate must not be negative", cfg->learning_rate); }
     if (cfg->warmup < 0) { fatal_everywhere("-u %d: warmup steps must not be negative", cfg->warmup); }
@@ -252,19 +273,21 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     return (CpLayoutKind)kind;
 }
 
-// Parses "dN" (random init of depth N). Returns N, or 0 when init names a file.
-static int random_init_depth(const char *init) {
-    if (init[0] != 'd' || init[1] == '\0') { return 0; }
-    int depth;
-    if (!parse_int_value(init + 1, &depth)) { return 0; }
-    if (depth < 1) { fatal_everywhere("-e %s: the depth must be at least 1", init); }
-    return depth;
+// The position-table rows of a random init: -mt, else -t, never fewer than
+// GPT-2's 1024 (so that short runs keep GPT-2's shape).
+#define GPT2_MAX_SEQ_LEN 1024
+static int random_init_max_seq_len(const TrainConfig *cfg) {
+    if (cfg->max_seq_len > 0) { return cfg->max_seq_len; }
+    return cfg->T > GPT2_MAX_SEQ_LEN ? cfg->T : GPT2_MAX_SEQ_LEN;
 }
 
-// Checks the run's sizes against the model.
-static void validate_against_model(const TrainConfig *cfg, GPT2Config c) {
+// Checks the run's sizes against the model; source names where the model comes
+// from (the checkpoint file, or the random init).
+static void validate_against_model(const TrainConfig *cfg, GPT2Config c, const char *source) {
     if (cfg->T > c.max_seq_len) {
-        fatal_everywhere("-t %d exceeds the model's max_seq_len %d", cfg->T, c.max_seq_len);
+        fatal_everywhere("-t %d needs a position table of %d rows, but %s has %d (maxT): train at -t %d or less, "
+                         "or from a random init whose table covers -t (-e dN, with -mt %d or more to continue "
+                         "at a longer T later)", cfg->T, cfg->T, source, c.max_seq_len, c.max_seq_len, cfg->T);
     }
     if (cfg->sample_every > 0 && cfg->gen_tokens > c.max_seq_len) {
         fatal_everywhere("-g %d exceeds the model's max_seq_len %d", cfg->gen_tokens, c.max_seq_len);

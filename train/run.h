@@ -27,31 +27,56 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 #include "../llmc/tokenizer.h"
 #include "../llmc/utils.h"
 #include "config.h"
+#include "memory.h"
 #include "progress.h"
 
 #define RANDOM_INIT_SEED 42
 #define SAMPLE_SEED 1337
 
-// The model into host memory: the weights of the checkpoint resumed from, else -e
-// (an llm.c checkpoint, or dN for a random init of depth N). Every rank builds the
-// same weights (the trainers broadcast rank 0's all the same).
-static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step) {
+// The configuration of the run's model, before anything is allocated: the header
+// of the checkpoint resumed from or of -e FILE, or for -e dN the preset of depth N
+// with a position table that covers -t (random_init_max_seq_len). source: where
+// the model comes from, for messages.
+static GPT2Config run_model_config(const TrainConfig *cfg, int resume_step, char *source, size_t source_size) {
+    int depth = random_init_depth(cfg->init);
+    if (resume_step < 0 && depth > 0) {
+        GPT2Config c = gpt2_config_for_depth(depth, random_init_max_seq_len(cfg));
+        char why[256];
+        if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
+        snprintf(source, source_size, "the random init -e %s", cfg->init);
+        return c;
+    }
+    char path[4096];
+    if (resume_step >= 0) { model_path(path, sizeof(path), cfg->output_dir, resume_step); }
+    else { snprintf(path, sizeof(path), "%s", cfg->init); }
+    snprintf(source, source_size, "the checkpoint '%s'", path);
+    return gpt2_checkpoint_config(path);
+}
+
+// The model of configuration c (run_model_config) into host memory: the weights of
+// the checkpoint resumed from, else -e (an llm.c checkpoint, or dN for a random
+// init of depth N). Every rank builds the same weights (the trainers broadcast
+// rank 0's all the same).
+static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step, GPT2Config c) {
     if (resume_step >= 0) {
         char path[4096];
         model_path(path, sizeof(path), cfg->output_dir, resume_step);
         gpt2_load_checkpoint(model, path);
-        return;
-    }
-    const char *init = cfg->init;
-    int depth = random_init_depth(init);
-    if (depth > 0) {
-        GPT2Config c = gpt2_config_for_depth(depth);
-        char why[256];
-        if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", init, why); }
+    } else if (random_init_depth(cfg->init) > 0) {
         gpt2_init_random(model, c, RANDOM_INIT_SEED);
     } else {
-        gpt2_load_checkpoint(model, init);
+        gpt2_load_checkpoint(model, cfg->init);
     }
+}
+
+// Checks the run against the model and (T, cp, layout) before anything is
+// allocated for them. source: where the model comes from (run_model_config).
+static void check_run_against_model(const TrainConfig *cfg, CpLayoutKind layout, const Mesh *mesh, GPT2Config c,
+                                    const char *source) {
+    validate_against_model(cfg, c, source);
+    CpSharder probe;
+    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, document_token(cfg));
+    if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
 }
 
 // The mesh's MPI communicators: world, this replica's CP group, the DP group of
@@ -116,8 +141,8 @@ static FILE *open_token_losses(const char *path, int resume_step, size_t bytes_p
     return fp;
 }
 
-// Checks the run against the model, opens the data and the outputs (appending to
-// them when resuming from checkpoint `resume_step`, -1 for none).
+// Opens the data and the outputs of a run checked by check_run_against_model
+// (appending to them when resuming from checkpoint `resume_step`, -1 for none).
 static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind layout, const Mesh *mesh,
                            GPT2Config c, int resume_step) {
     memset(run, 0, sizeof(*run));
@@ -125,10 +150,6 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     run->layout = layout;
     run->resumed = resume_step >= 0;
     run->start_step = run->resumed ? resume_step : 0;
-    validate_against_model(cfg, c);
-    CpSharder probe; // checks (T, cp, layout) before anything is allocated for it
-    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, document_token(cfg));
-    if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
     run->padded_T = cp_padded_len(layout, cfg->T, cfg->cp_size);
     run->local_T = run->padded_T / cfg->cp_size;
     dataloader_init(&run->train_loader, cfg->train_pattern, "-i", cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
@@ -188,10 +209,10 @@ static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
 
 // The start-up table (master only), and a note when samples will print token ids.
 static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg, GPT2Config c, const Mesh *mesh,
-                                    const char *trainer, const char *transport, size_t num_parameters) {
+                                    const TrainerMemory *tm, size_t num_parameters, const MemoryEstimate *memory) {
     if (mesh->world_rank != 0) { return; }
-    StartupFacts facts = {trainer, transport, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
-                          num_parameters, run->steps, run->start_step, run->val_batches};
+    StartupFacts facts = {tm->name, tm->transport, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
+                          num_parameters, run->steps, run->start_step, run->val_batches, memory};
     print_startup_table(cfg, c, &facts);
     if (run->tokenizer.token_table == NULL) { printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path); }
 }

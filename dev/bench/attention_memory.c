@@ -132,7 +132,7 @@ int main(int argc, char **argv) {
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     Comm *comm = comm_mpi_create(dup);
     int cp = comm->size, B = 1;
-    GPT2Config c = gpt2_config_for_depth(12); // GPT-2 124M: C 768, NH 12, L 12
+    GPT2Config c = gpt2_config_for_depth(12, 1024); // GPT-2 124M: C 768, NH 12, L 12
     int P = cp_padded_len(cp == 1 ? CP_LAYOUT_IDENTITY : CP_LAYOUT_ROUND_ROBIN, T, cp);
     int Tl = P / cp;
     if (comm->rank == 0) {
