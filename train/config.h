@@ -10,6 +10,7 @@ context-parallel ones.
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,6 +225,10 @@ static int random_init_depth(const char *init) {
 static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (cfg->B < 1) { fatal_everywhere("-b %d: the batch size must be at least 1", cfg->B); }
     if (cfg->T < 1) { fatal_everywhere("-t %d: the sequence length must be at least 1", cfg->T); }
+    if ((long long)cfg->B * cfg->T > INT32_MAX) {
+        fatal_everywhere("-b %d x -t %d = %lld tokens per step and replica, more than the 2^31 - 1 this trainer "
+                         "counts in int", cfg->B, cfg->T, (long long)cfg->B * cfg->T);
+    }
     if (cfg->max_seq_len < 0) { fatal_everywhere("-mt %d: the position table cannot have negative rows", cfg->max_seq_len); }
     if (cfg->max_seq_len > 0 && cfg->max_seq_len < cfg->T) {
         fatal_everywhere("-mt %d is shorter than -t %d: the position table needs a row for every position of a "
