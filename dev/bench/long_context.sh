@@ -5,7 +5,7 @@
 # peak resident memory per rank of its last line, and the ms of its last step.
 #
 #   bash dev/bench/long_context.sh [-e d2] [-t "1024 2048 4096 8192 16384 32768"]
-#                                  [-c "1 2 4"] [-x 1] [-s SECONDS] [-o OUT]
+#                                  [-c "1 2 4"] [-x 1] [-s SECONDS] [-o OUT] [-w]
 #
 # -s: the longest a run may take (it is then reported as timed out). cp 1 runs
 # with 2 OpenMP threads (the machine's cores), cp > 1 with 1 thread per rank, so
@@ -14,12 +14,14 @@
 #
 # Writes OUT/long_context.dat (T cp est_MiB peak_MiB ms, "-" where there is none),
 # OUT/long_context.md (the table) and OUT/long_context.png (memory per rank and
-# step time against T, one line per cp). OUT defaults to out/long_context.
+# step time against T, one line per cp). OUT defaults to out/long_context. -w also
+# puts the table into dev/bench/README.md (between its long_context markers) and
+# the plot at docs/long_context.png.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/default_config.sh # MPIRUN_FLAGS
 
-model=d2 lengths="1024 2048 4096 8192 16384 32768" cps="1 2 4" steps=1 limit=3600 out=out/long_context
+model=d2 lengths="1024 2048 4096 8192 16384 32768" cps="1 2 4" steps=1 limit=3600 out=out/long_context write=0
 while [ $# -gt 0 ]; do
     case $1 in
     -e) model=$2; shift 2 ;;
@@ -28,7 +30,8 @@ while [ $# -gt 0 ]; do
     -x) steps=$2; shift 2 ;;
     -s) limit=$2; shift 2 ;;
     -o) out=$2; shift 2 ;;
-    *) echo "usage: $0 [-e MODEL] [-t \"T ...\"] [-c \"CP ...\"] [-x STEPS] [-s SECONDS] [-o OUT]" >&2; exit 1 ;;
+    -w) write=1; shift ;;
+    *) echo "usage: $0 [-e MODEL] [-t \"T ...\"] [-c \"CP ...\"] [-x STEPS] [-s SECONDS] [-o OUT] [-w]" >&2; exit 1 ;;
     esac
 done
 command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
@@ -107,3 +110,16 @@ plot ${plot_ms%, }
 unset multiplot
 GNUPLOT
 echo "wrote $dat, $md and $out/long_context.png"
+if [ $write -eq 1 ]; then
+    readme=dev/bench/README.md
+    begin='<!-- long_context table: written by dev/bench/long_context.sh -w -->'
+    end='<!-- end of long_context table -->'
+    grep -qF "$begin" "$readme" || { echo "error: $readme has no line '$begin'" >&2; exit 1; }
+    awk -v begin="$begin" -v end="$end" -v table="$md" '
+        $0 == begin { print; while ((getline line < table) > 0) print line; skip = 1; next }
+        $0 == end { skip = 0 }
+        !skip' "$readme" > "$readme.tmp"
+    mv "$readme.tmp" "$readme"
+    cp "$out/long_context.png" docs/long_context.png
+    echo "wrote the table into $readme and the plot to docs/long_context.png"
+fi
