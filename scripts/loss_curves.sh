@@ -12,7 +12,7 @@
 # minutes on 2 CPU cores) drew docs/loss_curves.png; the long-context plot
 # docs/loss_curves_T4096.png came from
 #
-#   bash scripts/loss_curves.sh -t 4096 -e d1 -b 1 -x 40 -f "-u 5 -l 3e-3" -o docs/loss_curves_T4096.png
+#   bash scripts/loss_curves.sh -t 4096 -e d1 -b 1 -x 30 -f "-u 5 -l 3e-3" -o docs/loss_curves_T4096.png
 #
 # Runs go to out/loss_curves/<model>_T<T>/<name>/main.log.
 set -euo pipefail

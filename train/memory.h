@@ -5,13 +5,13 @@ instead of dying in malloc or cudaMalloc halfway through.
 
 The estimate adds up the same sizes the code allocates with:
     parameters, gradients, AdamW m and v   gpt2_num_parameters (fill_in_parameter_sizes)
-    activations, classifier                fill_in_activation_sizes for B x T_local
+    activations, classifier                fill_in_activation_sizes for B x T_local and -r
     attention                              the trainer's cp_attention_bytes (cp/attention.h,
                                            cp/attention.cuh), which its init checks
     data                                   the token window, the shard, the -tl rows, sampling
-The classifier is the part of the activations that grows with the vocabulary (the
-activations at Vp less those at Vp = 0), shown apart because at GPT-2's vocabulary
-it dwarfs the layers of a small model.
+The classifier's buffer (the logits, ActivationTensors.logits) is shown apart from
+the other activations because at GPT-2's vocabulary it can dwarf the layers of a
+small model.
 
 Not counted: the runtime's own (MPI, OpenMP, OpenBLAS buffers, the CUDA context and
 cuBLAS workspace: tens to hundreds of MiB) and transient transport scratch, so the
@@ -21,6 +21,7 @@ estimate is a floor that the measured peak exceeds by a constant, not by a facto
 #ifndef TRAIN_MEMORY_H
 #define TRAIN_MEMORY_H
 
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -57,9 +58,13 @@ typedef struct {
     size_t total;
 } MemoryEstimate;
 
-static size_t activation_bytes(GPT2Config c, int B, int T, int recompute) {
+// the bytes of the activations, and of the classifier's buffer among them
+// (ActivationTensors lists its buffers in the order of fill_in_activation_sizes)
+static size_t activation_bytes(GPT2Config c, int B, int T, int recompute, size_t *classifier) {
     size_t sizes[NUM_ACTIVATION_BUFFERS];
-    return fill_in_activation_sizes(sizes, c, B, T, recompute) * sizeof(float);
+    size_t total = fill_in_activation_sizes(sizes, c, B, T, recompute) * sizeof(float);
+    if (classifier) { *classifier = sizes[offsetof(ActivationTensors, logits) / sizeof(float *)] * sizeof(float); }
+    return total;
 }
 
 // The estimated peak of one rank of a run of B rows of T tokens, local_T of them
@@ -73,11 +78,7 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     e.parameters = param_bytes;
     e.gradients = param_bytes;
     e.adamw = 2 * param_bytes;
-    GPT2Config no_vocab = c;
-    no_vocab.padded_vocab_size = 0;
-    size_t all = activation_bytes(c, B, local_T, cfg->recompute);
-    e.activations = activation_bytes(no_vocab, B, local_T, cfg->recompute);
-    e.classifier = all - e.activations;
+    e.activations = activation_bytes(c, B, local_T, cfg->recompute, &e.classifier) - e.classifier;
     e.attention = tm->attention_bytes(attention, cfg->cp_size, B, local_T, c.channels, c.num_heads);
     if (tm->device_token_bytes) { e.data += tm->device_token_bytes(c, B, local_T); }
     if (tm->host) {
@@ -90,7 +91,7 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
         }
     }
     if (cfg->sample_every > 0) { // rank 0 samples one unsharded row of -g tokens
-        e.data += activation_bytes(c, 1, cfg->gen_tokens, cfg->recompute) +
+        e.data += activation_bytes(c, 1, cfg->gen_tokens, cfg->recompute, NULL) +
                   tm->attention_bytes(CP_ATTENTION_RING, 1, 1, cfg->gen_tokens, c.channels, c.num_heads);
     }
     e.total = e.parameters + e.gradients + e.adamw + e.activations + e.classifier + e.attention + e.data;
