@@ -5,14 +5,15 @@
 # difference to cp 1, and prints a table of the largest |loss - loss at cp 1|. CPU
 # twin by default, the GPU trainer where GPUs are.
 #
-#   bash scripts/loss_curves.sh [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f "FLAGS"]
+#   bash scripts/loss_curves.sh [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f "FLAGS"] [-p]
 #
 # -t, -e, -b, -x replace the default's sequence length, model, batch and steps; -f
-# appends trainer flags (e.g. "-u 5" for a shorter warmup). The default (about 15
+# appends trainer flags (e.g. "-u 5" for a shorter warmup); -p trains the five
+# runs at the same time (where there are cores to spare: 13 ranks in all). The default (about 15
 # minutes on 2 CPU cores) drew docs/loss_curves.png; the long-context plot
 # docs/loss_curves_T4096.png came from
 #
-#   bash scripts/loss_curves.sh -t 4096 -e d1 -b 1 -x 30 -f "-u 5 -l 3e-3" -o docs/loss_curves_T4096.png
+#   bash scripts/loss_curves.sh -t 4096 -e d1 -b 1 -x 30 -f "-u 5 -l 3e-3" -p -o docs/loss_curves_T4096.png
 #
 # Runs go to out/loss_curves/<model>_T<T>/<name>/main.log.
 set -euo pipefail
@@ -20,7 +21,7 @@ cd "$(dirname "$0")/.."
 source scripts/default_config.sh
 
 png=docs/loss_curves.png
-steps= T= model= B= extra_flags=
+steps= T= model= B= extra_flags= parallel=0
 while [ $# -gt 0 ]; do
     case $1 in
     -o) png=$2; shift 2 ;;
@@ -29,7 +30,8 @@ while [ $# -gt 0 ]; do
     -e) model=$2; shift 2 ;;
     -b) B=$2; shift 2 ;;
     -f) extra_flags=$2; shift 2 ;;
-    *) echo "usage: $0 [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f \"FLAGS\"]" >&2; exit 1 ;;
+    -p) parallel=1; shift ;;
+    *) echo "usage: $0 [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f \"FLAGS\"] [-p]" >&2; exit 1 ;;
     esac
 done
 command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
@@ -62,18 +64,27 @@ fi
 out=out/loss_curves/${run_model}_T$run_T
 mkdir -p "$out" "$(dirname "$png")"
 runs=(cp1_identity cp2_contiguous cp2_round_robin cp4_contiguous cp4_round_robin)
-for name in "${runs[@]}"; do
+# train NAME: one run, its output in $out/NAME.out, its step losses in $out/NAME.dat
+train() {
+    local name=$1 cp layout t
     cp=${name%%_*}; cp=${cp#cp}
     layout=${name#*_}
-    transport_flags=()
+    local transport_flags=()
     t=$(transport "$cp")
     [ -n "$t" ] && transport_flags+=(-ct "$t")
     echo "training $name ($what)..."
     mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" "${trainer[@]}" "${flags[@]}" -cp "$cp" -cl "$layout" "${transport_flags[@]}" \
-        -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; exit 1; }
+        -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; return 1; }
     # step loss, one line per step: "step loss"
     sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\)$/\1 \2/p' "$out/$name/main.log" > "$out/$name.dat"
-done
+}
+if [ $parallel -eq 1 ]; then
+    pids=()
+    for name in "${runs[@]}"; do train "$name" & pids+=($!); done
+    for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
+else
+    for name in "${runs[@]}"; do train "$name" || exit 1; done
+fi
 
 # each run's difference to cp 1, step by step
 for name in "${runs[@]}"; do
