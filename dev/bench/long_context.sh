@@ -5,12 +5,12 @@
 # peak resident memory per rank of its last line, and the ms of its last step.
 #
 #   bash dev/bench/long_context.sh [-e d2] [-t "1024 2048 4096 8192 16384 32768"]
-#                                  [-c "1 2 4"] [-x 1] [-s SECONDS] [-o OUT] [-w]
+#                                  [-c "1 2 4"] [-x 1] [-s SECONDS] [-j THREADS] [-o OUT] [-w]
 #
-# -s: the longest a run may take (it is then reported as timed out). cp 1 runs
-# with 2 OpenMP threads (the machine's cores), cp > 1 with 1 thread per rank, so
-# at cp 4 four ranks share two cores: those times are oversubscribed. A run the
-# trainer refuses at start-up (it will not fit) is reported as such.
+# -s: the longest a run may take (it is then reported as timed out). Every rank
+# runs one OpenMP thread (-j sets another number), so at cp 4 on two cores four
+# ranks share them: those times are oversubscribed. A run the trainer refuses at
+# start-up (it will not fit) is reported as such.
 #
 # Writes OUT/long_context.dat (T cp est_MiB peak_MiB ms, "-" where there is none),
 # OUT/long_context.md (the table) and OUT/long_context.png (memory per rank and
@@ -21,7 +21,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/default_config.sh # MPIRUN_FLAGS
 
-model=d2 lengths="1024 2048 4096 8192 16384 32768" cps="1 2 4" steps=1 limit=3600 out=out/long_context write=0
+model=d2 lengths="1024 2048 4096 8192 16384 32768" cps="1 2 4" steps=1 limit=3600 threads=1 out=out/long_context write=0
 while [ $# -gt 0 ]; do
     case $1 in
     -e) model=$2; shift 2 ;;
@@ -29,16 +29,17 @@ while [ $# -gt 0 ]; do
     -c) cps=$2; shift 2 ;;
     -x) steps=$2; shift 2 ;;
     -s) limit=$2; shift 2 ;;
+    -j) threads=$2; shift 2 ;;
     -o) out=$2; shift 2 ;;
     -w) write=1; shift ;;
-    *) echo "usage: $0 [-e MODEL] [-t \"T ...\"] [-c \"CP ...\"] [-x STEPS] [-s SECONDS] [-o OUT] [-w]" >&2; exit 1 ;;
+    *) echo "usage: $0 [-e MODEL] [-t \"T ...\"] [-c \"CP ...\"] [-x STEPS] [-s SECONDS] [-j THREADS] [-o OUT] [-w]" >&2; exit 1 ;;
     esac
 done
 command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
 make -s train_gpt2cp_cpu
 mkdir -p "$out"
 dat=$out/long_context.dat
-echo "# T cp est_MiB peak_MiB ms_per_step   (-e $model, B 1, round_robin, $steps step(s))" > "$dat"
+echo "# T cp est_MiB peak_MiB ms_per_step   (-e $model, B 1, round_robin, $steps step(s), $threads thread(s) per rank)" > "$dat"
 
 # MiB of "123.4 MiB" or "12.3 GiB"
 to_mib() { awk '{ v = $1; if ($2 == "GiB") v *= 1024; printf "%.1f", v }'; }
@@ -46,8 +47,6 @@ to_mib() { awk '{ v = $1; if ($2 == "GiB") v *= 1024; printf "%.1f", v }'; }
 for T in $lengths; do
     for cp in $cps; do
         name=T${T}_cp$cp
-        threads=1
-        [ "$cp" -eq 1 ] && threads=2
         echo "T $T, cp $cp ($threads thread(s) per rank)..."
         rc=0
         OMP_NUM_THREADS=$threads timeout "$limit" mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" ./train_gpt2cp_cpu \
@@ -76,9 +75,9 @@ md=$out/long_context.md
 {
     echo "| T | cp | est. peak per rank (MiB) | measured peak per rank (MiB) | ms/step |"
     echo "| ---: | ---: | ---: | ---: | ---: |"
-    awk '!/^#/ {
+    awk -v threads="$threads" -v cores="$(nproc)" '!/^#/ {
         ms = $5 == "-" ? "-" : sprintf("%.0f", $5)
-        if ($2 > 2 && ms != "-") ms = ms " (oversubscribed)"
+        if ($2 * threads > cores && ms != "-") ms = ms " (oversubscribed)"
         peak = $4 == "-" ? "did not run" : $4
         printf "| %d | %d | %s | %s | %s |\n", $1, $2, $3, peak, ms }' "$dat"
 } > "$md"
