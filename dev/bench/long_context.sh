@@ -5,7 +5,7 @@
 # peak resident memory per rank of its last line, and the ms of its last step.
 #
 #   bash dev/bench/long_context.sh [-e d2] [-t "1024 2048 4096 8192 16384 32768"]
-#                                  [-c "1 2 4"] [-x 1] [-s SECONDS] [-j THREADS] [-o OUT] [-w]
+#                                  [-c "1 2 4"] [-x 1] [-s SECONDS] [-j THREADS] [-o OUT] [-w] [-r]
 #
 # -s: the longest a run may take (it is then reported as timed out). Every rank
 # runs one OpenMP thread (-j sets another number), so at cp 4 on two cores four
@@ -16,12 +16,13 @@
 # OUT/long_context.md (the table) and OUT/long_context.png (memory per rank and
 # step time against T, one line per cp). OUT defaults to out/long_context. -w also
 # puts the table into dev/bench/README.md (between its long_context markers) and
-# the plot at docs/long_context.png.
+# the plot at docs/long_context.png. -r runs nothing: the table and the plot of an
+# existing OUT/long_context.dat (e.g. the lines of several partial runs put together).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/default_config.sh # MPIRUN_FLAGS
 
-model=d2 lengths="1024 2048 4096 8192 16384 32768" cps="1 2 4" steps=1 limit=3600 threads=1 out=out/long_context write=0
+model=d2 lengths="1024 2048 4096 8192 16384 32768" cps="1 2 4" steps=1 limit=3600 threads=1 out=out/long_context write=0 report_only=0
 while [ $# -gt 0 ]; do
     case $1 in
     -e) model=$2; shift 2 ;;
@@ -32,43 +33,46 @@ while [ $# -gt 0 ]; do
     -j) threads=$2; shift 2 ;;
     -o) out=$2; shift 2 ;;
     -w) write=1; shift ;;
-    *) echo "usage: $0 [-e MODEL] [-t \"T ...\"] [-c \"CP ...\"] [-x STEPS] [-s SECONDS] [-j THREADS] [-o OUT] [-w]" >&2; exit 1 ;;
+    -r) report_only=1; shift ;;
+    *) echo "usage: $0 [-e MODEL] [-t \"T ...\"] [-c \"CP ...\"] [-x STEPS] [-s SECONDS] [-j THREADS] [-o OUT] [-w] [-r]" >&2; exit 1 ;;
     esac
 done
 command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
-make -s train_gpt2cp_cpu
 mkdir -p "$out"
 dat=$out/long_context.dat
-echo "# T cp est_MiB peak_MiB ms_per_step   (-e $model, B 1, round_robin, $steps step(s), $threads thread(s) per rank)" > "$dat"
+if [ $report_only -eq 0 ]; then
+    make -s train_gpt2cp_cpu
+    echo "# T cp est_MiB peak_MiB ms_per_step   (-e $model, B 1, round_robin, $steps step(s), $threads thread(s) per rank)" > "$dat"
 
-# MiB of "123.4 MiB" or "12.3 GiB"
-to_mib() { awk '{ v = $1; if ($2 == "GiB") v *= 1024; printf "%.1f", v }'; }
+    # MiB of "123.4 MiB" or "12.3 GiB"
+    to_mib() { awk '{ v = $1; if ($2 == "GiB") v *= 1024; printf "%.1f", v }'; }
 
-for T in $lengths; do
-    for cp in $cps; do
-        name=T${T}_cp$cp
-        echo "T $T, cp $cp ($threads thread(s) per rank)..."
-        rc=0
-        OMP_NUM_THREADS=$threads timeout "$limit" mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" ./train_gpt2cp_cpu \
-            -e "$model" -b 1 -t "$T" -cp "$cp" -cl $([ "$cp" -eq 1 ] && echo identity || echo round_robin) \
-            -x "$steps" -v 0 -s 0 > "$out/$name.out" 2>&1 || rc=$?
-        est=$(sed -n 's/^| est. peak per rank *| \([0-9.]* [MG]iB\).*/\1/p' "$out/$name.out" | to_mib)
-        [ -n "$est" ] || est=-
-        peak=- ms=-
-        if [ $rc -eq 0 ]; then
-            peak=$(sed -n 's/^peak resident memory per rank: \([0-9.]*\) MiB.*/\1/p' "$out/$name.out")
-            ms=$(grep '^step ' "$out/$name.out" | tail -1 | sed 's/.*| \([0-9.]*\) ms |.*/\1/')
-        elif [ $rc -eq 124 ]; then
-            echo "  timed out after $limit s"
-        elif grep -q "will not fit" "$out/$name.out"; then
-            echo "  refused: $(grep -m1 -o 'needs an estimated [0-9.]* [MG]iB per rank' "$out/$name.out")"
-        else
-            echo "  failed (exit $rc):"; tail -5 "$out/$name.out"
-        fi
-        echo "  estimated $est MiB, peak $peak MiB per rank, $ms ms/step"
-        echo "$T $cp $est $peak $ms" >> "$dat"
+    for T in $lengths; do
+        for cp in $cps; do
+            name=T${T}_cp$cp
+            echo "T $T, cp $cp ($threads thread(s) per rank)..."
+            rc=0
+            OMP_NUM_THREADS=$threads timeout "$limit" mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" ./train_gpt2cp_cpu \
+                -e "$model" -b 1 -t "$T" -cp "$cp" -cl $([ "$cp" -eq 1 ] && echo identity || echo round_robin) \
+                -x "$steps" -v 0 -s 0 > "$out/$name.out" 2>&1 || rc=$?
+            est=$(sed -n 's/^| est. peak per rank *| \([0-9.]* [MG]iB\).*/\1/p' "$out/$name.out" | to_mib)
+            [ -n "$est" ] || est=-
+            peak=- ms=-
+            if [ $rc -eq 0 ]; then
+                peak=$(sed -n 's/^peak resident memory per rank: \([0-9.]*\) MiB.*/\1/p' "$out/$name.out")
+                ms=$(grep '^step ' "$out/$name.out" | tail -1 | sed 's/.*| \([0-9.]*\) ms |.*/\1/')
+            elif [ $rc -eq 124 ]; then
+                echo "  timed out after $limit s"
+            elif grep -q "will not fit" "$out/$name.out"; then
+                echo "  refused: $(grep -m1 -o 'needs an estimated [0-9.]* [MG]iB per rank' "$out/$name.out")"
+            else
+                echo "  failed (exit $rc):"; tail -5 "$out/$name.out"
+            fi
+            echo "  estimated $est MiB, peak $peak MiB per rank, $ms ms/step"
+            echo "$T $cp $est $peak $ms" >> "$dat"
+        done
     done
-done
+fi
 
 # the table
 md=$out/long_context.md
@@ -79,14 +83,14 @@ md=$out/long_context.md
         ms = $5 == "-" ? "-" : sprintf("%.0f", $5)
         if ($2 * threads > cores && ms != "-") ms = ms " (oversubscribed)"
         peak = $4 == "-" ? "did not run" : $4
-        printf "| %d | %d | %s | %s | %s |\n", $1, $2, $3, peak, ms }' "$dat"
+        printf "| %d | %d | %s | %s | %s |\n", $1, $2, $3, peak, ms }' <(sort -n -k1,1 -k2,2 "$dat")
 } > "$md"
 cat "$md"
 
 # one file per cp, so that each cp's points join into one line
 plot_mem="" plot_ms=""
 for cp in $cps; do
-    awk -v cp="$cp" '!/^#/ && $2 == cp' "$dat" > "$out/long_context_cp$cp.dat"
+    awk -v cp="$cp" '!/^#/ && $2 == cp' "$dat" | sort -n -k1,1 > "$out/long_context_cp$cp.dat"
     f=$out/long_context_cp$cp.dat
     plot_mem+="'$f' using 1:4 with linespoints lw 2 title 'cp $cp (measured)', "
     plot_mem+="'$f' using 1:3 with lines dt 2 lw 1 title 'cp $cp (estimate)', "
