@@ -5,11 +5,13 @@
 # difference to cp 1, and prints a table of the largest |loss - loss at cp 1|. CPU
 # twin by default, the GPU trainer where GPUs are.
 #
-#   bash scripts/loss_curves.sh [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f "FLAGS"] [-p]
+#   bash scripts/loss_curves.sh [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f "FLAGS"] [-p] [-r]
 #
 # -t, -e, -b, -x replace the default's sequence length, model, batch and steps; -f
 # appends trainer flags (e.g. "-u 5" for a shorter warmup); -p trains the five
-# runs at the same time (where there are cores to spare: 13 ranks in all). The default (about 15
+# runs at the same time (where there are cores to spare: 13 ranks in all); -r
+# trains nothing and draws the runs' main.log as they are, up to the last step
+# every run has reached (runs cut short, or still going). The default (about 15
 # minutes on 2 CPU cores) drew docs/loss_curves.png; the long-context plot
 # docs/loss_curves_T4096.png came from
 #
@@ -21,7 +23,7 @@ cd "$(dirname "$0")/.."
 source scripts/default_config.sh
 
 png=docs/loss_curves.png
-steps= T= model= B= extra_flags= parallel=0
+steps= T= model= B= extra_flags= parallel=0 redraw=0
 while [ $# -gt 0 ]; do
     case $1 in
     -o) png=$2; shift 2 ;;
@@ -31,7 +33,8 @@ while [ $# -gt 0 ]; do
     -b) B=$2; shift 2 ;;
     -f) extra_flags=$2; shift 2 ;;
     -p) parallel=1; shift ;;
-    *) echo "usage: $0 [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f \"FLAGS\"] [-p]" >&2; exit 1 ;;
+    -r) redraw=1; shift ;;
+    *) echo "usage: $0 [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f \"FLAGS\"] [-p] [-r]" >&2; exit 1 ;;
     esac
 done
 command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
@@ -64,6 +67,11 @@ fi
 out=out/loss_curves/${run_model}_T$run_T
 mkdir -p "$out" "$(dirname "$png")"
 runs=(cp1_identity cp2_contiguous cp2_round_robin cp4_contiguous cp4_round_robin)
+# step_losses NAME: the step losses of a run's main.log, "step loss" per line
+step_losses() {
+    sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\)$/\1 \2/p' "$out/$1/main.log" > "$out/$1.dat"
+}
+
 # train NAME: one run, its output in $out/NAME.out, its step losses in $out/NAME.dat
 train() {
     local name=$1 cp layout t
@@ -75,10 +83,19 @@ train() {
     echo "training $name ($what)..."
     mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" "${trainer[@]}" "${flags[@]}" -cp "$cp" -cl "$layout" "${transport_flags[@]}" \
         -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; return 1; }
-    # step loss, one line per step: "step loss"
-    sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\)$/\1 \2/p' "$out/$name/main.log" > "$out/$name.dat"
+    step_losses "$name"
 }
-if [ $parallel -eq 1 ]; then
+if [ $redraw -eq 1 ]; then
+    shortest=
+    for name in "${runs[@]}"; do
+        step_losses "$name"
+        n=$(wc -l < "$out/$name.dat")
+        if [ -z "$shortest" ] || [ "$n" -lt "$shortest" ]; then shortest=$n; fi
+    done
+    for name in "${runs[@]}"; do head -n "$shortest" "$out/$name.dat" > "$out/$name.dat.tmp"; mv "$out/$name.dat.tmp" "$out/$name.dat"; done
+    echo "drawing the first $shortest step(s) of each run"
+    what+=", the first $shortest of $(flag_value -x) steps"
+elif [ $parallel -eq 1 ]; then
     pids=()
     for name in "${runs[@]}"; do train "$name" & pids+=($!); done
     for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
