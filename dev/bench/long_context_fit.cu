@@ -63,8 +63,9 @@ int main(int argc, char **argv) {
     cfg.val_every = 0;
     TrainerMemory tm = {"cuda", "nccl", cp_attention_cuda_bytes, activations_cuda_extra_bytes, 0, no_memory_query};
     GPT2Config c0 = gpt2_config_for_depth(depth, 1024);
-    printf("model -e %s (L %d, C %d, NH %d, Vp %d), B %d, round_robin, ring attention, fp32; %.1f GiB reserved\n",
-           init, c0.num_layers, c0.channels, c0.num_heads, c0.padded_vocab_size, B, reserve_gib);
+    printf("model -e %s (L %d, C %d, NH %d, Vp %d), B %d, -r %d, round_robin, ring attention, fp32; %.1f GiB "
+           "reserved\n", init, c0.num_layers, c0.channels, c0.num_heads, c0.padded_vocab_size, B, cfg.recompute,
+           reserve_gib);
     printf("| GPU | cp | longest T | est. peak per rank | params+grads+AdamW | activations | classifier | attention |\n");
     printf("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     char list[256];
