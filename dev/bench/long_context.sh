@@ -79,10 +79,10 @@ md=$out/long_context.md
 {
     echo "| T | cp | est. peak per rank (MiB) | measured peak per rank (MiB) | ms/step |"
     echo "| ---: | ---: | ---: | ---: | ---: |"
-    awk -v threads="$threads" -v cores="$(nproc)" '!/^#/ {
+    awk -v threads="$threads" -v cores="$(getconf _NPROCESSORS_ONLN)" '!/^#/ {
         ms = $5 == "-" ? "-" : sprintf("%.0f", $5)
         if ($2 * threads > cores && ms != "-") ms = ms " (oversubscribed)"
-        peak = $4 == "-" ? "did not run" : $4
+        peak = $4 == "-" ? "not measured" : $4
         printf "| %d | %d | %s | %s | %s |\n", $1, $2, $3, peak, ms }' <(sort -n -k1,1 -k2,2 "$dat")
 } > "$md"
 cat "$md"
