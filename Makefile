@@ -117,5 +117,10 @@ bench_classifier: dev/bench/classifier.c $(DEPS)
 bench_attention_cpu: dev/bench/attention_cpu.c $(DEPS) $(CPU_FLAGS_STAMP)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
+# dev benchmark: the longest T one GPU fits, from the GPU trainer's memory estimate
+# (host code, runs without a GPU; dev/bench/README.md)
+bench_long_fit: dev/bench/long_context_fit.cu $(CUDA_DEPS)
+	$(NVCC) $(NVCC_FLAGS) -I. $(call nvcc_pass,$(MPI_COMPILE_FLAGS)) $< -o $@ $(call nvcc_pass,$(MPI_LINK_FLAGS)) $(CUDA_LDLIBS)
+
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention bench_classifier bench_attention_cpu $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention bench_classifier bench_attention_cpu bench_long_fit $(BUILD_DIR)

@@ -4,6 +4,7 @@ file under train/:
 
     train/config.h    the command line and its checks
     train/agree.h     the checks that every rank runs the same job
+    train/memory.h    the estimated peak memory per rank, and the check that it fits
     train/progress.h  the start-up table, the progress line, peak memory
     train/outputs.h   what a run writes: its -o directory (owned, locked), no output an input
     train/run.h       the host side of a run: model init, data, logs, each step's chores
@@ -19,24 +20,34 @@ in where the model runs.
 #include "train/agree.h"
 #include "train/config.h"
 #include "train/outputs.h"
+#include "train/memory.h"
 #include "train/progress.h"
 #include "train/resume.h"
 #include "train/run.h"
 #include "train/sample.h"
 
-// The start of a run on the host, shared by both trainers: the model (from -e,
-// or the checkpoint -y 1 resumes from) into host memory, the run's data and
-// outputs, the check that every rank holds the same model and data, the start-up
-// table, and the training state when resuming. The caller then makes rank 0's
-// weights every rank's (a broadcast) and moves the model where it runs.
+// The start of a run on the host, shared by both trainers: the model's
+// configuration (from -e, or the checkpoint -y 1 resumes from) and the run's
+// checks against it, the estimate of each rank's memory and the check that it
+// fits (before anything big is allocated), the model in host memory, the run's
+// data and outputs, the check that every rank holds the same model and data, the
+// start-up table, and the training state when resuming. The caller then makes
+// rank 0's weights every rank's (a broadcast) and moves the model where it runs.
 static void train_run_start(TrainRun *run, GPT2 *model, const TrainConfig *cfg, CpLayoutKind layout,
-                            const Mesh *mesh, const char *trainer, const char *transport) {
+                            const Mesh *mesh, const TrainerMemory *tm) {
     claim_output_dir(cfg);
     int resume_step = find_resume_step(cfg);
-    init_model_host(model, cfg, resume_step);
+    char source[4200];
+    GPT2Config c = run_model_config(cfg, resume_step, source, sizeof(source));
+    check_run_against_model(cfg, layout, mesh, c, source);
+    int local_T = cp_padded_len(layout, cfg->T, cfg->cp_size) / cfg->cp_size;
+    MemoryEstimate memory = estimate_rank_memory(tm, cfg, c, local_T, mesh->dp_size,
+                                                 (CpAttentionKind)cp_attention_from_name(cfg->attention));
+    check_memory_fits(tm, &memory, cfg);
+    init_model_host(model, cfg, resume_step, c);
     train_run_init(run, cfg, layout, mesh, model->config, resume_step);
     check_model_and_data_agree(model->config, &run->train_loader, cfg->val_every > 0 ? &run->val_loader : NULL);
-    train_run_print_startup(run, cfg, model->config, mesh, trainer, transport, model->num_parameters);
+    train_run_print_startup(run, cfg, model->config, mesh, tm, model->num_parameters, &memory);
     if (run->resumed) { train_run_resume(run, cfg, mesh, model, resume_step); }
 }
 

@@ -47,6 +47,9 @@ typedef struct {
     Comm *ring;    // the ring across the Ulysses groups, device memory
 } Ranks;
 
+// ranks of this node on this rank's GPU (select_device), this one included
+static int device_sharers = 1;
+
 // The device of this rank: local rank modulo the node's GPUs. NCCL needs a GPU of
 // its own per rank; -ct mpi may share.
 static int select_device(int use_nccl) {
@@ -66,7 +69,19 @@ static int select_device(int use_nccl) {
                          "run with -ct mpi to let ranks share a GPU, or with at most %d ranks per node",
                          local_size, devices, devices);
     }
-    return local_rank % devices;
+    int device = local_rank % devices;
+    device_sharers = (local_size - 1 - device) / devices + 1; // local ranks d, d + devices, ...
+    return device;
+}
+
+// Device memory free to this rank (cudaMemGetInfo), shared by the ranks on its GPU.
+static int device_memory_available(size_t *bytes, int *sharers, char *source, size_t source_size) {
+    size_t free_bytes = 0, total_bytes = 0;
+    if (cudaMemGetInfo(&free_bytes, &total_bytes) != cudaSuccess) { return -1; }
+    *bytes = free_bytes;
+    *sharers = device_sharers;
+    snprintf(source, source_size, "the GPU (cudaMemGetInfo)");
+    return 0;
 }
 
 static Comm *device_comm_create(int use_nccl, MPI_Comm mc) {
@@ -227,7 +242,9 @@ int main(int argc, char **argv) {
     snprintf(trainer_name, sizeof(trainer_name), "cuda (fp32, cuBLAS, TF32 %s)", cfg.tf32 ? "on" : "off");
     GPT2 host;
     TrainRun run;
-    train_run_start(&run, &host, &cfg, layout, mesh, trainer_name, cfg.transport);
+    TrainerMemory memory = {trainer_name, cfg.transport, cp_attention_cuda_bytes, activations_cuda_extra_bytes, 0,
+                            device_memory_available};
+    train_run_start(&run, &host, &cfg, layout, mesh, &memory);
     GPT2Cuda model;
     load_model(&model, &host, ranks.world);
     GPT2Config c = model.config;

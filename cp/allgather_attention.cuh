@@ -34,6 +34,13 @@ typedef struct {
     size_t bytes;                 // device memory init allocated
 } AllgatherAttentionCuda;
 
+// device bytes allgather_attention_cuda_init allocates at cp ranks: the queries,
+// (cp + 1) K/V blocks and (cp + 1) dK/dV blocks
+static size_t allgather_attention_cuda_bytes(int cp, int B, int T, int C, int NH) {
+    return attention_queries_cuda_bytes(B, T, C, NH) +
+           (size_t)(cp + 1) * (kv_block_bytes(B, T, C) + dkv_block_bytes(B, T, C));
+}
+
 static void allgather_attention_cuda_init(AllgatherAttentionCuda *ag, Comm *comm, int B, int T, int C, int NH) {
     memset(ag, 0, sizeof(*ag));
     attention_queries_cuda_init(&ag->queries, B, T, C, NH, &ag->bytes);

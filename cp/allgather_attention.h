@@ -56,6 +56,12 @@ typedef struct {
     size_t bytes;              // everything init allocated
 } AllgatherAttention;
 
+// bytes allgather_attention_init allocates at cp ranks: the queries, (cp + 1) K/V
+// blocks and (cp + 1) dK/dV blocks (the transport's own scratch not included)
+static size_t allgather_attention_bytes(int cp, int B, int T, int C, int NH) {
+    return attention_queries_bytes(B, T, C, NH) + (size_t)(cp + 1) * (kv_block_bytes(B, T, C) + dkv_block_bytes(B, T, C));
+}
+
 static void allgather_attention_init(AllgatherAttention *ag, Comm *comm, int B, int T, int C, int NH) {
     memset(ag, 0, sizeof(*ag));
     attention_queries_init(&ag->queries, B, T, C, NH, &ag->bytes);

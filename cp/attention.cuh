@@ -29,6 +29,16 @@ typedef struct {
     UlyssesAttentionCuda ulysses;     // kinds ulysses and hybrid
 } CpAttentionCuda;
 
+// The device bytes an attention of this kind holds per rank (cp/attention.h's
+// cp_attention_bytes, for the GPU's buffers)
+static size_t cp_attention_cuda_bytes(CpAttentionKind kind, int cp, int U, int B, int T, int C, int NH) {
+    switch (kind) {
+    case CP_ATTENTION_RING: return ring_attention_cuda_bytes(B, T, C, NH);
+    case CP_ATTENTION_ALLGATHER: return allgather_attention_cuda_bytes(cp, B, T, C, NH);
+    default: return ulysses_attention_cuda_bytes(U, B, T, C, NH);
+    }
+}
+
 static void cp_attention_cuda_init(CpAttentionCuda *a, CpAttentionKind kind, CpAttentionCommsCuda comms, int B, int T,
                                    int C, int NH) {
     memset(a, 0, sizeof(*a));
@@ -42,6 +52,13 @@ static void cp_attention_cuda_init(CpAttentionCuda *a, CpAttentionKind kind, CpA
     case CP_ATTENTION_HYBRID:
         ulysses_attention_cuda_init(&a->ulysses, comms.ulysses, comms.ulysses_host, comms.ring, B, T, C, NH);
         break;
+    }
+    size_t held = kind == CP_ATTENTION_RING ? a->ring.bytes : kind == CP_ATTENTION_ALLGATHER ? a->allgather.bytes
+                                                                                             : a->ulysses.bytes;
+    size_t counted = cp_attention_cuda_bytes(kind, comms.cp->size, comms.ulysses->size, B, T, C, NH);
+    if (held != counted) {
+        fatal("the %s attention allocated %zu device bytes, cp_attention_cuda_bytes counts %zu: the memory "
+              "estimate is out of date", cp_attention_names[kind], held, counted);
     }
 }
 

@@ -34,6 +34,17 @@ typedef struct {
     UlyssesAttention ulysses;     // kinds ulysses and hybrid
 } CpAttention;
 
+// The bytes an attention of this kind holds per rank at cp ranks (Ulysses groups
+// of U), B rows of T local tokens: what the run's memory estimate counts before
+// allocating (train/memory.h), and what init must allocate.
+static size_t cp_attention_bytes(CpAttentionKind kind, int cp, int U, int B, int T, int C, int NH) {
+    switch (kind) {
+    case CP_ATTENTION_RING: return ring_attention_bytes(B, T, C, NH);
+    case CP_ATTENTION_ALLGATHER: return allgather_attention_bytes(cp, B, T, C, NH);
+    default: return ulysses_attention_bytes(U, B, T, C, NH);
+    }
+}
+
 static void cp_attention_init(CpAttention *a, CpAttentionKind kind, CpAttentionComms comms, int B, int T, int C,
                               int NH) {
     memset(a, 0, sizeof(*a));
@@ -45,6 +56,13 @@ static void cp_attention_init(CpAttention *a, CpAttentionKind kind, CpAttentionC
     case CP_ATTENTION_ALLGATHER: allgather_attention_init(&a->allgather, comms.cp, B, T, C, NH); break;
     case CP_ATTENTION_ULYSSES:
     case CP_ATTENTION_HYBRID: ulysses_attention_init(&a->ulysses, comms.ulysses, comms.ring, B, T, C, NH); break;
+    }
+    size_t held = kind == CP_ATTENTION_RING ? a->ring.bytes : kind == CP_ATTENTION_ALLGATHER ? a->allgather.bytes
+                                                                                             : a->ulysses.bytes;
+    size_t counted = cp_attention_bytes(kind, comms.cp->size, comms.ulysses->size, B, T, C, NH);
+    if (held != counted) {
+        fatal("the %s attention allocated %zu bytes, cp_attention_bytes counts %zu: the memory estimate is out of "
+              "date", cp_attention_names[kind], held, counted);
     }
 }
 

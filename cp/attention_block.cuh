@@ -61,6 +61,13 @@ static void *attention_cuda_alloc(size_t *bytes, size_t size) {
     return cudaMallocCheck(size);
 }
 
+// bytes attention_queries_cuda_init allocates (the run's memory estimate adds
+// them up before anything is allocated; cp/attention.cuh checks that init matches)
+static size_t attention_queries_cuda_bytes(int B, int T, int C, int NH) {
+    return 4 * (size_t)B * T * C * sizeof(float) + (size_t)B * NH * T * sizeof(float) +
+           2 * (size_t)B * T * sizeof(int) + (size_t)B * sizeof(RowVisibility);
+}
+
 static void attention_queries_cuda_init(AttentionQueriesCuda *aq, int B, int T, int C, int NH, size_t *bytes) {
     if (C % NH != 0) { fatal("channels %d are not divisible by heads %d", C, NH); }
     if (C / NH > ATTN_HS_MAX) { fatal("head size %d exceeds the GPU attention's maximum %d", C / NH, ATTN_HS_MAX); }

@@ -98,6 +98,12 @@ static void *attention_alloc(size_t *bytes, size_t size) {
     return mallocCheck(size);
 }
 
+// bytes attention_queries_init allocates (the run's memory estimate adds them up
+// before anything is allocated; cp/attention.h checks that init matches)
+static size_t attention_queries_bytes(int B, int T, int C, int NH) {
+    return 4 * (size_t)B * T * C * sizeof(float) + 2 * (size_t)B * NH * T * sizeof(float);
+}
+
 static void attention_queries_init(AttentionQueries *aq, int B, int T, int C, int NH, size_t *bytes) {
     if (C % NH != 0) { fatal("channels %d are not divisible by heads %d", C, NH); }
     memset(aq, 0, sizeof(*aq));

@@ -31,6 +31,11 @@ typedef struct {
     size_t bytes;                 // device memory init allocated
 } RingAttentionCuda;
 
+// device bytes ring_attention_cuda_init allocates: the queries, 2 K/V blocks, 3 dK/dV blocks
+static size_t ring_attention_cuda_bytes(int B, int T, int C, int NH) {
+    return attention_queries_cuda_bytes(B, T, C, NH) + 2 * kv_block_bytes(B, T, C) + 3 * dkv_block_bytes(B, T, C);
+}
+
 static void ring_attention_cuda_init(RingAttentionCuda *ra, Comm *comm, int B, int T, int C, int NH) {
     memset(ra, 0, sizeof(*ra));
     attention_queries_cuda_init(&ra->queries, B, T, C, NH, &ra->bytes);

@@ -44,6 +44,11 @@ typedef struct {
     size_t bytes;              // everything init allocated
 } RingAttention;
 
+// bytes ring_attention_init allocates: the queries, 2 K/V blocks, 3 dK/dV blocks
+static size_t ring_attention_bytes(int B, int T, int C, int NH) {
+    return attention_queries_bytes(B, T, C, NH) + 2 * kv_block_bytes(B, T, C) + 3 * dkv_block_bytes(B, T, C);
+}
+
 static void ring_attention_init(RingAttention *ra, Comm *comm, int B, int T, int C, int NH) {
     memset(ra, 0, sizeof(*ra));
     attention_queries_init(&ra->queries, B, T, C, NH, &ra->bytes);

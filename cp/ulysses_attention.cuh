@@ -38,6 +38,14 @@ typedef struct {
     size_t bytes;              // device memory init allocated
 } UlyssesAttentionCuda;
 
+// The device bytes init allocates (ulysses_attention_bytes's twin: the group row's
+// coordinates stay on the host, its slots go to the device).
+static size_t ulysses_attention_cuda_bytes(int U, int B, int T, int C, int NH) {
+    size_t bt = (size_t)B * T;
+    return (size_t)U * bt * sizeof(int) + 2 * ulysses_buffer_floats(B, T, C, NH) * sizeof(float) +
+           bt * (8 * (size_t)C + NH) * sizeof(float) + ring_attention_cuda_bytes(B, U * T, C / U, NH / U);
+}
+
 static void ulysses_attention_cuda_init(UlyssesAttentionCuda *ua, Comm *group, Comm *group_host, Comm *ring, int B,
                                         int T, int C, int NH) {
     memset(ua, 0, sizeof(*ua));

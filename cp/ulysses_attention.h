@@ -59,6 +59,15 @@ typedef struct {
     size_t bytes;              // everything init allocated
 } UlyssesAttention;
 
+// What init allocates for Ulysses groups of U ranks (cp/attention.h's count for the
+// memory estimate): the group row's coordinates, the exchange buffers, the group
+// row's q, k, v, output and their gradients, and the ring over the groups.
+static size_t ulysses_attention_bytes(int U, int B, int T, int C, int NH) {
+    size_t bt = (size_t)B * T;
+    return 5 * (size_t)U * bt * sizeof(int) + 2 * ulysses_buffer_floats(B, T, C, NH) * sizeof(float) +
+           bt * (8 * (size_t)C + NH) * sizeof(float) + ring_attention_bytes(B, U * T, C / U, NH / U);
+}
+
 static void ulysses_attention_init(UlyssesAttention *ua, Comm *group, Comm *ring, int B, int T, int C, int NH) {
     memset(ua, 0, sizeof(*ua));
     int U = group->size;

@@ -99,6 +99,16 @@ static void gpt2_cuda_to_host(GPT2Cuda *model) {
     cuda_download(model->host.v_memory, model->v_memory, bytes);
 }
 
+// Device bytes of a pass's buffers besides the activations (what
+// activations_cuda_init allocates beyond fill_in_activation_sizes): the token,
+// position and target ids, the two embeddings' token buckets (d_order, d_starts,
+// d_rows each), and the reductions' scratch that gpt2_cuda_init reserves.
+static size_t activations_cuda_extra_bytes(GPT2Config c, int B, int T) {
+    size_t BT = (size_t)B * T;
+    return 3 * BT * sizeof(int) + 2 * (3 * BT + 1) * sizeof(int) +
+           2 * COLUMN_SUM_CHUNKS * 4 * (size_t)c.channels * sizeof(float);
+}
+
 static void activations_cuda_init(ActivationsCuda *acts, GPT2Config c, int B, int T, int recompute) {
     memset(acts, 0, sizeof(*acts));
     size_t sizes[NUM_ACTIVATION_BUFFERS];

@@ -258,11 +258,19 @@ typedef struct {
     float *v_memory; // AdamW second moment
 } GPT2;
 
+// the number of parameters of a model of configuration c (fill_in_parameter_sizes)
+static size_t gpt2_num_parameters(GPT2Config c) {
+    size_t sizes[NUM_PARAMETER_TENSORS];
+    fill_in_parameter_sizes(sizes, c);
+    size_t n = 0;
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
+    return n;
+}
+
 static void gpt2_allocate(GPT2 *model, GPT2Config config) {
     model->config = config;
     fill_in_parameter_sizes(model->param_sizes, config);
-    model->num_parameters = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { model->num_parameters += model->param_sizes[i]; }
+    model->num_parameters = gpt2_num_parameters(config);
     size_t n = model->num_parameters;
     model->params_memory = (float *)callocCheck(n, sizeof(float));
     model->grads_memory = (float *)callocCheck(n, sizeof(float));
@@ -383,12 +391,12 @@ static int gpt2_config_check(GPT2Config c, char *why, size_t why_size) {
     return 0;
 }
 
-// Reads an llm.c fp32 checkpoint of `size` bytes from fp: 256 int32 header ([0]
-// magic, [1] version, [2] maxT, [3] V, [4] L, [5] NH, [6] C, [7] Vp), then the
-// parameters in order, every one a finite number. Allocates the model on success.
-static int gpt2_read_checkpoint(GPT2 *model, FILE *fp, long size, char *why, size_t why_size) {
-    int header[256];
-    if (size < (long)sizeof(header)) { return problem(why, why_size, "%ld bytes, shorter than its header", size); }
+// Reads and checks the header of an llm.c fp32 checkpoint of `size` bytes from fp
+// into c: 256 int32 ([0] magic, [1] version, [2] maxT, [3] V, [4] L, [5] NH, [6] C,
+// [7] Vp), and that the file holds exactly the parameters it describes.
+static int gpt2_read_checkpoint_header(GPT2Config *c, int header[256], FILE *fp, long size, char *why,
+                                       size_t why_size) {
+    if (size < (long)(256 * sizeof(int))) { return problem(why, why_size, "%ld bytes, shorter than its header", size); }
     if (fread(header, sizeof(int), 256, fp) != 256) { return problem(why, why_size, "cannot read its header"); }
     if (header[0] != CHECKPOINT_MAGIC) {
         return problem(why, why_size, "bad magic %d (expected %d)", header[0], CHECKPOINT_MAGIC);
@@ -399,24 +407,31 @@ static int gpt2_read_checkpoint(GPT2 *model, FILE *fp, long size, char *why, siz
     if (header[1] != CHECKPOINT_VERSION_FP32) {
         return problem(why, why_size, "version %d, only %d (fp32) is supported", header[1], CHECKPOINT_VERSION_FP32);
     }
-    GPT2Config c;
-    c.max_seq_len = header[2];
-    c.vocab_size = header[3];
-    c.num_layers = header[4];
-    c.num_heads = header[5];
-    c.channels = header[6];
-    c.padded_vocab_size = header[7];
-    if (gpt2_config_check(c, why, why_size) != 0) { return -1; }
-    size_t sizes[NUM_PARAMETER_TENSORS];
-    fill_in_parameter_sizes(sizes, c);
-    size_t n = 0;
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { n += sizes[i]; }
-    long expected = (long)sizeof(header) + (long)(n * sizeof(float));
+    c->max_seq_len = header[2];
+    c->vocab_size = header[3];
+    c->num_layers = header[4];
+    c->num_heads = header[5];
+    c->channels = header[6];
+    c->padded_vocab_size = header[7];
+    if (gpt2_config_check(*c, why, why_size) != 0) { return -1; }
+    size_t n = gpt2_num_parameters(*c);
+    long expected = (long)(256 * sizeof(int)) + (long)(n * sizeof(float));
     if (size != expected) {
         return problem(why, why_size, "%ld bytes, but its header describes %zu parameters (%ld bytes)",
                        size, n, expected);
     }
+    return 0;
+}
+
+// Reads an llm.c fp32 checkpoint of `size` bytes from fp: the header
+// (gpt2_read_checkpoint_header), then the parameters in order, every one a finite
+// number. Allocates the model on success.
+static int gpt2_read_checkpoint(GPT2 *model, FILE *fp, long size, char *why, size_t why_size) {
+    GPT2Config c;
+    int header[256];
+    if (gpt2_read_checkpoint_header(&c, header, fp, size, why, why_size) != 0) { return -1; }
     gpt2_allocate(model, c);
+    size_t n = model->num_parameters;
     if (fread(model->params_memory, sizeof(float), n, fp) != n) {
         gpt2_free(model);
         return problem(why, why_size, "cannot read its %zu parameters", n);
@@ -432,6 +447,20 @@ static int gpt2_read_checkpoint(GPT2 *model, FILE *fp, long size, char *why, siz
         return -1;
     }
     return 0;
+}
+
+// The configuration of a checkpoint file, from its header alone (nothing is
+// allocated); a bad file ends the job with one line naming it.
+static GPT2Config gpt2_checkpoint_config(const char *path) {
+    char why[512];
+    FILE *fp = open_input_file(path, why, sizeof(why));
+    if (fp == NULL) { fatal_everywhere("checkpoint '%s': %s", path, why); }
+    GPT2Config c;
+    int header[256];
+    int status = gpt2_read_checkpoint_header(&c, header, fp, file_size_of(fp, path), why, sizeof(why));
+    fclose(fp);
+    if (status != 0) { fatal_everywhere("checkpoint '%s': %s", path, why); }
+    return c;
 }
 
 // Loads a checkpoint file; a bad one ends the job with one line naming it.

@@ -1,29 +1,55 @@
 #!/usr/bin/env bash
-# Loss curves across cp sizes: trains the embedded default (scripts/default_config.sh)
-# at cp 1, 2, 4 x {contiguous, round_robin}, draws the training-loss curves overlaid
-# with a second panel of each run's difference to cp 1, and prints a table of the
-# largest |loss - loss at cp 1|. CPU twin by default, the GPU trainer where GPUs are.
+# Loss curves across cp sizes: trains the embedded default (scripts/default_config.sh),
+# or another model and sequence length, at cp 1, 2, 4 x {contiguous, round_robin},
+# draws the training-loss curves overlaid with a second panel of each run's
+# difference to cp 1, and prints a table of the largest |loss - loss at cp 1|. CPU
+# twin by default, the GPU trainer where GPUs are.
 #
-#   bash scripts/loss_curves.sh [-o docs/loss_curves.png] [-x STEPS]
+#   bash scripts/loss_curves.sh [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f "FLAGS"] [-p] [-r]
 #
-# Runs go to out/loss_curves/<name>/main.log. About 15 minutes on 2 CPU cores.
+# -t, -e, -b, -x replace the default's sequence length, model, batch and steps; -f
+# appends trainer flags (e.g. "-u 5" for a shorter warmup); -p trains the five
+# runs at the same time (where there are cores to spare: 13 ranks in all); -r
+# trains nothing and draws the runs' main.log as they are, up to the last step
+# every run has reached (runs cut short, or still going). The default (about 15
+# minutes on 2 CPU cores) drew docs/loss_curves.png; the long-context plot
+# docs/loss_curves_T4096.png came from
+#
+#   bash scripts/loss_curves.sh -t 4096 -e d1 -b 1 -x 30 -f "-u 5 -l 3e-3" -p -o docs/loss_curves_T4096.png
+#
+# Runs go to out/loss_curves/<model>_T<T>/<name>/main.log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/default_config.sh
 
 png=docs/loss_curves.png
-steps=
+steps= T= model= B= extra_flags= parallel=0 redraw=0
 while [ $# -gt 0 ]; do
     case $1 in
     -o) png=$2; shift 2 ;;
     -x) steps=$2; shift 2 ;;
-    *) echo "usage: $0 [-o PNG] [-x STEPS]" >&2; exit 1 ;;
+    -t) T=$2; shift 2 ;;
+    -e) model=$2; shift 2 ;;
+    -b) B=$2; shift 2 ;;
+    -f) extra_flags=$2; shift 2 ;;
+    -p) parallel=1; shift ;;
+    -r) redraw=1; shift ;;
+    *) echo "usage: $0 [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f \"FLAGS\"] [-p] [-r]" >&2; exit 1 ;;
     esac
 done
 command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
 
+# later flags win: the default's, then the replacements
 flags=("${DEFAULT_FLAGS[@]}" -v 0 -s 0)
 [ -n "$steps" ] && flags+=(-x "$steps")
+[ -n "$T" ] && flags+=(-t "$T")
+[ -n "$model" ] && flags+=(-e "$model")
+[ -n "$B" ] && flags+=(-b "$B")
+read -r -a extra <<< "$extra_flags"
+flags+=("${extra[@]}")
+# what the runs are: the last value of each flag
+flag_value() { local v= i; for ((i = 0; i < ${#flags[@]} - 1; i++)); do [ "${flags[i]}" = "$1" ] && v=${flags[i + 1]}; done; echo "$v"; }
+run_model=$(flag_value -e) run_T=$(flag_value -t) run_B=$(flag_value -b)
 gpus=$(gpus_available)
 if [ "$gpus" -gt 0 ]; then
     make -s train_gpt2cp
@@ -38,22 +64,45 @@ else
     what="CPU twin"
 fi
 
-out=out/loss_curves
+out=out/loss_curves/${run_model}_T$run_T
 mkdir -p "$out" "$(dirname "$png")"
 runs=(cp1_identity cp2_contiguous cp2_round_robin cp4_contiguous cp4_round_robin)
-for name in "${runs[@]}"; do
+# step_losses NAME: the step losses of a run's main.log, "step loss" per line
+step_losses() {
+    sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\) .*$/\1 \2/p' "$out/$1/main.log" > "$out/$1.dat"
+}
+
+# train NAME: one run, its output in $out/NAME.out, its step losses in $out/NAME.dat
+train() {
+    local name=$1 cp layout t
     cp=${name%%_*}; cp=${cp#cp}
     layout=${name#*_}
-    extra=()
+    local transport_flags=()
     t=$(transport "$cp")
-    [ -n "$t" ] && extra+=(-ct "$t")
+    [ -n "$t" ] && transport_flags+=(-ct "$t")
     echo "training $name ($what)..."
     rm -rf "${out:?}/$name" # a fresh run (a run refuses a directory with another run's checkpoints)
-    mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" "${trainer[@]}" "${flags[@]}" -cp "$cp" -cl "$layout" "${extra[@]}" \
-        -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; exit 1; }
-    # step loss, one line per step: "step loss"
-    sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\) .*$/\1 \2/p' "$out/$name/main.log" > "$out/$name.dat"
-done
+    mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" "${trainer[@]}" "${flags[@]}" -cp "$cp" -cl "$layout" "${transport_flags[@]}" \
+        -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; return 1; }
+    step_losses "$name"
+}
+if [ $redraw -eq 1 ]; then
+    shortest=
+    for name in "${runs[@]}"; do
+        step_losses "$name"
+        n=$(wc -l < "$out/$name.dat")
+        if [ -z "$shortest" ] || [ "$n" -lt "$shortest" ]; then shortest=$n; fi
+    done
+    for name in "${runs[@]}"; do head -n "$shortest" "$out/$name.dat" > "$out/$name.dat.tmp"; mv "$out/$name.dat.tmp" "$out/$name.dat"; done
+    echo "drawing the first $shortest step(s) of each run"
+    what+=", the first $shortest of $(flag_value -x) steps"
+elif [ $parallel -eq 1 ]; then
+    pids=()
+    for name in "${runs[@]}"; do train "$name" & pids+=($!); done
+    for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
+else
+    for name in "${runs[@]}"; do train "$name" || exit 1; done
+fi
 
 # each run's difference to cp 1, step by step
 for name in "${runs[@]}"; do
@@ -78,7 +127,7 @@ done
 gnuplot <<GNUPLOT
 set terminal pngcairo size 1100,900 font ",11"
 set output '$png'
-set multiplot layout 2,1 title "Training loss of the embedded default across cp sizes and layouts ($what)"
+set multiplot layout 2,1 title "Training loss across cp sizes and layouts: -e $run_model, B $run_B, T $run_T ($what)"
 set grid
 set xlabel 'step'
 set ylabel 'training loss'

@@ -41,7 +41,9 @@ cases=0
 summary=()
 
 # run_trainer NP OUT ERR [flags...]: NP 0 runs the trainer as one process without
-# mpirun (an MPI singleton); sets rc
+# mpirun (an MPI singleton); sets rc. MEMORY_LIMIT_KIB, when set, limits the
+# address space of the launch (ulimit -v).
+MEMORY_LIMIT_KIB=
 run_trainer() {
     local np=$1 out=$2 err=$3
     shift 3
@@ -51,7 +53,10 @@ run_trainer() {
     fi
     for attempt in 1 2; do
         rc=0
-        timeout 60 "${launcher[@]}" "$TRAINER" "$@" >"$out" 2>"$err" || rc=$?
+        (
+            if [[ -n $MEMORY_LIMIT_KIB ]]; then ulimit -v "$MEMORY_LIMIT_KIB"; fi
+            exec timeout 60 "${launcher[@]}" "$TRAINER" "$@"
+        ) >"$out" 2>"$err" || rc=$?
         # Open MPI 4.1's mpirun itself now and then segfaults in its own finalize
         # after a job's MPI_Abort (open-mpi/ompi#13650): that is not the trainer's
         # crash (it has no frame of the trainer, and no rank died of a signal), so
@@ -216,6 +221,11 @@ expect_error ckpt_directory 2 "checkpoint '$WORK': not a regular file" \
     "${BASE[@]}" -cp 2 -e "$WORK"
 expect_error init_too_deep 2 "-e d100000: sizes beyond this trainer's bounds" \
     "${BASE[@]}" -cp 2 -e d100000
+# the checkpoint's position table (maxT 64) is shorter than -t: both numbers and the way out
+expect_error t_past_position_table 2 "-t 100 needs a position table of 100 rows, but the checkpoint '.*ckpt_good\.bin' has 64 \(maxT\): train at -t 64 or less, or from a random init whose table covers -t \(-e dN, with -mt 100 or more" \
+    "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -t 100
+expect_error mt_with_checkpoint 2 "-mt 4096 sets the position table of a random init \(-e dN\); the checkpoint -e '.*ckpt_good\.bin' brings its own" \
+    "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -mt 4096
 
 # ---------------------------------------------------------------------------
 # checkpoints to resume from (-y 1): a step-0 checkpoint of the tiny model by 2
@@ -501,8 +511,26 @@ fi
 # ---------------------------------------------------------------------------
 # flags and sizes
 echo "== flags"
-expect_error t_above_max_seq_len 2 "-t 2000 exceeds the model's max_seq_len 1024" \
-    "${BASE[@]}" -cp 2 -t 2000
+expect_error mt_shorter_than_t 2 "-mt 1500 is shorter than -t 2000: the position table needs a row for every position" \
+    "${BASE[@]}" -cp 2 -t 2000 -mt 1500
+expect_error mt_negative 2 "-mt -1: the position table cannot have negative rows" \
+    "${BASE[@]}" -cp 2 -mt -1
+expect_error mt_beyond_bounds 2 "-e d1: sizes beyond this trainer's bounds \(maxT 2000000 <= 2\^20" \
+    "${BASE[@]}" -cp 2 -mt 2000000
+expect_error tokens_per_step_overflow 2 "-b 32768 x -t 131072 = 4294967296 tokens per step and replica, more than the 2\^31 - 1" \
+    "${BASE[@]}" -cp 2 -b 32768 -t 131072
+# a run that cannot fit is refused at start-up on every rank, before it allocates:
+# 1024 x 131072 tokens of d1 need terabytes; under a 4 GiB address-space limit
+# (not with the sanitizers, which reserve more) any attempt to allocate them first
+# would end in another error
+start=$SECONDS
+if [[ -z ${ASAN_OPTIONS:-} ]]; then MEMORY_LIMIT_KIB=$((4 << 20)); fi
+expect_error will_not_fit 2 "the run will not fit: -b 1024 -t 131072 at -cp 2 needs an estimated [0-9.]+ GiB per rank \\(activations [0-9.]+ GiB, classifier .*\\) x [0-9]+ rank\\(s\\) sharing host memory \\(MemAvailable\\), which has [0-9.]+ [MG]iB free" \
+    "${BASE[@]}" -cp 2 -b 1024 -t 131072
+MEMORY_LIMIT_KIB=
+if [[ $((SECONDS - start)) -gt 20 ]]; then
+    failures=$((failures + 1)); echo "FAIL will_not_fit: took $((SECONDS - start)) s, not at start-up"
+fi
 expect_error world_not_divisible 3 "-cp 2 does not divide the 3 ranks" \
     "${BASE[@]}" -cp 2
 expect_error layout_bogus 2 "-cl 'bogus': unknown layout" \

@@ -11,6 +11,7 @@ context-parallel ones.
 #include <errno.h>
 #include <float.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ typedef struct {
     int B;                      // -b
     int T;                      // -t
     int total_batch_size;       // -d, tokens per optimizer step (-1: dp * B * T)
+    int max_seq_len;            // -mt
     int steps;                  // -x
     const char *lr_schedule;    // -k
     float learning_rate;        // -l
@@ -80,7 +82,7 @@ typedef struct {
     const char *help;
 } Flag;
 
-#define MAX_FLAGS 64
+#define MAX_FLAGS 64 // at least the flags of train_flags
 
 // The flags of a trainer, each pointing at its field of cfg. `transports` lists
 // the -ct values of the trainer, NULL where it has no choice of transport.
@@ -94,6 +96,7 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-b", FLAG_INT, &cfg->B, "batch size (sequences) per data-parallel replica"},
         {"-t", FLAG_INT, &cfg->T, "sequence length"},
         {"-d", FLAG_INT, &cfg->total_batch_size, "total batch in tokens per step: gradient accumulation (-1: dp*B*T)"},
+        {"-mt", FLAG_INT, &cfg->max_seq_len, "position-table rows (maxT) of a random init -e dN (0: -t, at least 1024)"},
         {"-x", FLAG_INT, &cfg->steps, "training steps (-1: one pass over the train files)"},
         {"-k", FLAG_STRING, &cfg->lr_schedule, "learning-rate schedule: cosine | linear | constant | wsd"},
         {"-l", FLAG_FLOAT, &cfg->learning_rate, "peak learning rate"},
@@ -153,6 +156,7 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->B = 4;
     cfg->T = 1024;
     cfg->total_batch_size = -1;
+    cfg->max_seq_len = 0;
     cfg->steps = -1;
     cfg->lr_schedule = "cosine";
     cfg->learning_rate = 3e-4f;
@@ -290,10 +294,30 @@ static int parse_train_args(int argc, char **argv, TrainConfig *cfg, const char 
     return 0;
 }
 
+// Whether -e names a checkpoint file (not one of llm.c's model descriptors).
+static int init_is_checkpoint_file(const char *init) {
+    GPT2Config c;
+    char why[256];
+    return gpt2_config_from_descriptor(init, &c, why, sizeof(why)) == 0;
+}
+
 // Checks every value that needs no file to be checked; resolves the layout.
 static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (cfg->B < 1) { fatal_everywhere("-b %d: the batch size must be at least 1", cfg->B); }
     if (cfg->T < 1) { fatal_everywhere("-t %d: the sequence length must be at least 1", cfg->T); }
+    if ((long long)cfg->B * cfg->T > INT32_MAX) {
+        fatal_everywhere("-b %d x -t %d = %lld tokens per step and replica, more than the 2^31 - 1 this trainer "
+                         "counts in int", cfg->B, cfg->T, (long long)cfg->B * cfg->T);
+    }
+    if (cfg->max_seq_len < 0) { fatal_everywhere("-mt %d: the position table cannot have negative rows", cfg->max_seq_len); }
+    if (cfg->max_seq_len > 0 && cfg->max_seq_len < cfg->T) {
+        fatal_everywhere("-mt %d is shorter than -t %d: the position table needs a row for every position of a "
+                         "sequence (-mt 0 sizes it to -t)", cfg->max_seq_len, cfg->T);
+    }
+    if (cfg->max_seq_len > 0 && init_is_checkpoint_file(cfg->init)) {
+        fatal_everywhere("-mt %d sets the position table of a random init (-e dN); the checkpoint -e '%s' brings "
+                         "its own", cfg->max_seq_len, cfg->init);
+    }
     if (cfg->steps < -1) { fatal_everywhere("-x %d: steps must be -1 (one epoch) or more", cfg->steps); }
     if (cfg->learning_rate < 0.0f) { fatal_everywhere("-l %g: the learning rate must not be negative", cfg->learning_rate); }
     if (lr_schedule_from_name(cfg->lr_schedule) < 0) {
@@ -406,10 +430,20 @@ static void print_flag_notes(const TrainConfig *cfg) {
     }
 }
 
-// Checks the run's sizes against the model.
-static void validate_against_model(const TrainConfig *cfg, GPT2Config c) {
+// The position-table rows of a random init: -mt, else -t, never fewer than the
+// model's own (GPT-2's 1024, GPT-3's 2048), so that short runs keep its shape.
+static int random_init_max_seq_len(const TrainConfig *cfg, int model_rows) {
+    if (cfg->max_seq_len > 0) { return cfg->max_seq_len; }
+    return cfg->T > model_rows ? cfg->T : model_rows;
+}
+
+// Checks the run's sizes against the model; source names where the model comes
+// from (the checkpoint file, or the random init).
+static void validate_against_model(const TrainConfig *cfg, GPT2Config c, const char *source) {
     if (cfg->T > c.max_seq_len) {
-        fatal_everywhere("-t %d exceeds the model's max_seq_len %d", cfg->T, c.max_seq_len);
+        fatal_everywhere("-t %d needs a position table of %d rows, but %s has %d (maxT): train at -t %d or less, "
+                         "or from a random init whose table covers -t (-e dN, with -mt %d or more to continue "
+                         "at a longer T later)", cfg->T, cfg->T, source, c.max_seq_len, c.max_seq_len, cfg->T);
     }
     if (cfg->sample_every > 0 && cfg->gen_tokens > c.max_seq_len) {
         fatal_everywhere("-g %d exceeds the model's max_seq_len %d", cfg->gen_tokens, c.max_seq_len);

@@ -17,6 +17,7 @@ and the peak memory per rank at the end.
 #include "../cp/mesh.h"
 #include "../llmc/gpt2.h"
 #include "config.h"
+#include "memory.h"
 
 typedef struct {
     const char *trainer;   // "cpu" or "cuda"
@@ -28,6 +29,7 @@ typedef struct {
     int steps;
     int start_step;        // 0, or the step of the checkpoint resumed from
     int val_batches;
+    const MemoryEstimate *memory; // the estimated peak per rank
 } StartupFacts;
 
 // "{0,1} {2,3}": the CP ranks of each of `groups` groups of `size`, member(m, g, i)
@@ -97,6 +99,16 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     printf("| %-21s | %-50s |\n", "first step", start);
     printf("| %-21s | %-50g |\n", "learning rate", cfg->learning_rate);
     printf("| %-21s | %-50d |\n", "val batches", f->val_batches);
+    const MemoryEstimate *m = f->memory;
+    struct { const char *name; size_t bytes; } rows[] = {
+        {"est. peak per rank", m->total}, {"  params, grads, m, v", m->parameters + m->gradients + m->adamw},
+        {"  activations", m->activations}, {"  classifier", m->classifier}, {"  attention", m->attention},
+        {"  data, sampling", m->data}};
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        char value[64];
+        format_bytes(value, sizeof(value), rows[i].bytes);
+        printf("| %-21s | %-50s |\n", rows[i].name, value);
+    }
     printf("+-----------------------+----------------------------------------------------+\n");
 }
 

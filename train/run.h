@@ -30,39 +30,58 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 #include "../llmc/utils.h"
 #include "config.h"
 #include "outputs.h"
+#include "memory.h"
 #include "progress.h"
 
 #define RANDOM_INIT_SEED 42 // llm.c's
 #define SAMPLE_SEED 1337
 
-// Whether -e names a checkpoint file (not one of llm.c's model descriptors).
-static int init_is_checkpoint_file(const char *init) {
+// The configuration of the run's model, before anything is allocated: the header
+// of the checkpoint resumed from or of -e FILE, or for one of llm.c's descriptors
+// (dN, gpt2:dN, gpt3:cN) its model with a position table that covers -t
+// (random_init_max_seq_len). source: where the model comes from, for messages.
+static GPT2Config run_model_config(const TrainConfig *cfg, int resume_step, char *source, size_t source_size) {
     GPT2Config c;
     char why[256];
-    return gpt2_config_from_descriptor(init, &c, why, sizeof(why)) == 0;
+    int descriptor = resume_step < 0 ? gpt2_config_from_descriptor(cfg->init, &c, why, sizeof(why)) : 0;
+    if (descriptor < 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
+    if (descriptor > 0) {
+        c.max_seq_len = random_init_max_seq_len(cfg, c.max_seq_len);
+        if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
+        snprintf(source, source_size, "the random init -e %s", cfg->init);
+        return c;
+    }
+    char path[4096];
+    if (resume_step >= 0) { model_path(path, sizeof(path), cfg->output_dir, resume_step); }
+    else { snprintf(path, sizeof(path), "%s", cfg->init); }
+    snprintf(source, source_size, "the checkpoint '%s'", path);
+    return gpt2_checkpoint_config(path);
 }
 
-// The model into host memory: the weights of the checkpoint resumed from, else -e
-// (an llm.c checkpoint, or one of llm.c's descriptors dN, gpt2:dN, gpt3:cN for
-// llm.c's random init of that model). Every rank builds the same weights (the
-// trainers broadcast rank 0's all the same).
-static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step) {
+// The model of configuration c (run_model_config) into host memory: the weights of
+// the checkpoint resumed from, else -e (an llm.c checkpoint, or llm.c's random init
+// of a descriptor's model). Every rank builds the same weights (the trainers
+// broadcast rank 0's all the same).
+static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step, GPT2Config c) {
     if (resume_step >= 0) {
         char path[4096];
         model_path(path, sizeof(path), cfg->output_dir, resume_step);
         gpt2_load_checkpoint(model, path);
-        return;
-    }
-    GPT2Config c;
-    char why[256];
-    int descriptor = gpt2_config_from_descriptor(cfg->init, &c, why, sizeof(why));
-    if (descriptor < 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
-    if (descriptor == 0) {
+    } else if (!init_is_checkpoint_file(cfg->init)) {
+        gpt2_init_random(model, c, RANDOM_INIT_SEED);
+    } else {
         gpt2_load_checkpoint(model, cfg->init);
-        return;
     }
-    if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
-    gpt2_init_random(model, c, RANDOM_INIT_SEED);
+}
+
+// Checks the run against the model and (T, cp, layout) before anything is
+// allocated for them. source: where the model comes from (run_model_config).
+static void check_run_against_model(const TrainConfig *cfg, CpLayoutKind layout, const Mesh *mesh, GPT2Config c,
+                                    const char *source) {
+    validate_against_model(cfg, c, source);
+    CpSharder probe;
+    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, document_token(cfg));
+    if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
 }
 
 // The mesh's MPI communicators: world, this replica's CP group, the DP group of
@@ -142,8 +161,8 @@ static void hellaswag_init(TrainRun *run, const TrainConfig *cfg, const Mesh *me
     run->run_hellaswag = 1;
 }
 
-// Checks the run against the model, opens the data and the outputs (appending to
-// them when resuming from checkpoint `resume_step`, -1 for none).
+// Opens the data and the outputs of a run checked by check_run_against_model
+// (appending to them when resuming from checkpoint `resume_step`, -1 for none).
 static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind layout, const Mesh *mesh,
                            GPT2Config c, int resume_step) {
     memset(run, 0, sizeof(*run));
@@ -151,10 +170,6 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     run->layout = layout;
     run->resumed = resume_step >= 0;
     run->start_step = run->resumed ? resume_step : 0;
-    validate_against_model(cfg, c);
-    CpSharder probe; // checks (T, cp, layout) before anything is allocated for it
-    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, document_token(cfg));
-    if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
     run->padded_T = cp_padded_len(layout, cfg->T, cfg->cp_size);
     run->local_T = run->padded_T / cfg->cp_size;
     // -a 1 overfits the first batch of the validation data, read in order, as llm.c
@@ -236,11 +251,11 @@ static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
 // The start-up table (master only), a warning when threads outnumber cores
 // (collective), and a note when samples will print token ids.
 static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg, GPT2Config c, const Mesh *mesh,
-                                    const char *trainer, const char *transport, size_t num_parameters) {
+                                    const TrainerMemory *tm, size_t num_parameters, const MemoryEstimate *memory) {
     warn_if_threads_outnumber_cores(mesh);
     if (mesh->world_rank != 0) { return; }
-    StartupFacts facts = {trainer, transport, mesh, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
-                          num_parameters, run->steps, run->start_step, run->val_batches};
+    StartupFacts facts = {tm->name, tm->transport, mesh, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
+                          num_parameters, run->steps, run->start_step, run->val_batches, memory};
     print_startup_table(cfg, c, &facts);
     print_flag_notes(cfg);
     if (cfg->sample_every > 0 && run->tokenizer.token_table == NULL) {

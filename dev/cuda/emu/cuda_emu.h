@@ -16,6 +16,7 @@ It catches index arithmetic, launch geometry, shuffles, barriers, uninitialised
 reads (cudaMalloc fills 0x5A) and the ring's buffer choreography.
 */
 #pragma once
+#include <unistd.h>
 #include <ucontext.h>
 #include <cstdio>
 #include <cstdlib>
@@ -166,6 +167,13 @@ static cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned) { re
 static cudaError_t cudaMalloc(void **p, size_t n) { *p = malloc(n); memset(*p, 0x5A, n); return *p ? cudaSuccess : 2; }
 template <typename T> static cudaError_t cudaMalloc(T **p, size_t n) { return cudaMalloc((void **)p, n); }
 static cudaError_t cudaFree(void *p) { free(p); return cudaSuccess; }
+// the emulated device's memory is the host's: its free and physical pages
+static cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    *free_bytes = (size_t)sysconf(_SC_AVPHYS_PAGES) * page;
+    *total_bytes = (size_t)sysconf(_SC_PHYS_PAGES) * page;
+    return cudaSuccess;
+}
 static cudaError_t cudaMallocHost(void **p, size_t n) { *p = malloc(n); return cudaSuccess; }
 static cudaError_t cudaFreeHost(void *p) { free(p); return cudaSuccess; }
 static cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, cudaMemcpyKind, cudaStream_t) { memmove(d, s, n); return cudaSuccess; }
