@@ -24,6 +24,7 @@ Who did not answer:
 #define CP_COMM_MPI_H
 
 #include <mpi.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 #include "comm.h"
@@ -33,7 +34,13 @@ Who did not answer:
 // ----------------------------------------------------------------------------
 // the runtime
 
+// MPI_Abort asks the launcher to end every rank. A rank cut off from the launcher
+// (its host lost from the network) can wait in it for ever: an alarm ends this
+// rank after MPI_ABORT_GRACE_SECONDS regardless.
+#define MPI_ABORT_GRACE_SECONDS 5
 static void mpi_abort_job(void) {
+    signal(SIGALRM, SIG_DFL);
+    alarm(MPI_ABORT_GRACE_SECONDS);
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 

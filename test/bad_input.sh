@@ -231,9 +231,10 @@ expect_error mt_with_checkpoint 2 "-mt 4096 sets the position table of a random 
 # checkpoints to resume from (-y 1): a step-0 checkpoint of the tiny model by 2
 # ranks, then one defect per copy; every rank must exit with the one line
 echo "== resume"
-# -x 0: resume, and nothing to train (no checkpoint is written over the source)
-RESUME=("${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -y 1 -x 0)
-expect_success resume_source 2 "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -x 0 -n 1 -o "$WORK/resume_good"
+# -x 0: resume, and nothing to train (no checkpoint is written over the source);
+# -sh 0: read in order, so that the state's data shard and position are used
+RESUME=("${BASE[@]}" -cp 2 -sh 0 -e "$WORK/ckpt_good.bin" -y 1 -x 0)
+expect_success resume_source 2 "${BASE[@]}" -cp 2 -sh 0 -e "$WORK/ckpt_good.bin" -x 0 -n 1 -o "$WORK/resume_good"
 resume_dir() { rm -rf "$WORK/$1"; cp -r "$WORK/resume_good" "$WORK/$1"; }
 state0=state_00000000_00000.bin
 state1=state_00000000_00001.bin

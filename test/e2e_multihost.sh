@@ -88,8 +88,10 @@ hosts_seen=$(on_host_a timeout 60 "${MULTI_NODE[@]}" hostname 2>/dev/null | sort
 if [[ $hosts_seen == "hosta hostb " ]]; then echo "ok   the ranks ran on: $hosts_seen"
 else fail "the ranks ran on '$hosts_seen', expected 'hosta hostb'"; fi
 
-paste -d' ' "$WORK/one_host/main.log" "$WORK/two_hosts/main.log" | awk '
-    { split($2, a, ":"); split($4, b, ":"); if ($1 != $3) { bad = 1 }
+# the step and loss fields ("s:N trl:LOSS ..." or "s:N tel:LOSS") of each log, side by side
+paste -d'|' "$WORK/one_host/main.log" "$WORK/two_hosts/main.log" | awk -F'|' '
+    { split($1, l, " "); split($2, r, " "); split(l[2], a, ":"); split(r[2], b, ":")
+      if (l[1] != r[1] || a[1] != b[1]) { bad = 1 }
       d = a[2] - b[2]; if (d < 0) d = -d; if (d > m) m = d; n++ }
     END { printf "max |loss(two hosts) - loss(one host)| over %d log lines: %.2e\n", n, m; exit !(n == 13 && !bad && m <= 1e-5) }' ||
     fail "the two-host run does not match the one-host run step by step"

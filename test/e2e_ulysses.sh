@@ -21,7 +21,7 @@ source "$(dirname "$0")/binary_files.sh" # put_i32, short_documents
 STEPS=20 B=2 T=50
 COMMON=(-b $B -t $T -x $STEPS -l 1e-3 -v 0 -s 0)
 MODEL=$WORK/d1_4heads.bin
-train d1 1 -e d1 -x 0 -o "$WORK/d1"
+train d1 1 -e d1 -x 0 -n 1 -o "$WORK/d1"
 cp "$WORK/d1/model_00000000.bin" "$MODEL"
 put_i32 "$MODEL" 20 4 # header[5]: NH
 COMMON+=(-e "$MODEL")

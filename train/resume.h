@@ -92,6 +92,11 @@ static int check_state_fits_run(const TrainState *s, const TrainRun *run, const 
                        (unsigned long long)s->padded_len, s->T, s->cp_size, cp_layout_names[kind]);
     }
     if (s->data_shuffled > 1) { return problem(why, why_size, "shuffle flag %llu is neither 0 nor 1", (unsigned long long)s->data_shuffled); }
+    if (s->data_shuffled && (s->data_shard != 0 || s->data_position != 0)) {
+        // a shuffled run records its place as a batch count, shard and position 0
+        return problem(why, why_size, "data shard %llu, position %llu in the state of a shuffled run (0, 0 expected)",
+                       (unsigned long long)s->data_shard, (unsigned long long)s->data_position);
+    }
     // a shuffled resume replays the draws of every batch read: a count no run of
     // `step` steps could have read would replay for ever
     if (s->data_batches > (uint64_t)s->step * STATE_MAX_BATCHES_PER_STEP) {
