@@ -7,7 +7,8 @@
 #      'rank R: no progress from rank P for 3 s in VERB (GPT2CP_TIMEOUT=3)' with P
 #      the stopped rank (or 'ranks P, Q': the ranks that have not reached a
 #      collective, P among them). Cases: rank 1 of cp 2; rank 0 of cp 2; rank 3 of cp 2 x dp 2
-#      (world ranks across a cp group and the world's all-reduce)
+#      (world ranks across a cp group and the world's all-reduce); rank 1 of cp 2
+#      writing a checkpoint every step (the checkpoint's barriers)
 #   2. GPT2CP_TIMEOUT=1 on a healthy cp 2 run that lasts at least 3 times as long:
 #      it passes (the timeout bounds a wait without progress, not the total wait)
 #   3. GPT2CP_TIMEOUT of 'abc', '0', '-1', 'nan', '': one error line naming it
@@ -20,12 +21,13 @@ source "$(dirname "$0")/e2e_lib.sh"
 BASE=(-e d1 -b 2 -t 64 -v 0 -s 0 -n 0)
 
 # ---- 1. a stopped rank
-# stop_rank NP CP RANK: a long run, rank RANK stopped after step 2
+# stop_rank NP CP RANK [NAME FLAGS...]: a long run, rank RANK stopped after step 2
 stop_rank() {
     local np=$1 cp=$2 rank=$3
-    local name=stop_np${np}_r$rank
+    local name=${4:-stop_np${np}_r$rank}
+    shift $(($# < 4 ? $# : 4))
     local out=$WORK/$name.out
-    GPT2CP_TIMEOUT=3 signal_mid_run "$name" "$np" "$rank" STOP 2 "${BASE[@]}" -cp "$cp" -x 100000 || return 0
+    GPT2CP_TIMEOUT=3 signal_mid_run "$name" "$np" "$rank" STOP 2 "${BASE[@]}" -cp "$cp" -x 100000 "$@" || return 0
     local line
     # the first line may come from a rank of another cp group, which names both
     # ranks of the stopped rank's group: neither has reached the world's collective
@@ -46,6 +48,10 @@ echo "== a stopped rank ends the job, named"
 stop_rank 2 2 1
 stop_rank 2 2 0
 stop_rank 4 2 3
+# a checkpoint every step: the stop lands among the checkpoint's barriers and the
+# resume-step broadcast, train/'s collectives (train/job_comm.h), watched too
+rm -rf "$WORK/stop_checkpointing"
+stop_rank 2 2 1 stop_checkpointing -n 1
 
 # ---- 2. a healthy run with a short timeout
 echo

@@ -20,6 +20,7 @@ rank's view of the job (its flags; its model and data) with rank 0's.
 #include "../llmc/gpt2.h"
 #include "../llmc/utils.h"
 #include "config.h"
+#include "job_comm.h"
 
 // the cores of this machine that are online
 static int available_cores(void) {
@@ -57,6 +58,7 @@ static void train_runtime_init(int *argc, char ***argv) {
     mpi_runtime_init(argc, argv);
     fatal_install_signal_handlers();
     clamp_omp_threads();
+    job_comm_init();
 }
 
 // -h (or --help) given to some ranks only (an MPMD launch) must not leave the
@@ -64,9 +66,8 @@ static void train_runtime_init(int *argc, char ***argv) {
 // any rank was asked, and all of them stop alike. asked: this rank's -h.
 static int help_asked_anywhere(int asked) {
     int ranks_asked = asked != 0;
-    MPI_Allreduce(MPI_IN_PLACE, &ranks_asked, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-    int size;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    job_comm()->all_reduce_sum(job_comm(), &ranks_asked, 1, COMM_INT32);
+    int size = job_comm()->size;
     if (ranks_asked > 0 && ranks_asked < size && fatal_rank == 0) {
         printf("note: -h was given to %d of the %d ranks: every rank stops\n", ranks_asked, size);
     }
@@ -79,15 +80,19 @@ static int help_asked_anywhere(int asked) {
 // Problems a rank finds in its own files come here instead of fatal(), so that the
 // others do not wait for it in their next collective.
 static void fail_if_any_rank(const char *why) {
-    int rank, size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    int first = why != NULL ? rank : size;
-    MPI_Allreduce(MPI_IN_PLACE, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    Comm *world = job_comm();
+    int rank = world->rank, size = world->size;
+    int mine = why != NULL, *has_problem = (int *)mallocCheck((size_t)size * sizeof(int));
+    world->all_gather(world, &mine, has_problem, sizeof(int));
+    int first = size;
+    for (int r = size - 1; r >= 0; r--) {
+        if (has_problem[r]) { first = r; }
+    }
+    free(has_problem);
     if (first == size) { return; }
     char reason[1024];
     if (rank == first) { snprintf(reason, sizeof(reason), "%s", why); }
-    MPI_Bcast(reason, (int)sizeof(reason), MPI_CHAR, first, MPI_COMM_WORLD);
+    world->broadcast(world, reason, sizeof(reason), first);
     fatal_everywhere("rank %d: %s", first, reason);
 }
 
@@ -119,7 +124,7 @@ static void view_add(JobView *view, const char *name, const char *fmt, ...) {
 static void check_ranks_agree(const JobView *mine, const char *rule) {
     JobView *root = (JobView *)mallocCheck(sizeof(JobView));
     *root = *mine;
-    MPI_Bcast(root, (int)sizeof(JobView), MPI_BYTE, 0, MPI_COMM_WORLD);
+    job_comm()->broadcast(job_comm(), root, sizeof(JobView), 0);
     char why[1024];
     const char *problem_found = NULL;
     int n = mine->count > root->count ? mine->count : root->count;

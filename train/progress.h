@@ -17,6 +17,7 @@ and the peak memory per rank at the end.
 #include "../cp/mesh.h"
 #include "../llmc/gpt2.h"
 #include "config.h"
+#include "job_comm.h"
 #include "memory.h"
 
 typedef struct {
@@ -166,15 +167,18 @@ static void print_progress(int step, int steps, float loss, float grad_norm, flo
 static void print_peak_memory(const Mesh *mesh) {
     struct rusage usage;
     getrusage(RUSAGE_SELF, &usage);
-    struct {
-        long kib;
-        int rank;
-    } mine = {usage.ru_maxrss, mesh->world_rank}, most;
-    MPI_Reduce(&mine, &most, 1, MPI_LONG_INT, MPI_MAXLOC, 0, MPI_COMM_WORLD);
+    long mine = usage.ru_maxrss; // KiB
+    long *kib = (long *)mallocCheck((size_t)mesh->world_size * sizeof(long));
+    job_comm()->all_gather(job_comm(), &mine, kib, sizeof(long));
+    int most = 0;
+    for (int r = 1; r < mesh->world_size; r++) {
+        if (kib[r] > kib[most]) { most = r; }
+    }
     if (mesh->world_rank == 0) {
         printf("peak resident memory per rank: %.1f MiB (the most of %d rank(s), on rank %d; cp %d)\n",
-               most.kib / 1024.0, mesh->world_size, most.rank, mesh->cp_size);
+               kib[most] / 1024.0, mesh->world_size, most, mesh->cp_size);
     }
+    free(kib);
 }
 
 #endif // TRAIN_PROGRESS_H

@@ -17,6 +17,7 @@ crash at any moment leaves a complete earlier one in charge.
 #include "../llmc/utils.h"
 #include "agree.h"
 #include "config.h"
+#include "job_comm.h"
 #include "run.h"
 
 // The newest checkpoint in dir whose files are all there (rank 0 only): a DONE
@@ -43,7 +44,7 @@ static int find_resume_step(const TrainConfig *cfg) {
     if (fatal_rank == 0 && cfg->output_dir) {
         step = cfg->resume ? newest_usable_checkpoint(cfg->output_dir) : latest_complete_checkpoint(cfg->output_dir);
     }
-    MPI_Bcast(&step, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    job_comm()->broadcast(job_comm(), &step, sizeof(step), 0);
     if (!cfg->resume) {
         if (step >= 0) {
             fatal_everywhere("-o %s holds the checkpoints of an earlier run (the newest complete one: step %d): -y 1 "
@@ -244,7 +245,7 @@ static void delete_old_checkpoint(const TrainConfig *cfg, const Mesh *mesh, int 
     if (cfg->major_checkpoint_every > 0 && old % cfg->major_checkpoint_every == 0) { return; }
     char path[4096];
     if (mesh->world_rank == 0) { remove_done_marker(cfg->output_dir, old); }
-    MPI_Barrier(MPI_COMM_WORLD);
+    job_comm()->barrier(job_comm());
     state_path(path, sizeof(path), cfg->output_dir, old, mesh->world_rank);
     remove_file_if_there(path);
     if (mesh->world_rank == 0) {
@@ -264,7 +265,7 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     char path[4096];
     int master = mesh->world_rank == 0;
     if (master) { remove_done_marker(cfg->output_dir, step); }
-    MPI_Barrier(MPI_COMM_WORLD);
+    job_comm()->barrier(job_comm());
     if (master) {
         model_path(path, sizeof(path), cfg->output_dir, step);
         gpt2_save_checkpoint(model, path);
@@ -293,7 +294,7 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     snprintf(s.init, sizeof(s.init), "%s", cfg->init);
     state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
     state_write(path, &s, model->m_memory, model->v_memory);
-    MPI_Barrier(MPI_COMM_WORLD);
+    job_comm()->barrier(job_comm());
     if (master) {
         write_done_marker(cfg->output_dir, step);
         printf("wrote checkpoint %s/model_%08d.bin (+ state of %d rank(s), DONE_%08d)\n", cfg->output_dir, step,
