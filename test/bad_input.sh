@@ -301,8 +301,8 @@ expect_error fresh_run_over_checkpoints 2 "-o .*resume_good holds the checkpoint
 # in the learning rate, rank 1's state of the other
 # (the moments after step 1 do not depend on the learning rate; after step 2 they do)
 # (and the zero weights of ckpt_good.bin have zero gradients: a random init here)
-expect_success moments_run_a 2 "${BASE[@]}" -cp 2 -x 2 -l 1e-3 -o "$WORK/moments_a"
-expect_success moments_run_b 2 "${BASE[@]}" -cp 2 -x 2 -l 2e-3 -o "$WORK/moments_b"
+expect_success moments_run_a 2 "${BASE[@]}" -cp 2 -x 2 -n 2 -l 1e-3 -o "$WORK/moments_a"
+expect_success moments_run_b 2 "${BASE[@]}" -cp 2 -x 2 -n 2 -l 2e-3 -o "$WORK/moments_b"
 cp "$WORK/moments_b/state_00000002_00001.bin" "$WORK/moments_a/"
 expect_error moments_disagree 2 "rank 1: the optimizer state is checksum [0-9a-f]+, but checksum [0-9a-f]+ on rank 0 \(every rank must resume the same optimizer state\)" \
     "${BASE[@]}" -cp 2 -x 2 -y 1 -o "$WORK/moments_a"
@@ -375,7 +375,7 @@ expect_error fifo_resume_model 2 "checkpoint '.*resume_fifo_model/model_00000000
     "${RESUME[@]}" -o "$WORK/resume_fifo_model"
 mkdir -p "$WORK/fifo_tmp"; mkfifo "$WORK/fifo_tmp/model_00000001.bin.tmp"
 expect_error fifo_checkpoint_tmp 2 "rank 0: cannot write '.*fifo_tmp/model_00000001\.bin\.tmp': it is a FIFO" \
-    "${BASE[@]}" -cp 2 -o "$WORK/fifo_tmp"
+    "${BASE[@]}" -cp 2 -n 1 -o "$WORK/fifo_tmp"
 expect_error char_device_tokens 2 "token file '/dev/zero': not a regular file: it is a character device" \
     "${BASE[@]}" -cp 2 -i /dev/zero
 
@@ -479,7 +479,7 @@ if mount -t tmpfs -o size=256k tmpfs "$WORK/tiny" 2>/dev/null; then
     # that fails to write its own file says so (one line each, naming its file)
     cases=$((cases + 1))
     run_trainer 2 "$WORK/checkpoint_disk_full.out" "$WORK/checkpoint_disk_full.err" "${BASE[@]}" -cp 2 \
-        -e "$WORK/ckpt_good.bin" -o "$WORK/tiny/run"
+        -e "$WORK/ckpt_good.bin" -n 1 -o "$WORK/tiny/run"
     if [[ $rc -ne 0 && $rc -ne 124 && $rc -lt 128 ]] &&
        grep -qE "^error: rank [01]: cannot write '.*tiny/run/(model|state)_[0-9_]+\.bin(\.tmp)?': No space left on device" \
            "$WORK/checkpoint_disk_full.err" &&

@@ -64,7 +64,7 @@ grep -q "maxT 1500," "$WORK/table_default.out" || fail "-e d1 -t 1500 does not r
 train table_short 1 -mt 0 -t 64 -x 0
 grep -q "maxT 1024," "$WORK/table_short.out" || fail "-e d1 -t 64 does not report GPT-2's 1024 rows: $(grep -m1 'model ' "$WORK/table_short.out")"
 # -mt 4096 at T 2050, written by -x 0, read back
-train mt_ckpt 1 -x 0 -o "$WORK/mt_ckpt"
+train mt_ckpt 1 -x 0 -n 1 -o "$WORK/mt_ckpt"
 CKPT=$WORK/mt_ckpt/model_00000000.bin
 # d1 at maxT 4096: V 50257 (Vp 50304), L 1, NH 1, C 64; llm.c's parameter count
 V=50257 Vp=50304 L=1 NH=1 C=64
