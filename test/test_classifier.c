@@ -19,7 +19,8 @@ against libm's exp.
 
 Tolerances: fp32 against double, sums of 24 (matmuls) and 67 (softmax) terms of
 size ~1: rounding ~1e-6 relative; atol 1e-5 + rtol 1e-4 leaves a margin of ten.
-vec_expf: within 4 ulp (relative 4.8e-7) of exp in double over [-87, 88].
+vec_expf: within 4 ulp (relative 4.8e-7) of exp in double over [-87, 88]; NaN,
++-inf and overflow give what expf gives.
 */
 #include <math.h>
 #include <stdio.h>
@@ -135,6 +136,9 @@ int main(void) {
     CHECK(vec_expf(-87.5f) == 0.0f && vec_expf(-1e30f) == 0.0f && vec_expf(0.0f) == 1.0f,
           "vec_expf: %g at -87.5, %g at -1e30 (expected 0), %g at 0 (expected 1)", vec_expf(-87.5f),
           vec_expf(-1e30f), vec_expf(0.0f));
+    CHECK(isnan(vec_expf(NAN)) && isinf(vec_expf(INFINITY)) && vec_expf(-INFINITY) == 0.0f && isinf(vec_expf(89.0f)),
+          "vec_expf: %g at NaN (expected NaN), %g at +inf, %g at -inf, %g at 89", vec_expf(NAN), vec_expf(INFINITY),
+          vec_expf(-INFINITY), vec_expf(89.0f));
     printf("vec_expf: worst relative error %.3g over [-87, 88]\n", worst);
 
     free(lnf); free(wte); free(dwte_start);
