@@ -106,5 +106,10 @@ cp_layout: dev/cp_layout.c $(DEPS)
 bench_attention_memory: dev/bench/attention_memory.c $(DEPS)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
+# dev benchmark: the GPU block attention, forward and backward, on one GPU without MPI
+# (dev/bench/README.md, dev/bench/gpu_bench.sh)
+bench_attention_gpu: dev/bench/attention_gpu.cu $(CUDA_DEPS)
+	$(NVCC) $(NVCC_FLAGS) -I. $< -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas
+
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention_memory $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention_memory bench_attention_gpu $(BUILD_DIR)

@@ -104,7 +104,8 @@ typedef struct {
     GPT2Cuda *model;
     ActivationsCuda *acts;
     CpAttentionCuda *attention;
-    double *loss_stats; // device double[2]
+    AttentionVerbs attn; // bound to the last forward's layout, for its backward
+    double *loss_stats;  // device double[2]
 } Trainer;
 
 // The forward pass of the loader's next batch on this rank's shard; returns the
@@ -116,8 +117,8 @@ static LossStats forward_step(Trainer *tr, DataLoader *dl, CpSharder *sh) {
         activations_cuda_free(tr->acts);
         activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T);
     }
-    AttentionVerbs attn = cp_attention_cuda_bind(tr->attention, &sh->layout);
-    gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
+    tr->attn = cp_attention_cuda_bind(tr->attention, &sh->layout); // the step's coordinates, once
+    gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &tr->attn);
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     local_loss_stats_cuda(tr->loss_stats, tr->acts->t.losses, tr->acts->targets, n);
     return global_loss_stats_cuda(tr->ranks->world, tr->loss_stats);
@@ -139,7 +140,7 @@ typedef struct {
 
 static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
     Sampler *s = (Sampler *)ctx;
-    s->ring.layout = &sh->layout;
+    ring_attention_cuda_set_layout(&s->ring, &sh->layout);
     AttentionVerbs attn = ring_attention_cuda_verbs(&s->ring);
     gpt2_cuda_forward(s->model, &s->acts, sh->local.inputs, sh->layout.position, NULL, &attn);
     size_t Vp = s->model->config.padded_vocab_size;
@@ -196,7 +197,7 @@ int main(int argc, char **argv) {
     cp_attention_cuda_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), ranks.cp, cfg.B,
                            run.local_T, c.channels, c.num_heads);
     double *loss_stats = (double *)cudaMallocCheck(2 * sizeof(double));
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, loss_stats};
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, loss_stats};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -217,11 +218,10 @@ int main(int argc, char **argv) {
         LossStats stats = forward_step(&tr, &run.train_loader, &sh);
         float loss = mean_loss(stats);
         gpt2_cuda_zero_grad(&model);
-        AttentionVerbs attn = cp_attention_cuda_bind(&attention, &sh.layout);
         // dloss over the valid targets of the global batch: summing every rank's
         // gradient below then gives the gradient of the mean loss
         float dloss = stats.valid_count > 0 ? (float)(1.0 / stats.valid_count) : 0.0f;
-        gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, dloss, &attn);
+        gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, dloss, &tr.attn);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
         float grad_norm = (float)sqrt(global_norm_squared_cuda(model.grads_memory, model.num_parameters));
         check_step_finite(&cfg, step, loss, grad_norm);

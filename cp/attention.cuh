@@ -32,16 +32,18 @@ static void cp_attention_cuda_free(CpAttentionCuda *a) {
 }
 
 // The verbs for this step's layout; rebuilds the buffers for another local length.
+// Prepares the step's coordinates and tile visibility on the device (a collective
+// over the CP group): bind once per step, and every layer's passes use them.
 static AttentionVerbs cp_attention_cuda_bind(CpAttentionCuda *a, const ShardLayout *layout) {
     if (layout->B != a->B || layout->local_len != a->T) {
         cp_attention_cuda_free(a);
         cp_attention_cuda_init(a, a->kind, a->comm, layout->B, layout->local_len, a->C, a->NH);
     }
     if (a->kind == CP_ATTENTION_RING) {
-        a->ring.layout = layout;
+        ring_attention_cuda_set_layout(&a->ring, layout);
         return ring_attention_cuda_verbs(&a->ring);
     }
-    a->allgather.layout = layout;
+    allgather_attention_cuda_set_layout(&a->allgather, layout);
     return allgather_attention_cuda_verbs(&a->allgather);
 }
 

@@ -17,7 +17,8 @@ decide at once whether
 
 With round_robin the halves are exactly the two chunks a rank owns, so this is the
 classic zigzag skipping; with contiguous it skips the upper triangle of blocks. No
-layout is named here: the ranges come from the indices alone.
+layout is named here: the ranges come from the indices alone. The GPU kernels
+decide the same per pair of tiles (cp/attention_block.cuh) from token_span.
 */
 #ifndef CP_BLOCK_MASK_H
 #define CP_BLOCK_MASK_H
@@ -39,20 +40,25 @@ typedef struct {
     int doc_lo, doc_hi;     // min and max document id
 } SubBlock;
 
-// sub-block s of a block of T tokens: [s*T/n, (s+1)*T/n)
-CP_HOST_DEVICE static SubBlock sub_block_of(const int *index, const int *document, int T, int s) {
+// the ranges of index and document over tokens [start, end) of a block
+CP_HOST_DEVICE static SubBlock token_span(const int *index, const int *document, int start, int end) {
     SubBlock sb;
-    sb.start = s * T / RING_SUBBLOCKS;
-    sb.end = (s + 1) * T / RING_SUBBLOCKS;
+    sb.start = start;
+    sb.end = end;
     sb.index_lo = sb.doc_lo = 0x7fffffff;
     sb.index_hi = sb.doc_hi = -0x7fffffff;
-    for (int i = sb.start; i < sb.end; i++) {
+    for (int i = start; i < end; i++) {
         if (index[i] < sb.index_lo) { sb.index_lo = index[i]; }
         if (index[i] > sb.index_hi) { sb.index_hi = index[i]; }
         if (document[i] < sb.doc_lo) { sb.doc_lo = document[i]; }
         if (document[i] > sb.doc_hi) { sb.doc_hi = document[i]; }
     }
     return sb;
+}
+
+// sub-block s of a block of T tokens: [s*T/n, (s+1)*T/n)
+CP_HOST_DEVICE static SubBlock sub_block_of(const int *index, const int *document, int T, int s) {
+    return token_span(index, document, s * T / RING_SUBBLOCKS, (s + 1) * T / RING_SUBBLOCKS);
 }
 
 CP_HOST_DEVICE static BlockVisibility block_visibility(const SubBlock *q, const SubBlock *k) {

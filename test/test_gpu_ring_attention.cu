@@ -36,21 +36,23 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #include "test/gpu_test_utils.cuh"
 
 #define B 2
-#define MAX_SEQ_LEN 128
+#define MAX_SEQ_LEN 512
 #define DOC_TOKEN 3
+#define FP32_TOL 1e-5
+#define TF32_TOL 1e-2
 
-// One algorithm's forward and backward on the CPU and on the GPU, from the same
-// local data; the GPU's outputs must match the CPU's.
-// qkv: (BT, 3C)   dout: (BT, C), host; BT = B * local tokens
-static void check_algorithm(const char *label, const char *algorithm, AttentionVerbs cpu, AttentionVerbs gpu,
-                            const float *qkv, const float *dout, int BT, int C, int NH) {
+// the GPU's tolerance per precision (relative 2-norm error, the header says why)
+static double precision_tolerance(AttnPrecision precision) { return precision == ATTN_TF32 ? TF32_TOL : FP32_TOL; }
+static const char *precision_name(AttnPrecision precision) { return precision == ATTN_TF32 ? "tf32" : "fp32"; }
+
+// One algorithm's forward and backward on the GPU against the CPU's results, from
+// the same local data, in the precision the GPU queries are set to.
+// qkv: (BT, 3C)   dout: (BT, C)   out: (BT, C)   lse: (BT, NH)   dqkv: (BT, 3C), host; BT = B * local tokens
+static void check_gpu(const char *what_base, AttnPrecision precision, AttentionVerbs gpu, const float *qkv,
+                      const float *dout, const float *out, const float *lse, const float *dqkv, int BT, int C,
+                      int NH) {
     size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;
-    float *out = (float *)mallocCheck(nout * sizeof(float));
-    float *lse = (float *)mallocCheck(nlse * sizeof(float));
-    float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
-    cpu.forward(cpu.ctx, out, lse, qkv);
-    cpu.backward(cpu.ctx, dqkv, dout, qkv, out, lse);
-
+    double tol = precision_tolerance(precision);
     float *d_qkv = device_copy(qkv, nqkv), *d_dout = device_copy(dout, nout);
     float *d_out = (float *)cudaMallocCheck(nout * sizeof(float));
     float *d_lse = (float *)cudaMallocCheck(nlse * sizeof(float));
@@ -61,10 +63,10 @@ static void check_algorithm(const char *label, const char *algorithm, AttentionV
     gpu.forward(gpu.ctx, d_out, d_lse, d_qkv);
     gpu.backward(gpu.ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse);
     char what[200];
-    snprintf(what, sizeof(what), "%s %s: O", algorithm, label);
-    check_rel_device(what, d_out, out, nout, 1e-5);
-    snprintf(what, sizeof(what), "%s %s: LSE", algorithm, label);
-    check_rel_device(what, d_lse, lse, nlse, 1e-5);
+    snprintf(what, sizeof(what), "%s %s: O", what_base, precision_name(precision));
+    check_rel_device(what, d_out, out, nout, tol);
+    snprintf(what, sizeof(what), "%s %s: LSE", what_base, precision_name(precision));
+    check_rel_device(what, d_lse, lse, nlse, tol);
     // dqkv holds dQ | dK | dV in each token's 3C: split them to name the one that differs
     float *got = host_copy(d_dqkv, nqkv);
     float *part = (float *)mallocCheck(nout * sizeof(float)), *part_ref = (float *)mallocCheck(nout * sizeof(float));
@@ -76,18 +78,38 @@ static void check_algorithm(const char *label, const char *algorithm, AttentionV
                 part_ref[bt * C + c] = dqkv[bt * 3 * C + which * C + c];
             }
         }
-        snprintf(what, sizeof(what), "%s %s: %s", algorithm, label, names[which]);
-        check_rel(what, part, part_ref, nout, 1e-5);
+        snprintf(what, sizeof(what), "%s %s: %s", what_base, precision_name(precision), names[which]);
+        check_rel(what, part, part_ref, nout, tol);
     }
     // determinism: the backward pass again, the same bits
     poison_device(d_dqkv, nqkv * sizeof(float));
     gpu.backward(gpu.ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse);
     float *again = host_copy(d_dqkv, nqkv);
-    CHECK(memcmp(got, again, nqkv * sizeof(float)) == 0, "%s %s: two GPU backward passes differ", algorithm, label);
-
+    CHECK(memcmp(got, again, nqkv * sizeof(float)) == 0, "%s %s: two GPU backward passes differ", what_base,
+          precision_name(precision));
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dqkv));
-    free(out); free(lse); free(dqkv); free(got); free(again); free(part); free(part_ref);
+    free(got); free(again); free(part); free(part_ref);
+}
+
+// The CPU algorithm's forward and backward, then the GPU's in exact fp32 and in TF32.
+static void check_algorithm(const char *label, const char *algorithm, AttentionVerbs cpu, AttentionVerbs gpu,
+                            AttentionQueriesCuda *gpu_queries, const float *qkv, const float *dout, int BT, int C,
+                            int NH) {
+    size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;
+    float *out = (float *)mallocCheck(nout * sizeof(float));
+    float *lse = (float *)mallocCheck(nlse * sizeof(float));
+    float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
+    cpu.forward(cpu.ctx, out, lse, qkv);
+    cpu.backward(cpu.ctx, dqkv, dout, qkv, out, lse);
+    char what[200];
+    snprintf(what, sizeof(what), "%s %s", algorithm, label);
+    AttnPrecision precisions[2] = {ATTN_FP32, ATTN_TF32};
+    for (int p = 0; p < 2; p++) {
+        gpu_queries->precision = precisions[p];
+        check_gpu(what, precisions[p], gpu, qkv, dout, out, lse, dqkv, BT, C, NH);
+    }
+    free(out); free(lse); free(dqkv);
 }
 
 static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, int with_documents, int NH,
@@ -125,9 +147,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     ring.layout = &sh.layout;
     RingAttentionCuda ring_gpu;
     ring_attention_cuda_init(&ring_gpu, dev_comm, B, Tl, C, NH);
-    ring_gpu.layout = &sh.layout;
-    check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu), qkv, dout, B * Tl,
-                    C, NH);
+    ring_attention_cuda_set_layout(&ring_gpu, &sh.layout);
+    check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu),
+                    &ring_gpu.queries, qkv, dout, B * Tl, C, NH);
     ring_attention_cuda_free(&ring_gpu);
     ring_attention_free(&ring);
     AllgatherAttention ag;
@@ -135,9 +157,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     ag.layout = &sh.layout;
     AllgatherAttentionCuda ag_gpu;
     allgather_attention_cuda_init(&ag_gpu, dev_comm, B, Tl, C, NH);
-    ag_gpu.layout = &sh.layout;
-    check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu), qkv,
-                    dout, B * Tl, C, NH);
+    allgather_attention_cuda_set_layout(&ag_gpu, &sh.layout);
+    check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu),
+                    &ag_gpu.queries, qkv, dout, B * Tl, C, NH);
     allgather_attention_cuda_free(&ag_gpu);
     allgather_attention_free(&ag);
 
@@ -226,17 +248,19 @@ int main(int argc, char **argv) {
     CpLayoutKind kinds[2] = {CP_LAYOUT_CONTIGUOUS, CP_LAYOUT_ROUND_ROBIN};
     int nkinds = np == 1 ? 1 : 2;
     if (np == 1) { kinds[0] = CP_LAYOUT_IDENTITY; }
-    int lengths[3] = {7, 37, 100};
+    int lengths[3] = {7, 37, 150};
     for (int k = 0; k < nkinds; k++) {
         for (int l = 0; l < 3; l++) {
             for (int docs = 0; docs < 2; docs++) {
                 run_case(host_comm, dev_comm, kinds[k], lengths[l], docs, 2, 32);
             }
-            run_case(host_comm, dev_comm, kinds[k], lengths[l], 1, 1, 80);
+            run_case(host_comm, dev_comm, kinds[k], lengths[l], 1, 1, 128);
         }
+        run_case(host_comm, dev_comm, kinds[k], 300, 0, 1, 64);
     }
     // packed: documents split head-tail one by one, pad slots between them
     run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 100, 1, 2, 32);
+    run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 300, 1, 1, 64);
     dev_comm->destroy(dev_comm);
     host_comm->destroy(host_comm);
     cuda_free_context();

@@ -19,6 +19,8 @@ mkdir -p "$WORK/src"
 python3 - "$REPO" "$WORK/src" <<'PY'
 import os, re, shutil, sys
 src, dst = sys.argv[1], sys.argv[2]
+# a kernel name, with its template arguments if any: kernel<<<...>>>( or kernel<P, D><<<...>>>(
+LAUNCH = r'(\w+(?:<[^<>;()]*>)?)<<<(.+?)>>>\('
 for d in ['cp', 'llmc', 'test', 'train']:
     os.makedirs(os.path.join(dst, d), exist_ok=True)
     for f in os.listdir(os.path.join(src, d)):
@@ -28,10 +30,10 @@ for d in ['cp', 'llmc', 'test', 'train']:
         s = open(p).read()
         if f.endswith(('.cuh', '.cu')):
             s = s.replace('extern __shared__ float shared[];', 'float *shared = (float *)emu_dynamic_shared;')
-            s = re.sub(r'(\w+)<<<(.+?)>>>\(', r'make_launcher(\1, \2)(', s)
+            s = re.sub(LAUNCH, r'make_launcher(\1, \2)(', s)
         open(os.path.join(dst, d, f), 'w').write(s)
 s = open(os.path.join(src, 'train_gpt2cp.cu')).read()
-open(os.path.join(dst, 'train_gpt2cp.cu'), 'w').write(re.sub(r'(\w+)<<<(.+?)>>>\(', r'make_launcher(\1, \2)(', s))
+open(os.path.join(dst, 'train_gpt2cp.cu'), 'w').write(re.sub(LAUNCH, r'make_launcher(\1, \2)(', s))
 shutil.copy(os.path.join(src, 'train_common.h'), dst)
 PY
 CXX=(g++ -x c++ -std=c++17 -O2 -w -I"$EMU" -I"$WORK/src" $(mpicc --showme:compile) -DNO_BLAS -DOMPI_SKIP_MPICXX)
