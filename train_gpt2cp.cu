@@ -28,7 +28,9 @@ tensor cores, -f 0 is full fp32 (the runs validated against the CPU twin).
 #include "train_common.h"
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
+#ifndef NO_NCCL
 #include "cp/comm_nccl.cuh"
+#endif
 #include "cp/loss.cuh"
 #include "cp/attention.cuh"
 #include "llmc/gpt2.cuh"
@@ -67,7 +69,12 @@ static int select_device(int use_nccl) {
 }
 
 static Comm *device_comm_create(int use_nccl, MPI_Comm mc) {
+#ifdef NO_NCCL
+    (void)use_nccl; // main refuses -ct nccl in a build without NCCL
+    return comm_mpi_staged_create(mc, cuda_ctx.stream);
+#else
     return use_nccl ? comm_nccl_create(mc, cuda_ctx.stream) : comm_mpi_staged_create(mc, cuda_ctx.stream);
+#endif
 }
 
 static Ranks ranks_init(int cp_size, int use_nccl) {
@@ -175,6 +182,11 @@ int main(int argc, char **argv) {
         fatal_everywhere("-ct '%s': unknown transport (nccl | mpi)", cfg.transport);
     }
     int use_nccl = strcmp(cfg.transport, "nccl") == 0;
+#ifdef NO_NCCL
+    if (use_nccl) {
+        fatal_everywhere("-ct nccl: this train_gpt2cp was built without NCCL (make NO_NCCL=1); use -ct mpi");
+    }
+#endif
     check_flags_agree(&cfg, TRANSPORTS);
     cuda_init(select_device(use_nccl), cfg.tf32);
     Ranks ranks = ranks_init(cfg.cp_size, use_nccl);

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # The GPU check: one command for a machine with an NVIDIA GPU (planned for one H200,
-# under 6 minutes). From the repo root:
+# about 15 minutes, most of it the compute-sanitizer passes). From the repo root:
 #
 #     bash scripts/gpu_check.sh
 #
-#   1. finds the toolchain: nvcc (CUDA_HOME, default /usr/local/cuda), NCCL (in
-#      CUDA_HOME, else python3's site-packages nvidia/nccl from the pip package
-#      nvidia-nccl-cu13), MPI (the system's mpirun, else gpu_bundle/ made here by
-#      scripts/gpu_bundle.sh, for machines without MPI or a package registry)
+#   1. finds the toolchain (scripts/gpu_toolchain.sh): nvcc (CUDA_HOME, default
+#      /usr/local/cuda), NCCL (in CUDA_HOME, else python3's site-packages
+#      nvidia/nccl from the pip package nvidia-nccl-cu13; optional: without it the
+#      trainer is built with NO_NCCL=1 and the cp 1 runs use -ct mpi), MPI (the
+#      system's mpirun, else gpu_bundle/ made here by scripts/gpu_bundle.sh, for
+#      machines without MPI or a package registry)
 #   2. builds train_gpt2cp, the CPU twin train_gpt2cp_cpu and the GPU tests
 #   3. runs the GPU tests: every kernel and the whole model against the CPU headers,
-#      ring attention against the CPU ring on 1 to 4 ranks sharing the GPU
+#      ring attention against the CPU ring on 1 to 4 ranks sharing the GPU (the
+#      block attention in exact fp32 and TF32); then, where compute-sanitizer
+#      works, the tests again under its memcheck and racecheck
 #   4. trains the same small model (-e d2 -b 4 -t 256 -x 20 -f 0, Austen data) with
 #      the CPU twin (cp 1, the reference) and with train_gpt2cp at cp 1 (NCCL) and
 #      cp 2 and 4 x {contiguous, round_robin} (-ct mpi, ranks sharing the GPU);
 #      then with document masking (-dm 1, text with short documents) the packed
 #      layout and the all-gather attention against the CPU twin with -dm 1; and a
-#      resume: 10 steps, then -y 1 to 20, must repeat the 20-step run's losses
+#      resume: 10 steps, then -y 1 to 20, must repeat the 20-step run's losses;
+#      and one timed GPT-2 124M run (-e d12 -b 8 -t 1024, TF32), its tok/s
 #   5. prints a table, also written to $OUT/gpu_check.txt when OUT is set: per run,
 #      |step loss - CPU twin| at step 1 and the max over 20 steps, the max
 #      |per-token loss - CPU twin| (gathered with -tl) at step 1 and over all
@@ -56,46 +61,14 @@ run() {
 }
 
 # ---- 1. toolchain
-for tool in make gcc python3 od awk timeout; do
-    command -v $tool > /dev/null || { echo "error: gpu_check.sh needs '$tool'" >&2; exit 1; }
-done
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-if [[ ! -x $CUDA_HOME/bin/nvcc ]]; then
-    if command -v nvcc > /dev/null; then CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")"); else
-        echo "error: no nvcc (set CUDA_HOME)" >&2; exit 1; fi
-fi
-say "nvcc: $("$CUDA_HOME/bin/nvcc" --version | tail -n 2 | head -n 1)"
-nvidia-smi -L 2>&1 | tee -a "$LOG" || true
-if [[ -z ${NCCL_HOME:-} ]]; then
-    if [[ -f $CUDA_HOME/include/nccl.h ]]; then NCCL_HOME=$CUDA_HOME; else
-        for site in $(python3 -c 'import site, sys; print(" ".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null); do
-            if [[ -f $site/nvidia/nccl/include/nccl.h ]]; then NCCL_HOME=$site/nvidia/nccl; break; fi
-        done
-    fi
-fi
-if [[ -z ${NCCL_HOME:-} ]]; then echo "error: no NCCL (nccl.h) in $CUDA_HOME or python3's nvidia/nccl; set NCCL_HOME" >&2; exit 1; fi
-export NCCL_HOME
-say "NCCL: $NCCL_HOME"
-if mpirun --version > /dev/null 2>&1 && mpicc --showme:compile > /dev/null 2>&1; then
-    say "MPI: the system's ($(command -v mpirun))"
-elif [[ -f gpu_bundle/env.sh ]]; then
-    # shellcheck disable=SC1091
-    source gpu_bundle/env.sh
-    say "MPI: gpu_bundle ($(command -v mpirun))"
-else
-    echo "error: no mpirun here and no gpu_bundle/ (make it with scripts/gpu_bundle.sh where apt works, carry it along)" >&2
-    exit 1
-fi
-# containers often forbid the cross-process memory reads (CMA) of Open MPI's shared
-# memory transport; the copy-in/copy-out path always works
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+# shellcheck source=scripts/gpu_toolchain.sh
+source scripts/gpu_toolchain.sh || exit 1
+[[ $HAVE_MPI -eq 1 ]] || { say "error: the GPU check needs MPI (the trainer is an MPI program)"; exit 1; }
 CORES=$(nproc)
 
 # ---- 2. build
 GPU_TESTS=(build/gpu/test_gpu_kernels build/gpu/test_gpu_ring_attention)
-run build 600 make -j 4 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" train_gpt2cp train_gpt2cp_cpu "${GPU_TESTS[@]}" ||
+run build 600 make -j 4 "${MAKE_FLAGS[@]}" train_gpt2cp train_gpt2cp_cpu "${GPU_TESTS[@]}" ||
     { fail "the build failed"; exit 1; }
 
 # ---- 3. GPU tests
@@ -105,6 +78,25 @@ for np in 1 2 3 4; do
     run "test_gpu_ring_attention_np$np" 240 "${MPIRUN[@]}" -np "$np" build/gpu/test_gpu_ring_attention ||
         fail "test_gpu_ring_attention on $np rank(s)"
 done
+
+# compute-sanitizer over the GPU tests, where the tool works on this machine:
+# memcheck (out-of-bounds and misaligned accesses, leaks of device memory) and
+# racecheck (shared-memory races: a missing __syncthreads in the attention tiles)
+SANITIZER=$CUDA_HOME/bin/compute-sanitizer
+sanitized=none
+if [[ -x $SANITIZER ]] && "$SANITIZER" --version > /dev/null 2>&1; then
+    sanitized="memcheck, racecheck"
+    for tool in memcheck racecheck; do
+        for t in test_gpu_kernels test_gpu_ring_attention; do
+            run "sanitizer_${tool}_$t" 900 "${MPIRUN[@]}" -np 1 "$SANITIZER" --tool "$tool" --error-exitcode 99 \
+                "build/gpu/$t" || fail "compute-sanitizer --tool $tool on $t"
+        done
+    done
+    run sanitizer_memcheck_ring_np2 900 "${MPIRUN[@]}" -np 2 "$SANITIZER" --tool memcheck --error-exitcode 99 \
+        build/gpu/test_gpu_ring_attention || fail "compute-sanitizer --tool memcheck on test_gpu_ring_attention, 2 ranks"
+else
+    say "compute-sanitizer: not at $SANITIZER or not working here: the GPU tests ran without it"
+fi
 
 # ---- 4. training runs
 STEPS=20
@@ -128,7 +120,9 @@ gpu() {
     shift 3
     train "$name" "$np" ./train_gpt2cp "$@" && { runs+=("$name"); reference[$name]=$ref; } || fail "$name"
 }
-gpu gpu_cp1_nccl 1 cpu_cp1 -cp 1 -ct nccl
+# cp 1 over NCCL where it was found (else over the staged MPI transport)
+NCCL_CT=$([[ $HAVE_NCCL -eq 1 ]] && echo nccl || echo mpi)
+gpu "gpu_cp1_$NCCL_CT" 1 cpu_cp1 -cp 1 -ct "$NCCL_CT"
 for cp in 2 4; do
     for layout in contiguous round_robin; do
         gpu "gpu_cp${cp}_${layout}_mpi" "$cp" cpu_cp1 -cp "$cp" -cl "$layout" -ct mpi
@@ -139,7 +133,7 @@ source test/binary_files.sh
 DOCS=$WORK/short_documents.bin
 short_documents "$DOCS" $((STEPS * B * T + 1))
 OMP_NUM_THREADS=$CORES train cpu_docs_cp1 1 ./train_gpt2cp_cpu -cp 1 -dm 1 -i "$DOCS" || fail "the CPU twin's -dm 1 run"
-gpu gpu_docs_cp1_nccl 1 cpu_docs_cp1 -cp 1 -dm 1 -i "$DOCS" -ct nccl
+gpu "gpu_docs_cp1_$NCCL_CT" 1 cpu_docs_cp1 -cp 1 -dm 1 -i "$DOCS" -ct "$NCCL_CT"
 gpu gpu_docs_cp2_packed_mpi 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -i "$DOCS" -ct mpi
 gpu gpu_docs_cp4_packed_allgather 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -i "$DOCS" -ca allgather -ct mpi
 gpu gpu_docs_cp4_rr_allgather 4 cpu_docs_cp1 -cp 4 -cl round_robin -dm 1 -i "$DOCS" -ca allgather -ct mpi
@@ -151,6 +145,11 @@ train gpu_resume_first 2 ./train_gpt2cp -cp 2 -cl round_robin -ct mpi -x 10 -o "
 if ! cmp -s "$WORK/gpu_cp2_round_robin_mpi/main.log" "$RESUME/main.log"; then
     fail "resume: main.log after -y 1 differs from the uninterrupted run's"
 fi
+
+# one timed GPT-2 124M run: -e d12, B 8, T 1024, TF32 (the trainer's default -f 1)
+D12=(-e d12 -b 8 -t 1024 -x 20 -v 0 -s 0)
+run gpu_d12_timed 600 "${MPIRUN[@]}" -np 1 ./train_gpt2cp "${D12[@]}" -cp 1 -ct "$NCCL_CT" -o "$WORK/gpu_d12" ||
+    fail "the timed d12 run"
 
 # ---- 5. the table
 PER_STEP=$((B * T))
@@ -200,6 +199,9 @@ for name in "${runs[@]}"; do
         "$(tokens_per_s "$WORK/$name.out")" "$verdict" >> "$TABLE"
     [[ $verdict == ok ]] || fail "$name: outside the tolerances"
 done
+printf "timed run: train_gpt2cp %s -cp 1 -ct %s: %s tok/s (mean after the first step)\n" "${D12[*]}" "$NCCL_CT" \
+    "$(tokens_per_s "$WORK/gpu_d12_timed.out" 2>/dev/null)" >> "$TABLE"
+printf "compute-sanitizer: %s; NCCL: %s\n" "$sanitized" "$([[ $HAVE_NCCL -eq 1 ]] && echo "$NCCL_HOME" || echo "none (NO_NCCL=1 build)")" >> "$TABLE"
 printf "GPU tests and runs: %d failure(s); %d s in all\n" "$failures" "$((SECONDS - START))" >> "$TABLE"
 echo
 tee -a "$LOG" < "$TABLE"

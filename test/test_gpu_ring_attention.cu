@@ -6,20 +6,30 @@ checked against a double-precision reference by test_ring_attention.c), and of
 the device transport's verbs.
 
 On every rank of the CP group the same local Q, K, V and dO go through each
-algorithm twice: on the CPU over MPI on host memory (cp/comm_mpi.h), on the GPU
-over the staged MPI transport on device memory (cp/comm_mpi_staged.cuh, so that
-several ranks can share one GPU), both through the AttentionVerbs the trainers
-call. Each rank compares its own outputs O, LSE and dQ | dK | dV: with the K/V
-blocks travelling the ring or all-gathered, and dK/dV sent home, every rank's
-outputs depend on every other rank's data. Cases: layouts identity (np 1),
-contiguous and round_robin; T = 7, 37, 100 (most pad); with and without document
-masking (an EOT token opens a document); head sizes 32 and 80 (not a multiple of
-the warp); and packed (documents split head-tail) at T = 100. Each GPU backward
-is run twice and must give the same bits (no atomics).
+algorithm on the CPU over MPI on host memory (cp/comm_mpi.h), then on the GPU over
+the staged MPI transport on device memory (cp/comm_mpi_staged.cuh, so that several
+ranks can share one GPU) in both precisions of the block kernels, all through the
+AttentionVerbs the trainers call. Each rank compares its own outputs O, LSE and
+dQ | dK | dV: with the K/V blocks travelling the ring or all-gathered, and dK/dV
+sent home, every rank's outputs depend on every other rank's data. Cases: layouts
+identity (np 1), contiguous and round_robin; T = 7, 37, 150, 300 (most pad); with
+and without document masking (an EOT token opens a document); head sizes 32, 64
+and 128 (tiles of 64, 64 and 32 rows, so the local lengths cross tiles and end in
+partial ones); and packed (documents split head-tail) at T = 100 and 300. Each GPU
+backward is run twice and must give the same bits (no atomics).
 
-Tolerance: relative 2-norm error 1e-5. Inputs are U(-1, 1), so scores are O(1)
-and every output is a sum of at most T = 100 terms: fp32 rounding in a different
-order (warp lanes vs a serial loop) gives ~ sqrt(T) * 6e-8 ~ 1e-6 relative.
+Tolerances, relative 2-norm error:
+  exact fp32 (-f 0)  1e-5. Inputs are U(-1, 1), so scores are O(1) and every output
+      is a sum of at most T = 300 terms: fp32 rounding in another order (the online
+      softmax's rescaling, dQ summed per block) gives ~ sqrt(T) * 6e-8 ~ 1e-6; seen
+      at most 3e-7.
+  TF32 (-f 1)  2e-3. The tensor cores read 10 mantissa bits: each operand is rounded
+      by up to u = 2^-11 = 4.9e-4 (RMS u / sqrt(3)), so a product of two carries
+      about 4e-4 RMS relative error; O and LSE are one product deep (Q K^T, then
+      P V with P rounded), the gradients two (dP = dO V^T, then dS K or dS^T Q).
+      Seen at most 2.6e-4 for O and 5.2e-4 for dQ and dK under the emulator, which
+      rounds as cvt.rna.tf32 does; 2e-3 is 4 u, while a wrong fragment row or
+      column gives errors of order 1.
 
 Also the transport: all_reduce_sum (float, double), all_gather, reduce_scatter_sum
 (float, double) and broadcast on device memory against the values they must
@@ -39,7 +49,68 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #define MAX_SEQ_LEN 512
 #define DOC_TOKEN 3
 #define FP32_TOL 1e-5
-#define TF32_TOL 1e-2
+#define TF32_TOL 2e-3
+
+// D = A B + C through llmc/mma.cuh's wrapper, each lane loading its fragments as
+// the PTX ISA lays them out for m16n8k8 TF32. a: (16, 8), b: (8, 8) as (k, n), c, d:
+// (16, 8), row-major; one warp.
+__global__ static void mma_probe_kernel(float *d, const float *a, const float *b, const float *c) {
+    int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    uint32_t af[4] = {tf32_from_float(a[g * 8 + t]), tf32_from_float(a[(g + 8) * 8 + t]),
+                      tf32_from_float(a[g * 8 + t + 4]), tf32_from_float(a[(g + 8) * 8 + t + 4])};
+    uint32_t bf[2] = {tf32_from_float(b[t * 8 + g]), tf32_from_float(b[(t + 4) * 8 + g])};
+    int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    float cf[4], df[4];
+    for (int i = 0; i < 4; i++) { cf[i] = c[rows[i] * 8 + cols[i]]; }
+    mma_m16n8k8_tf32(df, af, bf, cf);
+    for (int i = 0; i < 4; i++) { d[rows[i] * 8 + cols[i]] = df[i]; }
+}
+
+// x rounded to TF32 as cvt.rna.tf32.f32 does (10 mantissa bits, ties away from zero)
+static float tf32_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+// The tensor-core instruction against a plain product: on values TF32 holds exactly
+// (multiples of 1/8 in [-2, 2], every sum exact in fp32) bit for bit, which checks
+// the fragment layout; on U(-1, 1) values within 1e-6 of the product of their TF32
+// roundings, which checks the rounding (truncation instead would be ~1e-4 off).
+static void test_mma(void) {
+    Rng rng;
+    rng_seed(&rng, 4242);
+    float a[128], b[64], c[128], ref[128];
+    float *d_a = (float *)cudaMallocCheck(sizeof(a)), *d_b = (float *)cudaMallocCheck(sizeof(b));
+    float *d_c = (float *)cudaMallocCheck(sizeof(c)), *d_d = (float *)cudaMallocCheck(sizeof(c));
+    for (int exact = 1; exact >= 0; exact--) {
+        float *xs[3] = {a, b, c};
+        int ns[3] = {128, 64, 128};
+        for (int m = 0; m < 3; m++) {
+            for (int i = 0; i < ns[m]; i++) {
+                xs[m][i] = exact ? (float)(rand_below(&rng, 33) - 16) / 8.0f : 2.0f * rng_uniform(&rng) - 1.0f;
+            }
+        }
+        for (int r = 0; r < 16; r++) {
+            for (int n = 0; n < 8; n++) {
+                double sum = c[r * 8 + n];
+                for (int k = 0; k < 8; k++) { sum += (double)tf32_round(a[r * 8 + k]) * tf32_round(b[k * 8 + n]); }
+                ref[r * 8 + n] = (float)sum;
+            }
+        }
+        cuda_upload(d_a, a, sizeof(a));
+        cuda_upload(d_b, b, sizeof(b));
+        cuda_upload(d_c, c, sizeof(c));
+        poison_device(d_d, sizeof(c));
+        mma_probe_kernel<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_d, d_a, d_b, d_c);
+        cudaCheckLaunch();
+        check_rel_device(exact ? "mma m16n8k8 tf32: exact values" : "mma m16n8k8 tf32: rounded values", d_d, ref, 128,
+                         exact ? 0.0 : 1e-6);
+    }
+    cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_c)); cudaCheck(cudaFree(d_d));
+}
 
 // the GPU's tolerance per precision (relative 2-norm error, the header says why)
 static double precision_tolerance(AttnPrecision precision) { return precision == ATTN_TF32 ? TF32_TOL : FP32_TOL; }
@@ -244,6 +315,7 @@ int main(int argc, char **argv) {
     Comm *host_comm = comm_mpi_create(host_mc);
     Comm *dev_comm = comm_mpi_staged_create(dev_mc, cuda_ctx.stream);
     test_transport(dev_comm);
+    if (host_comm->rank == 0) { test_mma(); }
     int np = host_comm->size;
     CpLayoutKind kinds[2] = {CP_LAYOUT_CONTIGUOUS, CP_LAYOUT_ROUND_ROBIN};
     int nkinds = np == 1 ? 1 : 2;
