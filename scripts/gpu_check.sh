@@ -32,35 +32,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-WORK=$REPO/build/gpu_check
-rm -rf "$WORK"
-mkdir -p "$WORK"
-REPORT_DIR=${OUT:-$WORK}
-mkdir -p "$REPORT_DIR"
-LOG=$REPORT_DIR/gpu_check.log
-TABLE=$REPORT_DIR/gpu_check.txt
-: > "$LOG"
-START=$SECONDS
-failures=0
-
-say() { echo "$*" | tee -a "$LOG"; }
-fail() { say "FAIL: $*"; failures=$((failures + 1)); }
-# run NAME TIMEOUT COMMAND...: the output goes to the log and $WORK/NAME.out
-run() {
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" > "$WORK/$name.out" 2>&1
-    local rc=$?
-    cat "$WORK/$name.out" >> "$LOG"
-    say "[$((SECONDS - START))s] $name: exit $rc ($((SECONDS - t0)) s)"
-    if [[ $rc -ne 0 ]]; then
-        tail -n 25 "$WORK/$name.out"
-        return 1
-    fi
-}
-
 # ---- 1. toolchain
+GPU_SCRIPT=gpu_check
 # shellcheck source=scripts/gpu_toolchain.sh
 source scripts/gpu_toolchain.sh || exit 1
 [[ $HAVE_MPI -eq 1 ]] || { say "error: the GPU check needs MPI (the trainer is an MPI program)"; exit 1; }
@@ -157,9 +130,6 @@ PER_STEP=$((B * T))
 step_losses() { awk -F'trl:' '/ trl:/ { print $2 }' "$1"; }
 # per-token losses of a -tl file, one per line
 token_losses() { od -An -v -f -w4 "$1" | awk '{ print $1 }'; }
-# mean tok/s of the progress lines after the first step
-tokens_per_s() { awk '/^step / && $2 !~ /^1\// { for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s") { s += $i; n++ } }
-                      END { if (n) printf "%.0f", s / n; else print "-" }' "$1"; }
 for ref in cpu_cp1 cpu_docs_cp1; do
     if [[ -f $WORK/$ref/main.log && -f $WORK/$ref.tl ]]; then
         step_losses "$WORK/$ref/main.log" > "$WORK/$ref.steps"

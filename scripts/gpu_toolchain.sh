@@ -1,5 +1,14 @@
-# The toolchain of a GPU machine, for scripts/gpu_check.sh and dev/bench/gpu_bench.sh
-# (sourced; the caller defines say MESSAGE, which prints and logs a line):
+# What scripts/gpu_check.sh and dev/bench/gpu_bench.sh share (sourced from the repo
+# root, GPU_SCRIPT naming the caller): the work folder build/$GPU_SCRIPT, the report
+# files $OUT/$GPU_SCRIPT.log and .txt (build/$GPU_SCRIPT/ without OUT), the helpers
+#
+#   say MESSAGE             prints a line and logs it
+#   fail MESSAGE            says FAIL: MESSAGE and counts it in $failures
+#   run NAME LIMIT CMD...   runs CMD with a timeout, its output to the log and to
+#                           $WORK/NAME.out; on failure shows its tail, returns 1
+#   tokens_per_s FILE       the mean tok/s of a trainer's progress lines after step 1
+#
+# and the toolchain of the GPU machine:
 #
 #   CUDA_HOME   nvcc's toolkit (CUDA_HOME, default /usr/local/cuda, else nvcc on PATH)
 #   NCCL_HOME   NCCL in CUDA_HOME, else python3's site-packages nvidia/nccl (the pip
@@ -10,6 +19,36 @@
 #               works by scripts/gpu_bundle.sh and carried along); else 0
 #   MPIRUN      mpirun with the flags for ranks sharing one machine (as root too)
 # Returns non-zero (after saying why) when there is no nvcc.
+WORK=$REPO/build/$GPU_SCRIPT
+rm -rf "$WORK"
+mkdir -p "$WORK"
+REPORT_DIR=${OUT:-$WORK}
+mkdir -p "$REPORT_DIR"
+LOG=$REPORT_DIR/$GPU_SCRIPT.log
+TABLE=$REPORT_DIR/$GPU_SCRIPT.txt
+: > "$LOG"
+START=$SECONDS
+failures=0
+
+say() { echo "$*" | tee -a "$LOG"; }
+fail() { say "FAIL: $*"; failures=$((failures + 1)); }
+run() {
+    local name=$1 limit=$2
+    shift 2
+    local t0=$SECONDS
+    timeout "$limit" "$@" > "$WORK/$name.out" 2>&1
+    local rc=$?
+    cat "$WORK/$name.out" >> "$LOG"
+    say "[$((SECONDS - START))s] $name: exit $rc ($((SECONDS - t0)) s)"
+    if [[ $rc -ne 0 ]]; then
+        tail -n 25 "$WORK/$name.out"
+        return 1
+    fi
+}
+# mean tok/s of the progress lines after the first step
+tokens_per_s() { awk '/^step / && $2 !~ /^1\// { for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s") { s += $i; n++ } }
+                      END { if (n) printf "%.0f", s / n; else print "-" }' "$1"; }
+
 for tool in make gcc python3 od awk timeout; do
     command -v $tool > /dev/null || { say "error: this script needs '$tool'"; return 1; }
 done

@@ -28,32 +28,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
-WORK=$REPO/build/gpu_bench
-rm -rf "$WORK"
-mkdir -p "$WORK"
-REPORT_DIR=${OUT:-$WORK}
-mkdir -p "$REPORT_DIR"
-LOG=$REPORT_DIR/gpu_bench.log
-TABLE=$REPORT_DIR/gpu_bench.txt
-: > "$LOG"
-START=$SECONDS
-failures=0
-
-say() { echo "$*" | tee -a "$LOG"; }
-fail() { say "FAIL: $*"; failures=$((failures + 1)); }
-# run NAME TIMEOUT COMMAND...: the output goes to the log and $WORK/NAME.out
-run() {
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" > "$WORK/$name.out" 2>&1
-    local rc=$?
-    cat "$WORK/$name.out" >> "$LOG"
-    say "[$((SECONDS - START))s] $name: exit $rc ($((SECONDS - t0)) s)"
-    [[ $rc -eq 0 ]] || { tail -n 15 "$WORK/$name.out"; return 1; }
-}
-
 # ---- 1. toolchain and build
+GPU_SCRIPT=gpu_bench
 # shellcheck source=scripts/gpu_toolchain.sh
 source scripts/gpu_toolchain.sh || exit 1
 run build_bench 900 make "${MAKE_FLAGS[@]}" bench_attention_gpu || { fail "building bench_attention_gpu"; exit 1; }
@@ -88,9 +64,6 @@ for T in "${LENGTHS[@]}"; do
 done
 
 # ---- 3. and 4. GPT-2 124M training
-# mean tok/s of the progress lines after the first step
-tokens_per_s() { awk '/^step / && $2 !~ /^1\// { for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s") { s += $i; n++ } }
-                      END { if (n) printf "%.0f", s / n; else print "-" }' "$1"; }
 mfu() { awk -v tps="$1" -v T="$2" -v f="$3" 'BEGIN { if (tps == "-" || tps == "") { print "-"; exit }
                                                   flops = 6 * 124475904 + 6 * 12 * 768 * T; peak = f ? 494.7e12 : 66.9e12
                                                   printf "%.1f%%", 100 * tps * flops / peak }'; }
