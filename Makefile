@@ -44,7 +44,8 @@ endif
 # the GPU trainer: nvcc, MPI's flags from its compiler wrapper, cuBLAS, NCCL.
 # NCCL_HOME: where include/nccl.h and lib64/ or lib/ libnccl.so.2 are (default the
 # CUDA toolkit; e.g. python3's site-packages/nvidia/nccl of the pip package
-# nvidia-nccl-cu13). GPU_ARCH: the compute capability to build for (90: H100/H200).
+# nvidia-nccl-cu13); NO_NCCL=1 builds without it (only -ct mpi then). GPU_ARCH: the
+# compute capability to build for (90: H100/H200).
 GPU_ARCH ?= 90
 NCCL_HOME ?= $(CUDA_HOME)
 NCCL_LIBDIR ?= $(patsubst %/,%,$(dir $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so.2 $(NCCL_HOME)/lib/libnccl.so.2) $(NCCL_HOME)/lib64/)))
@@ -59,6 +60,10 @@ NVCC_FLAGS = -O3 -std=c++17 -arch=sm_$(GPU_ARCH) -DNO_BLAS -DOMPI_SKIP_MPICXX -D
 	-Xcompiler -Wall,-Wno-unused-function,-Wno-unknown-pragmas -I$(NCCL_HOME)/include
 CUDA_LDLIBS = -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -L$(NCCL_LIBDIR) -l:libnccl.so.2 \
 	-Xlinker -rpath,$(CUDA_HOME)/lib64 -Xlinker -rpath,$(NCCL_LIBDIR)
+ifeq ($(NO_NCCL),1)
+  NVCC_FLAGS += -DNO_NCCL
+  CUDA_LDLIBS = -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -Xlinker -rpath,$(CUDA_HOME)/lib64
+endif
 CUDA_DEPS = $(wildcard cp/*.h cp/*.cuh llmc/*.h llmc/*.cuh train/*.h) train_common.h
 CMAKE_CUDA_ARGS = $(if $(HAVE_NVCC),-DCMAKE_CUDA_COMPILER=$(shell command -v $(NVCC)) -DGPU_ARCH=$(GPU_ARCH))
 
@@ -122,5 +127,10 @@ bench_attention_cpu: dev/bench/attention_cpu.c $(DEPS) $(CPU_FLAGS_STAMP)
 bench_long_fit: dev/bench/long_context_fit.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) -I. $(call nvcc_pass,$(MPI_COMPILE_FLAGS)) $< -o $@ $(call nvcc_pass,$(MPI_LINK_FLAGS)) $(CUDA_LDLIBS)
 
+# dev benchmark: the GPU block attention, forward and backward, on one GPU without MPI
+# (dev/bench/README.md, dev/bench/gpu_bench.sh)
+bench_attention_gpu: dev/bench/attention_gpu.cu $(CUDA_DEPS)
+	$(NVCC) $(NVCC_FLAGS) -I. $< -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas
+
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention bench_classifier bench_attention_cpu bench_long_fit $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu $(BUILD_DIR)

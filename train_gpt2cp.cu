@@ -28,7 +28,9 @@ tensor cores, -f 0 is full fp32 (the runs validated against the CPU twin).
 #include "train_common.h"
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
+#ifndef NO_NCCL
 #include "cp/comm_nccl.cuh"
+#endif
 #include "cp/loss.cuh"
 #include "cp/attention.cuh"
 #include "llmc/gpt2.cuh"
@@ -85,7 +87,12 @@ static int device_memory_available(size_t *bytes, int *sharers, char *source, si
 }
 
 static Comm *device_comm_create(int use_nccl, MPI_Comm mc) {
+#ifdef NO_NCCL
+    (void)use_nccl; // main refuses -ct nccl in a build without NCCL
+    return comm_mpi_staged_create(mc, cuda_ctx.stream);
+#else
     return use_nccl ? comm_nccl_create(mc, cuda_ctx.stream) : comm_mpi_staged_create(mc, cuda_ctx.stream);
+#endif
 }
 
 // with_ulysses: also the Ulysses groups and rings (-ca ulysses | hybrid; NULL otherwise,
@@ -138,8 +145,9 @@ typedef struct {
     GPT2Cuda *model;
     ActivationsCuda *acts;
     CpAttentionCuda *attention;
-    double *loss_stats; // device double[2]
-    float *losses_host; // (B, local T) the last forward pass's per-token losses, for -tl and -h 1
+    AttentionVerbs attn; // bound to the last forward's layout, for its backward
+    double *loss_stats;  // device double[2]
+    float *losses_host;  // (B, local T) the last forward pass's per-token losses, for -tl and -h 1
 } Trainer;
 
 // The forward pass of a batch (B rows of T inputs and targets) on this rank's
@@ -155,14 +163,14 @@ static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets
         activations_cuda_free(tr->acts);
         activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
     }
-    AttentionVerbs attn = cp_attention_cuda_bind(tr->attention, &sh->layout);
+    tr->attn = cp_attention_cuda_bind(tr->attention, &sh->layout); // the step's coordinates, once
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     if (micro_steps > 0) {
         double valid = global_valid_count_cuda(tr->ranks->world, tr->loss_stats, sh->local.targets, n);
         gpt2_cuda_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
-                                loss_weight(valid * micro_steps), &attn);
+                                loss_weight(valid * micro_steps), &tr->attn);
     } else {
-        gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
+        gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &tr->attn);
     }
     local_loss_stats_cuda(tr->loss_stats, tr->acts->t.losses, tr->acts->targets, n);
     return global_loss_stats_cuda(tr->ranks->world, tr->loss_stats);
@@ -194,7 +202,7 @@ typedef struct {
 
 static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
     Sampler *s = (Sampler *)ctx;
-    s->ring.layout = &sh->layout;
+    ring_attention_cuda_set_layout(&s->ring, &sh->layout);
     AttentionVerbs attn = ring_attention_cuda_verbs(&s->ring);
     gpt2_cuda_forward(s->model, &s->acts, sh->local.inputs, sh->layout.position, NULL, &attn);
     size_t Vp = s->model->config.padded_vocab_size;
@@ -229,6 +237,11 @@ int main(int argc, char **argv) {
         fatal_everywhere("-ct '%s': unknown transport (nccl | mpi)", cfg.transport);
     }
     int use_nccl = strcmp(cfg.transport, "nccl") == 0;
+#ifdef NO_NCCL
+    if (use_nccl) {
+        fatal_everywhere("-ct nccl: this train_gpt2cp was built without NCCL (make NO_NCCL=1); use -ct mpi");
+    }
+#endif
     check_flags_agree(&cfg, TRANSPORTS);
     cuda_init(select_device(use_nccl), cfg.tf32);
     int kind = cp_attention_from_name(cfg.attention);
@@ -256,7 +269,7 @@ int main(int argc, char **argv) {
     cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.B,
                            run.local_T, c.channels, c.num_heads);
     double *loss_stats = (double *)cudaMallocCheck(2 * sizeof(double));
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, loss_stats, NULL};
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, loss_stats, NULL};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -289,8 +302,7 @@ int main(int argc, char **argv) {
                                            run.grad_accum_steps);
             step_stats.loss_sum += stats.loss_sum;
             step_stats.valid_count += stats.valid_count;
-            AttentionVerbs attn = cp_attention_cuda_bind(&attention, &sh.layout);
-            gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &attn);
+            gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
             if (cfg.token_loss_path) {
                 write_token_losses(&run, &cfg, &sh, ranks.cp_host, ranks.dp_host, shard_losses(&tr));
             }

@@ -33,9 +33,9 @@ typedef struct {
 // cp_attention_bytes, for the GPU's buffers)
 static size_t cp_attention_cuda_bytes(CpAttentionKind kind, int cp, int U, int B, int T, int C, int NH) {
     switch (kind) {
-    case CP_ATTENTION_RING: return ring_attention_cuda_bytes(B, T, C, NH);
+    case CP_ATTENTION_RING: return ring_attention_cuda_bytes(cp, B, T, C, NH);
     case CP_ATTENTION_ALLGATHER: return allgather_attention_cuda_bytes(cp, B, T, C, NH);
-    default: return ulysses_attention_cuda_bytes(U, B, T, C, NH);
+    default: return ulysses_attention_cuda_bytes(U, cp / U, B, T, C, NH);
     }
 }
 
@@ -55,7 +55,8 @@ static void cp_attention_cuda_init(CpAttentionCuda *a, CpAttentionKind kind, CpA
     }
     size_t held = kind == CP_ATTENTION_RING ? a->ring.bytes : kind == CP_ATTENTION_ALLGATHER ? a->allgather.bytes
                                                                                              : a->ulysses.bytes;
-    size_t counted = cp_attention_cuda_bytes(kind, comms.cp->size, comms.ulysses->size, B, T, C, NH);
+    int U = comms.ulysses ? comms.ulysses->size : 1; // no Ulysses groups for ring and allgather
+    size_t counted = cp_attention_cuda_bytes(kind, comms.cp->size, U, B, T, C, NH);
     if (held != counted) {
         fatal("the %s attention allocated %zu device bytes, cp_attention_cuda_bytes counts %zu: the memory "
               "estimate is out of date", cp_attention_names[kind], held, counted);
@@ -72,7 +73,9 @@ static void cp_attention_cuda_free(CpAttentionCuda *a) {
 }
 
 // The verbs for this step's layout; rebuilds the buffers for another local length.
-// Collective over the Ulysses group for ulysses and hybrid.
+// Prepares the step's coordinates and tile visibility on the device (a collective
+// over the CP group; for ulysses and hybrid over the Ulysses group, then the ring of
+// groups): bind once per step, and every layer's passes use them.
 static AttentionVerbs cp_attention_cuda_bind(CpAttentionCuda *a, const ShardLayout *layout) {
     if (layout->B != a->B || layout->local_len != a->T) {
         cp_attention_cuda_free(a);
@@ -80,10 +83,10 @@ static AttentionVerbs cp_attention_cuda_bind(CpAttentionCuda *a, const ShardLayo
     }
     switch (a->kind) {
     case CP_ATTENTION_RING:
-        a->ring.layout = layout;
+        ring_attention_cuda_set_layout(&a->ring, layout);
         return ring_attention_cuda_verbs(&a->ring);
     case CP_ATTENTION_ALLGATHER:
-        a->allgather.layout = layout;
+        allgather_attention_cuda_set_layout(&a->allgather, layout);
         return allgather_attention_cuda_verbs(&a->allgather);
     case CP_ATTENTION_ULYSSES:
     case CP_ATTENTION_HYBRID: break;

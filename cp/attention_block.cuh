@@ -1,59 +1,86 @@
 /*
-Attention of this rank's queries to one K/V block on the GPU: cp/attention_block.h
-with the block computations as CUDA kernels and everything in device memory. Both
-GPU algorithms repeat it once per block they meet: cp/ring_attention.cuh passes the
-blocks around a ring, cp/allgather_attention.cuh gathers them all at once.
-Visibility comes from global coordinates only (cp/block_mask.h, whose functions
-are host-device): whole sub-block pairs that nothing sees are skipped, fully
-visible ones evaluate no mask.
+Attention of this rank's queries to one K/V block on the GPU, flash-style on the
+tensor cores: the computation of cp/attention_block.h (same (o, lse) per visiting
+block, same log-sum-exp merge, same backward formulas), tiled. Both GPU algorithms
+repeat it once per block they meet: cp/ring_attention.cuh passes the blocks around
+a ring, cp/allgather_attention.cuh gathers them all at once.
 
-Kernels (HS = C / NH <= ATTN_HS_MAX):
+Data, all token-major (no head <-> token permutes): token t of batch row b is row
+b * T + t of its tensor and head h its columns [h HS, (h + 1) HS). q is read with
+stride 3C from the qkv activation, the visiting block's k and v with their own
+stride (3C for this rank's own block, read from qkv; C in a travelling buffer),
+the output is merged in place into out (B, T, C) and dQ written into dqkv.
 
-  forward      one warp per query row. Lanes take 32 keys at a time for the scores
-               (q in shared memory), a first pass finds the row's max, the second
-               sums p = exp(s - max) and accumulates p v with the lanes over the HS
-               dimensions (the 32 p's broadcast by shuffles). The block's (o, lse)
-               is merged into the running state in the CPU's stable form.
-  backward dQ  one warp per query row: dQ_i += sum_j ds_ij k_j, ds from p recomputed
-               from the saved lse.
-  backward dKV one warp per key row: dK_j = sum_i ds_ij q_i, dV_j = sum_i p_ij dO_i
-               over the visible queries of this rank, p and ds recomputed likewise.
+Tiles: R rows of queries or keys (R = 64; 32 at HS 128, for registers and shared
+memory), one warp per 16 rows. Visibility is decided per (query tile, key tile)
+from the global coordinates (cp/block_mask.h's ranges over a tile): BLOCK_SKIP
+computes nothing, BLOCK_FULL evaluates no mask, BLOCK_MASKED evaluates
+pair_visible per element (and the bounds of a partial tile at the end of a row).
+The table is built once per step for every rank's block (AttentionLayoutCuda),
+so the layers' passes only read it.
 
-Each output row is written by one warp, which walks its keys (or queries) in
-increasing order: no atomics, the same bits every run, and the CPU's order of
-accumulation over the block.
+Kernels (grid: tiles x NH x B, HS and the precision are template parameters):
+
+  forward      per query tile: Q in shared memory; for each visible key tile,
+               K and V loaded coalesced into shared memory, S = Q K^T scale,
+               the one-pass online softmax (running max m and sum l per row),
+               O_blk += P V. Then lse_blk = m + log l, o_blk = O_blk / l, merged
+               into the running (out, lse) in the CPU's stable form.
+  backward dQ  per query tile: for each visible key tile, P = exp(S - lse) from
+               the saved lse, dP = dO V^T, dS = P (dP - D) scale, dQ += dS K.
+  backward dKV per key tile of the block: for each visible query tile,
+               P^T = exp(K Q^T scale - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D)
+               scale, dV += P^T dO, dK += dS^T Q. Every key row is written (0
+               where no query sees it), so the output needs no zeroing.
+
+Products: every matrix product is one warp's C (16 x 8n) += A (16 x k) B (k x 8n)
+from shared memory (warp_mma), in the fragment layout of the m16n8k8 mma:
+  ATTN_TF32  (-f 1) the tensor cores: mma.sync m16n8k8 with TF32 inputs, fp32
+             accumulation (llmc/mma.cuh);
+  ATTN_FP32  (-f 0) the same tiling and fragments, each lane summing its own
+             elements' products with fp32 FMAs in k order: exact fp32, the mode
+             validated against the CPU twin.
+Each output element is computed by one lane in a fixed order: no atomics, the
+same bits every run.
 */
 #ifndef CP_ATTENTION_BLOCK_CUH
 #define CP_ATTENTION_BLOCK_CUH
 
-#include "attention_block.h" // KVBlock, kv_block_view and the sizes: the same block layout
+#include <stdint.h>
 #include "block_mask.h"
+#include "comm.h"
 #include "sharder.h"
 #include "../llmc/cuda_common.cuh"
+#include "../llmc/mma.cuh"
 
-#define ATTN_HS_MAX 256
-#define ATTN_DIMS_PER_LANE (ATTN_HS_MAX / WARP_SIZE)
-#define ATTN_WARPS 4 // rows per thread block
+typedef enum { ATTN_FP32 = 0, ATTN_TF32 = 1 } AttnPrecision;
 
-// The visibility of one batch row's sub-block pairs against the visiting block.
+// The head sizes the kernels are built for, and their tile rows.
+static int attention_head_size_supported(int HS) { return HS == 32 || HS == 64 || HS == 128; }
+static int attention_tile_rows(int HS) { return HS <= 64 ? 64 : 32; }
+
+template <int HS> struct AttnTile {
+    static constexpr int ROWS = HS <= 64 ? 64 : 32; // rows of a query or key tile
+    static constexpr int WARPS = ROWS / 16;         // one warp per 16 rows
+    static constexpr int THREADS = WARPS * WARP_SIZE;
+    // row strides in shared memory, padded so that a fragment load hits 32 banks:
+    static constexpr int LD_NK = HS + 4;   // read as A, or as B with (k, n) at [n][k]
+    static constexpr int LD_KN = HS + 8;   // read as B with (k, n) at [k][n]
+    static constexpr int LD_P = ROWS + 4;  // a warp's 16 rows of probabilities
+};
+
+// ----------------------------------------------------------------------------
+// this step's coordinates and tile visibility, prepared once per step
+
+// Every rank's token coordinates and, for this rank's query tiles against each
+// rank's key tiles, their visibility (device).
 typedef struct {
-    BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS]; // [query sub-block][key sub-block]
-    SubBlock qs[RING_SUBBLOCKS];
-    SubBlock ks[RING_SUBBLOCKS];
-} RowVisibility;
-
-// What stays on this rank while the K/V blocks come by (device), head-major.
-typedef struct {
-    int B, T, C, NH;    // T = local tokens per row
-    float *q;           // (B, NH, T, HS)
-    float *o;           // (B, NH, T, HS) output
-    float *dout;        // (B, NH, T, HS) output gradient
-    float *dq;          // (B, NH, T, HS)
-    float *drow;        // (B, NH, T) D = rowsum(dO * O)
-    int *q_index;       // (B, T) global index of the queries (the own block may travel away)
-    int *q_doc;         // (B, T) their document ids
-    RowVisibility *vis; // (B) the visiting block's visibility, per batch row
-} AttentionQueriesCuda;
+    int cp, rank, B, T, tile, tiles; // tiles = ceil(T / tile)
+    int *own_coords;     // (2, B, T) this rank's global indices, then documents
+    int *coords;         // (cp, 2, B, T) every rank's, gathered
+    SubBlock *spans;     // (cp, B, tiles) index and document ranges of each tile
+    unsigned char *vis;  // (cp, B, tiles, tiles) BlockVisibility of [rank][b][query tile][key tile]
+} AttentionLayoutCuda;
 
 // cudaMallocCheck that adds the size to *bytes: each algorithm reports what it holds
 static void *attention_cuda_alloc(size_t *bytes, size_t size) {
@@ -61,72 +88,594 @@ static void *attention_cuda_alloc(size_t *bytes, size_t size) {
     return cudaMallocCheck(size);
 }
 
-// bytes attention_queries_cuda_init allocates (the run's memory estimate adds
-// them up before anything is allocated; cp/attention.cuh checks that init matches)
-static size_t attention_queries_cuda_bytes(int B, int T, int C, int NH) {
-    return 4 * (size_t)B * T * C * sizeof(float) + (size_t)B * NH * T * sizeof(float) +
-           2 * (size_t)B * T * sizeof(int) + (size_t)B * sizeof(RowVisibility);
+// bytes attention_layout_cuda_init allocates at cp ranks (the run's memory estimate
+// adds them up before anything is allocated; cp/attention.cuh checks that init matches)
+static size_t attention_layout_cuda_bytes(int cp, int B, int T, int HS) {
+    size_t tiles = (size_t)(T + attention_tile_rows(HS) - 1) / attention_tile_rows(HS);
+    return (size_t)(cp + 1) * 2 * B * T * sizeof(int) + (size_t)cp * B * tiles * (sizeof(SubBlock) + tiles);
 }
 
-static void attention_queries_cuda_init(AttentionQueriesCuda *aq, int B, int T, int C, int NH, size_t *bytes) {
-    if (C % NH != 0) { fatal("channels %d are not divisible by heads %d", C, NH); }
-    if (C / NH > ATTN_HS_MAX) { fatal("head size %d exceeds the GPU attention's maximum %d", C / NH, ATTN_HS_MAX); }
-    memset(aq, 0, sizeof(*aq));
-    aq->B = B; aq->T = T; aq->C = C; aq->NH = NH;
-    size_t n = (size_t)B * T * C; // = B * NH * T * HS
-    aq->q = (float *)attention_cuda_alloc(bytes, n * sizeof(float));
-    aq->o = (float *)attention_cuda_alloc(bytes, n * sizeof(float));
-    aq->dout = (float *)attention_cuda_alloc(bytes, n * sizeof(float));
-    aq->dq = (float *)attention_cuda_alloc(bytes, n * sizeof(float));
-    aq->drow = (float *)attention_cuda_alloc(bytes, (size_t)B * NH * T * sizeof(float));
-    aq->q_index = (int *)attention_cuda_alloc(bytes, (size_t)B * T * sizeof(int));
-    aq->q_doc = (int *)attention_cuda_alloc(bytes, (size_t)B * T * sizeof(int));
-    aq->vis = (RowVisibility *)attention_cuda_alloc(bytes, (size_t)B * sizeof(RowVisibility));
+static void attention_layout_cuda_init(AttentionLayoutCuda *al, int cp, int rank, int B, int T, int HS,
+                                       size_t *bytes) {
+    memset(al, 0, sizeof(*al));
+    al->cp = cp; al->rank = rank; al->B = B; al->T = T;
+    al->tile = attention_tile_rows(HS);
+    al->tiles = (T + al->tile - 1) / al->tile;
+    size_t coords = 2 * (size_t)B * T * sizeof(int), tiles = (size_t)cp * B * al->tiles;
+    al->own_coords = (int *)attention_cuda_alloc(bytes, coords);
+    al->coords = (int *)attention_cuda_alloc(bytes, cp * coords);
+    al->spans = (SubBlock *)attention_cuda_alloc(bytes, tiles * sizeof(SubBlock));
+    al->vis = (unsigned char *)attention_cuda_alloc(bytes, tiles * al->tiles);
 }
 
-static void attention_queries_cuda_free(AttentionQueriesCuda *aq) {
-    void *buffers[] = {aq->q, aq->o, aq->dout, aq->dq, aq->drow, aq->q_index, aq->q_doc, aq->vis};
+static void attention_layout_cuda_free(AttentionLayoutCuda *al) {
+    void *buffers[] = {al->own_coords, al->coords, al->spans, al->vis};
     for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { cudaCheck(cudaFree(buffers[i])); }
-    memset(aq, 0, sizeof(*aq));
+    memset(al, 0, sizeof(*al));
+}
+
+// rank r's global indices (B, T), its documents (B, T), its tile visibility (B, tiles, tiles)
+static const int *layout_index(const AttentionLayoutCuda *al, int r) {
+    return al->coords + (size_t)r * 2 * al->B * al->T;
+}
+static const int *layout_document(const AttentionLayoutCuda *al, int r) {
+    return layout_index(al, r) + (size_t)al->B * al->T;
+}
+static const unsigned char *layout_visibility(const AttentionLayoutCuda *al, int r) {
+    return al->vis + (size_t)r * al->B * al->tiles * al->tiles;
+}
+
+// spans[r][b][tile]: the ranges of tokens [tile R, min(T, (tile + 1) R)) of rank r's row b
+// spans: (cp, B, tiles)   coords: (cp, 2, B, T)
+__global__ static void tile_spans_kernel(SubBlock *spans, const int *coords, int cp, int B, int T, int tile,
+                                         int tiles) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)cp * B * tiles) { return; }
+    int tl = (int)(idx % tiles);
+    int b = (int)((idx / tiles) % B);
+    int r = (int)(idx / ((size_t)tiles * B));
+    const int *index = coords + ((size_t)r * 2 * B + b) * T;
+    const int *document = index + (size_t)B * T;
+    int end = (tl + 1) * tile < T ? (tl + 1) * tile : T;
+    spans[idx] = sub_block_range(index, document, tl * tile, end);
+}
+
+// vis[r][b][qt][kt]: this rank's query tile qt against rank r's key tile kt. A pair
+// with a partial tile (the end of a row) is at most MASKED, where bounds are checked.
+// vis: (cp, B, tiles, tiles)   spans: (cp, B, tiles)
+__global__ static void tile_visibility_kernel(unsigned char *vis, const SubBlock *spans, int self, int cp, int B,
+                                              int tile, int tiles) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)cp * B * tiles * tiles) { return; }
+    int kt = (int)(idx % tiles);
+    int qt = (int)((idx / tiles) % tiles);
+    int b = (int)((idx / ((size_t)tiles * tiles)) % B);
+    int r = (int)(idx / ((size_t)tiles * tiles * B));
+    const SubBlock *q = &spans[((size_t)self * B + b) * tiles + qt];
+    const SubBlock *k = &spans[((size_t)r * B + b) * tiles + kt];
+    BlockVisibility v = block_visibility(q, k);
+    if (v == BLOCK_FULL && (q->end - q->start < tile || k->end - k->start < tile)) { v = BLOCK_MASKED; }
+    vis[idx] = (unsigned char)v;
+}
+
+// The step's coordinates from the sharder's layout (host): uploaded, gathered from
+// every rank of the group (a collective: every rank calls it), tiled.
+static void attention_layout_cuda_prepare(AttentionLayoutCuda *al, Comm *comm, const ShardLayout *lay) {
+    int B = al->B, T = al->T;
+    if (lay == NULL || lay->B != B || lay->local_len != T) {
+        fatal("attention: the layout does not match the buffers (B %d, T %d)", B, T);
+    }
+    size_t n = (size_t)B * T;
+    cuda_upload(al->own_coords, lay->global_index, n * sizeof(int));
+    cuda_upload(al->own_coords + n, lay->document, n * sizeof(int));
+    comm->all_gather(comm, al->own_coords, al->coords, 2 * n * sizeof(int));
+    size_t spans = (size_t)al->cp * B * al->tiles;
+    tile_spans_kernel<<<grid_for(spans, 128), 128, 0, cuda_ctx.stream>>>(al->spans, al->coords, al->cp, B, T,
+                                                                         al->tile, al->tiles);
+    cudaCheckLaunch();
+    size_t pairs = spans * al->tiles;
+    tile_visibility_kernel<<<grid_for(pairs, 256), 256, 0, cuda_ctx.stream>>>(al->vis, al->spans, al->rank, al->cp,
+                                                                              B, al->tile, al->tiles);
+    cudaCheckLaunch();
 }
 
 // ----------------------------------------------------------------------------
-// layout kernels
+// the queries' side
 
-// heads (B, NH, T, HS) <- tokens (B, T, stride), head h at columns [h*HS, (h+1)*HS)
-__global__ static void heads_from_tokens_kernel(float *heads, const float *tokens, int stride, int B, int T, int NH,
-                                                int HS) {
+// What stays on this rank while the K/V blocks come by (device).
+typedef struct {
+    int B, T, C, NH;           // T = local tokens per row
+    AttnPrecision precision;   // TF32 tensor cores (-f 1) or exact fp32 (-f 0)
+    float *drow;               // (B, NH, T) D = rowsum(dO * O)
+    AttentionLayoutCuda layout;
+} AttentionQueriesCuda;
+
+// bytes attention_queries_cuda_init allocates for a group of cp ranks
+static size_t attention_queries_cuda_bytes(int cp, int B, int T, int C, int NH) {
+    return (size_t)B * NH * T * sizeof(float) + attention_layout_cuda_bytes(cp, B, T, C / NH);
+}
+
+static void attention_queries_cuda_init(AttentionQueriesCuda *aq, Comm *comm, int B, int T, int C, int NH,
+                                        size_t *bytes) {
+    if (C % NH != 0) { fatal("channels %d are not divisible by heads %d", C, NH); }
+    if (!attention_head_size_supported(C / NH)) {
+        fatal("head size %d (channels %d / heads %d): the GPU attention is built for head sizes 32, 64 and 128",
+              C / NH, C, NH);
+    }
+    memset(aq, 0, sizeof(*aq));
+    aq->B = B; aq->T = T; aq->C = C; aq->NH = NH;
+    aq->precision = cuda_ctx.tf32 ? ATTN_TF32 : ATTN_FP32;
+    aq->drow = (float *)attention_cuda_alloc(bytes, (size_t)B * NH * T * sizeof(float));
+    attention_layout_cuda_init(&aq->layout, comm->size, comm->rank, B, T, C / NH, bytes);
+}
+
+static void attention_queries_cuda_free(AttentionQueriesCuda *aq) {
+    cudaCheck(cudaFree(aq->drow));
+    attention_layout_cuda_free(&aq->layout);
+    memset(aq, 0, sizeof(*aq));
+}
+
+// A K/V block as the kernels read it: rows (B, T, stride), head h at columns h HS.
+typedef struct {
+    const float *k, *v;
+    int stride;
+    int rank; // whose tokens: the coordinates and visibility to use
+} KVBlockCuda;
+
+// bytes of a travelling K/V block, k then v, (B, T, C) each; dK | dV likewise
+static size_t kv_block_cuda_bytes(int B, int T, int C) { return 2 * (size_t)B * T * C * sizeof(float); }
+
+static KVBlockCuda kv_block_cuda_view(const float *buf, int B, int T, int C, int rank) {
+    KVBlockCuda blk = {buf, buf + (size_t)B * T * C, C, rank};
+    return blk;
+}
+
+// this rank's own block, read where the qkv projection left it
+static KVBlockCuda kv_block_cuda_own(const float *qkv, int C, int rank) {
+    KVBlockCuda blk = {qkv + C, qkv + 2 * C, 3 * C, rank};
+    return blk;
+}
+
+// rows x cols floats from src (row stride src_stride) to dst (row stride dst_stride)
+static void copy_columns_cuda(float *dst, int dst_stride, const float *src, int src_stride, size_t rows, int cols) {
+    cudaCheck(cudaMemcpy2DAsync(dst, (size_t)dst_stride * sizeof(float), src, (size_t)src_stride * sizeof(float),
+                                (size_t)cols * sizeof(float), rows, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+}
+
+// this rank's K/V block into a travelling buffer: k, v (B, T, C) <- qkv (B, T, 3C)
+static void kv_block_cuda_fill(float *buf, const float *qkv, int B, int T, int C) {
+    size_t rows = (size_t)B * T;
+    copy_columns_cuda(buf, C, qkv + C, 3 * C, rows, C);
+    copy_columns_cuda(buf + rows * C, C, qkv + 2 * C, 3 * C, rows, C);
+}
+
+// dqkv's dK | dV columns <- a block's dK, dV (B, T, C) each
+static void dkv_to_dqkv_cuda(float *dqkv, const float *dkv, int B, int T, int C) {
+    size_t rows = (size_t)B * T;
+    copy_columns_cuda(dqkv + C, 3 * C, dkv, C, rows, C);
+    copy_columns_cuda(dqkv + 2 * C, 3 * C, dkv + rows * C, C, rows, C);
+}
+
+// ----------------------------------------------------------------------------
+// warp products and tiles
+
+// The B operand's layout in shared memory: element (k, n) at b[n ldb + k] (B_NK,
+// e.g. the keys of Q K^T) or at b[k ldb + n] (B_KN, e.g. the values of P V).
+enum { B_NK = 0, B_KN = 1 };
+
+template <int BL> __device__ static __forceinline__ float b_at(const float *b, int ldb, int k, int n) {
+    return BL == B_NK ? b[n * ldb + k] : b[k * ldb + n];
+}
+
+// C (16 x 8 NT) += A (16 x K) B (K x 8 NT) for one warp; A row-major in shared
+// memory (lda), B as BL says. c[n][i] is row g + 8 (i / 2), column 8 n + 2 t + i % 2
+// (g = lane / 4, t = lane % 4), the mma's accumulator layout, in both precisions.
+template <AttnPrecision P, int NT, int K, int BL>
+__device__ static __forceinline__ void warp_mma(float c[NT][4], const float *a, int lda, const float *b, int ldb) {
+    int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
+    if constexpr (P == ATTN_TF32) {
+        #pragma unroll
+        for (int k0 = 0; k0 < K; k0 += 8) {
+            uint32_t af[4] = {tf32_from_float(a[g * lda + k0 + t]), tf32_from_float(a[(g + 8) * lda + k0 + t]),
+                              tf32_from_float(a[g * lda + k0 + t + 4]),
+                              tf32_from_float(a[(g + 8) * lda + k0 + t + 4])};
+            #pragma unroll
+            for (int n = 0; n < NT; n++) {
+                uint32_t bf[2] = {tf32_from_float(b_at<BL>(b, ldb, k0 + t, 8 * n + g)),
+                                  tf32_from_float(b_at<BL>(b, ldb, k0 + t + 4, 8 * n + g))};
+                mma_m16n8k8_tf32(c[n], af, bf, c[n]);
+            }
+        }
+    } else {
+        #pragma unroll
+        for (int n = 0; n < NT; n++) {
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int row = g + 8 * (i >> 1), col = 8 * n + 2 * t + (i & 1);
+                float sum = c[n][i];
+                for (int k = 0; k < K; k++) { sum += a[row * lda + k] * b_at<BL>(b, ldb, k, col); }
+                c[n][i] = sum;
+            }
+        }
+    }
+}
+
+template <int NT> __device__ static __forceinline__ void fragments_zero(float c[NT][4]) {
+    #pragma unroll
+    for (int n = 0; n < NT; n++) {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) { c[n][i] = 0.0f; }
+    }
+}
+
+// A warp's 16 rows of a C fragment into shared memory (row stride ld).
+template <int NT> __device__ static __forceinline__ void fragments_store(float *dst, int ld, const float c[NT][4]) {
+    int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
+    #pragma unroll
+    for (int n = 0; n < NT; n++) {
+        #pragma unroll
+        for (int i = 0; i < 4; i++) { dst[(g + 8 * (i >> 1)) * ld + 8 * n + 2 * t + (i & 1)] = c[n][i]; }
+    }
+}
+
+// shared (R, ld) <- rows [row0, row0 + R) of a token-major tensor (rows of `stride`
+// floats from src, head columns from col0), consecutive threads on consecutive
+// floats of a row (coalesced; the activations are only 4-byte aligned, so no
+// wider loads); rows at or past T are zeros.
+template <int HS, int R, int THREADS>
+__device__ static __forceinline__ void tile_load(float *tile, int ld, const float *src, size_t stride, int row0,
+                                                 int T) {
+    for (int idx = threadIdx.x; idx < R * HS; idx += THREADS) {
+        int r = idx / HS, c = idx % HS;
+        tile[r * ld + c] = row0 + r < T ? src[(size_t)(row0 + r) * stride + c] : 0.0f;
+    }
+}
+
+// shared index[R], document[R] <- the coordinates of tokens [row0, row0 + R) (0 past T)
+template <int R, int THREADS>
+__device__ static __forceinline__ void coords_load(int *dst, const int *index, const int *document, int row0, int T) {
+    for (int r = threadIdx.x; r < R; r += THREADS) {
+        int in = row0 + r < T;
+        dst[r] = in ? index[row0 + r] : 0;
+        dst[R + r] = in ? document[row0 + r] : 0;
+    }
+}
+
+// What one launch of a block kernel reads and writes: rows (B, T, stride), token t
+// of batch row b at row b T + t, head h at columns [h HS, (h + 1) HS).
+typedef struct {
+    const float *q; int q_stride;       // the queries: qkv, stride 3C
+    const float *k, *v; int kv_stride;  // the visiting block's keys and values
+    float *o;                           // (B, T, C) the running output (forward)
+    float *lse;                         // (B, NH, T) running (forward) or final (backward) log-sum-exp
+    const float *dout;                  // (B, T, C) output gradient
+    const float *drow;                  // (B, NH, T) D = rowsum(dO * O)
+    float *dq; int dq_stride; int dq_add; // dQ rows: written (dq_add 0) or added to
+    float *dk, *dv; int dkv_stride;     // the block's dK, dV contribution, written
+    const int *q_index, *q_doc;         // (B, T) coordinates of the queries
+    const int *k_index, *k_doc;         // (B, T) of the block's keys
+    const unsigned char *vis;           // (B, tiles, tiles) [query tile][key tile]
+    int T, C, NH, tiles;
+    float scale;
+} AttnBlockArgs;
+
+// whether query row qr of the tile at q0 sees key kc of the tile at k0; coords:
+// the query tile's indices, documents, then the key tile's, R each
+template <int R>
+__device__ static __forceinline__ int tile_pair_sees(const int *coords, int q0, int qr, int k0, int kc, int T) {
+    return q0 + qr < T && k0 + kc < T && pair_visible(coords[qr], coords[R + qr], coords[2 * R + kc], coords[3 * R + kc]);
+}
+
+// the max (or sum) of the 4 lanes holding one row of a C fragment
+__device__ static __forceinline__ float row_max4(float v) {
+    v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, 1));
+    return fmaxf(v, __shfl_xor_sync(FULL_MASK, v, 2));
+}
+__device__ static __forceinline__ float row_sum4(float v) {
+    v += __shfl_xor_sync(FULL_MASK, v, 1);
+    return v + __shfl_xor_sync(FULL_MASK, v, 2);
+}
+
+// ----------------------------------------------------------------------------
+// the kernels
+
+template <int HS> static constexpr size_t forward_shared_floats() {
+    using Tl = AttnTile<HS>;
+    // q, k (LD_NK), v (LD_KN), a warp's P per warp, 4 R coordinates
+    return (size_t)Tl::ROWS * (2 * Tl::LD_NK + Tl::LD_KN) + Tl::WARPS * 16 * Tl::LD_P + 4 * Tl::ROWS;
+}
+
+// One query tile of (b, h) against the visiting block, merged into (o, lse).
+template <AttnPrecision P, int HS>
+__global__ static void __launch_bounds__(AttnTile<HS>::THREADS) attend_forward_kernel(AttnBlockArgs p) {
+    using Tl = AttnTile<HS>;
+    constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
+    extern __shared__ float shared[];
+    float *qs = shared;                    // (R, LD_NK)
+    float *ks = qs + R * Tl::LD_NK;        // (R, LD_NK)
+    float *vs = ks + R * Tl::LD_NK;        // (R, LD_KN)
+    float *ps = vs + R * Tl::LD_KN;        // (WARPS, 16, LD_P)
+    int *coords = (int *)(ps + Tl::WARPS * 16 * Tl::LD_P); // (4, R)
+    int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
+    int T = p.T, q0 = qt * R;
+    size_t brow = (size_t)b * T; // the batch row's first token row
+    tile_load<HS, R, Tl::THREADS>(qs, Tl::LD_NK, p.q + brow * p.q_stride + h * HS, p.q_stride, q0, T);
+    coords_load<R, Tl::THREADS>(coords, p.q_index + brow, p.q_doc + brow, q0, T);
+    float acc[DT][4];
+    fragments_zero<DT>(acc);
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // rows g and g + 8 of the warp
+    float *pw = ps + warp * 16 * Tl::LD_P;
+    const unsigned char *vis = p.vis + ((size_t)b * p.tiles + qt) * p.tiles;
+    for (int kt = 0; kt < p.tiles; kt++) {
+        int v = vis[kt];
+        if (v == BLOCK_SKIP) { continue; } // uniform over the block
+        int k0 = kt * R;
+        __syncthreads(); // the last tile's K, V and coordinates are read
+        tile_load<HS, R, Tl::THREADS>(ks, Tl::LD_NK, p.k + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
+        tile_load<HS, R, Tl::THREADS>(vs, Tl::LD_KN, p.v + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
+        coords_load<R, Tl::THREADS>(coords + 2 * R, p.k_index + brow, p.k_doc + brow, k0, T);
+        __syncthreads();
+        float s[NT][4];
+        fragments_zero<NT>(s);
+        warp_mma<P, NT, HS, B_NK>(s, qs + warp * 16 * Tl::LD_NK, Tl::LD_NK, ks, Tl::LD_NK);
+        #pragma unroll
+        for (int n = 0; n < NT; n++) {
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                s[n][i] *= p.scale;
+                int qr = warp * 16 + g + 8 * (i >> 1), kc = 8 * n + 2 * t + (i & 1);
+                if (v == BLOCK_MASKED && !tile_pair_sees<R>(coords, q0, qr, k0, kc, T)) { s[n][i] = -INFINITY; }
+            }
+        }
+        // the online softmax: rescale what the row holds to the new max
+        #pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float mx = -INFINITY;
+            #pragma unroll
+            for (int n = 0; n < NT; n++) { mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1])); }
+            float m_new = fmaxf(m[r], row_max4(mx));
+            // a row that has seen no visible key yet keeps m = -inf and p = 0
+            float base = m_new == -INFINITY ? 0.0f : m_new;
+            float alpha = expf(m[r] - base);
+            float sum = 0.0f;
+            #pragma unroll
+            for (int n = 0; n < NT; n++) {
+                #pragma unroll
+                for (int e = 2 * r; e < 2 * r + 2; e++) {
+                    s[n][e] = expf(s[n][e] - base);
+                    sum += s[n][e];
+                }
+            }
+            l[r] = l[r] * alpha + row_sum4(sum);
+            m[r] = m_new;
+            #pragma unroll
+            for (int d = 0; d < DT; d++) { acc[d][2 * r] *= alpha; acc[d][2 * r + 1] *= alpha; }
+        }
+        fragments_store<NT>(pw, Tl::LD_P, s);
+        __syncwarp();
+        warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, vs, Tl::LD_KN);
+        __syncwarp(); // P is read before the next tile overwrites it
+    }
+    // merge (o_blk = acc / l, lse_blk = m + log l) into the running (o, lse)
+    float lse_old[2];
+    size_t lse_row[2];
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = q0 + warp * 16 + g + 8 * r;
+        lse_row[r] = ((size_t)b * p.NH + h) * T + i;
+        lse_old[r] = i < T ? p.lse[lse_row[r]] : 0.0f;
+    }
+    __syncwarp(); // the 4 lanes of a row have read lse before one of them writes it
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = q0 + warp * 16 + g + 8 * r;
+        if (i >= T || l[r] == 0.0f) { continue; } // past the row, or nothing of this block visible
+        float lse_blk = m[r] + logf(l[r]);
+        float *orow = p.o + (brow + i) * p.C + h * HS;
+        float w_old = 0.0f, w_blk = 1.0f / l[r], lse_new = lse_blk;
+        if (lse_old[r] != -INFINITY) {
+            lse_new = fmaxf(lse_old[r], lse_blk) + log1pf(expf(-fabsf(lse_old[r] - lse_blk)));
+            w_old = expf(lse_old[r] - lse_new);
+            w_blk = expf(lse_blk - lse_new) / l[r];
+        }
+        #pragma unroll
+        for (int d = 0; d < DT; d++) {
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float *oe = orow + 8 * d + 2 * t + e;
+                float x = acc[d][2 * r + e] * w_blk;
+                // the first block a query sees is taken as is
+                *oe = lse_old[r] == -INFINITY ? x : *oe * w_old + x;
+            }
+        }
+        if (t == 0) { p.lse[lse_row[r]] = lse_new; }
+    }
+}
+
+template <int HS> static constexpr size_t backward_shared_floats() {
+    using Tl = AttnTile<HS>;
+    // two tiles read as A or B_NK, two read as B_KN as well (LD_KN), a warp's P,
+    // 4 R coordinates, lse and D of R rows
+    return (size_t)Tl::ROWS * (2 * Tl::LD_NK + 2 * Tl::LD_KN) + Tl::WARPS * 16 * Tl::LD_P + 6 * Tl::ROWS;
+}
+
+// dQ of one query tile of (b, h) from the visiting block.
+template <AttnPrecision P, int HS>
+__global__ static void __launch_bounds__(AttnTile<HS>::THREADS) attend_backward_dq_kernel(AttnBlockArgs p) {
+    using Tl = AttnTile<HS>;
+    constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
+    extern __shared__ float shared[];
+    float *qs = shared;                    // (R, LD_NK) queries
+    float *dos = qs + R * Tl::LD_NK;       // (R, LD_NK) their output gradients
+    float *vs = dos + R * Tl::LD_NK;       // (R, LD_KN) values (read as B_NK)
+    float *ks = vs + R * Tl::LD_KN;        // (R, LD_KN) keys (read as B_NK and B_KN)
+    float *ps = ks + R * Tl::LD_KN;        // (WARPS, 16, LD_P) dS
+    int *coords = (int *)(ps + Tl::WARPS * 16 * Tl::LD_P); // (4, R)
+    int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
+    int T = p.T, q0 = qt * R;
+    size_t brow = (size_t)b * T;
+    tile_load<HS, R, Tl::THREADS>(qs, Tl::LD_NK, p.q + brow * p.q_stride + h * HS, p.q_stride, q0, T);
+    tile_load<HS, R, Tl::THREADS>(dos, Tl::LD_NK, p.dout + brow * p.C + h * HS, p.C, q0, T);
+    coords_load<R, Tl::THREADS>(coords, p.q_index + brow, p.q_doc + brow, q0, T);
+    float lse[2], drow[2]; // rows g and g + 8 of the warp
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = q0 + warp * 16 + g + 8 * r;
+        size_t row = ((size_t)b * p.NH + h) * T + i;
+        lse[r] = i < T ? p.lse[row] : 0.0f;
+        drow[r] = i < T ? p.drow[row] : 0.0f;
+    }
+    float acc[DT][4];
+    fragments_zero<DT>(acc);
+    float *pw = ps + warp * 16 * Tl::LD_P;
+    const unsigned char *vis = p.vis + ((size_t)b * p.tiles + qt) * p.tiles;
+    for (int kt = 0; kt < p.tiles; kt++) {
+        int v = vis[kt];
+        if (v == BLOCK_SKIP) { continue; }
+        int k0 = kt * R;
+        __syncthreads();
+        tile_load<HS, R, Tl::THREADS>(ks, Tl::LD_KN, p.k + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
+        tile_load<HS, R, Tl::THREADS>(vs, Tl::LD_KN, p.v + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
+        coords_load<R, Tl::THREADS>(coords + 2 * R, p.k_index + brow, p.k_doc + brow, k0, T);
+        __syncthreads();
+        float s[NT][4], dp[NT][4];
+        fragments_zero<NT>(s);
+        fragments_zero<NT>(dp);
+        warp_mma<P, NT, HS, B_NK>(s, qs + warp * 16 * Tl::LD_NK, Tl::LD_NK, ks, Tl::LD_KN);
+        warp_mma<P, NT, HS, B_NK>(dp, dos + warp * 16 * Tl::LD_NK, Tl::LD_NK, vs, Tl::LD_KN);
+        #pragma unroll
+        for (int n = 0; n < NT; n++) {
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int r = i >> 1, qr = warp * 16 + g + 8 * r, kc = 8 * n + 2 * t + (i & 1);
+                float ds = 0.0f;
+                if (v == BLOCK_FULL || tile_pair_sees<R>(coords, q0, qr, k0, kc, T)) {
+                    float pr = expf(s[n][i] * p.scale - lse[r]);
+                    ds = pr * (dp[n][i] - drow[r]) * p.scale;
+                }
+                s[n][i] = ds;
+            }
+        }
+        fragments_store<NT>(pw, Tl::LD_P, s);
+        __syncwarp();
+        warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, ks, Tl::LD_KN);
+        __syncwarp();
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = q0 + warp * 16 + g + 8 * r;
+        if (i >= T) { continue; }
+        float *dqrow = p.dq + (brow + i) * p.dq_stride + h * HS;
+        #pragma unroll
+        for (int d = 0; d < DT; d++) {
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float *dqe = dqrow + 8 * d + 2 * t + e;
+                *dqe = p.dq_add ? *dqe + acc[d][2 * r + e] : acc[d][2 * r + e];
+            }
+        }
+    }
+}
+
+// dK and dV of one key tile of the visiting block, (b, h), from this rank's queries.
+template <AttnPrecision P, int HS>
+__global__ static void __launch_bounds__(AttnTile<HS>::THREADS) attend_backward_dkv_kernel(AttnBlockArgs p) {
+    using Tl = AttnTile<HS>;
+    constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
+    extern __shared__ float shared[];
+    float *ks = shared;                    // (R, LD_NK) keys of the tile
+    float *vs = ks + R * Tl::LD_NK;        // (R, LD_NK) their values
+    float *qs = vs + R * Tl::LD_NK;        // (R, LD_KN) queries (read as B_NK and B_KN)
+    float *dos = qs + R * Tl::LD_KN;       // (R, LD_KN) their output gradients (likewise)
+    float *ps = dos + R * Tl::LD_KN;       // (WARPS, 16, LD_P) P^T, then dS^T
+    int *coords = (int *)(ps + Tl::WARPS * 16 * Tl::LD_P); // (4, R)
+    float *lse_s = (float *)(coords + 4 * R); // (R) lse of the query tile
+    float *drow_s = lse_s + R;                // (R) D of the query tile
+    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
+    int T = p.T, k0 = kt * R;
+    size_t brow = (size_t)b * T;
+    tile_load<HS, R, Tl::THREADS>(ks, Tl::LD_NK, p.k + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
+    tile_load<HS, R, Tl::THREADS>(vs, Tl::LD_NK, p.v + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
+    coords_load<R, Tl::THREADS>(coords + 2 * R, p.k_index + brow, p.k_doc + brow, k0, T);
+    float acc_dk[DT][4], acc_dv[DT][4];
+    fragments_zero<DT>(acc_dk);
+    fragments_zero<DT>(acc_dv);
+    float *pw = ps + warp * 16 * Tl::LD_P;
+    const float *lse_bh = p.lse + ((size_t)b * p.NH + h) * T;
+    const float *drow_bh = p.drow + ((size_t)b * p.NH + h) * T;
+    for (int qt = 0; qt < p.tiles; qt++) {
+        int v = p.vis[((size_t)b * p.tiles + qt) * p.tiles + kt];
+        if (v == BLOCK_SKIP) { continue; }
+        int q0 = qt * R;
+        __syncthreads();
+        tile_load<HS, R, Tl::THREADS>(qs, Tl::LD_KN, p.q + brow * p.q_stride + h * HS, p.q_stride, q0, T);
+        tile_load<HS, R, Tl::THREADS>(dos, Tl::LD_KN, p.dout + brow * p.C + h * HS, p.C, q0, T);
+        coords_load<R, Tl::THREADS>(coords, p.q_index + brow, p.q_doc + brow, q0, T);
+        for (int r = threadIdx.x; r < R; r += Tl::THREADS) {
+            lse_s[r] = q0 + r < T ? lse_bh[q0 + r] : 0.0f;
+            drow_s[r] = q0 + r < T ? drow_bh[q0 + r] : 0.0f;
+        }
+        __syncthreads();
+        // transposed scores: rows are this warp's keys, columns the tile's queries
+        float st[NT][4], dpt[NT][4];
+        fragments_zero<NT>(st);
+        fragments_zero<NT>(dpt);
+        warp_mma<P, NT, HS, B_NK>(st, ks + warp * 16 * Tl::LD_NK, Tl::LD_NK, qs, Tl::LD_KN);
+        warp_mma<P, NT, HS, B_NK>(dpt, vs + warp * 16 * Tl::LD_NK, Tl::LD_NK, dos, Tl::LD_KN);
+        #pragma unroll
+        for (int n = 0; n < NT; n++) {
+            #pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int kr = warp * 16 + g + 8 * (i >> 1), qc = 8 * n + 2 * t + (i & 1);
+                float pt = 0.0f, dst = 0.0f;
+                if (v == BLOCK_FULL || tile_pair_sees<R>(coords, q0, qc, k0, kr, T)) {
+                    pt = expf(st[n][i] * p.scale - lse_s[qc]);
+                    dst = pt * (dpt[n][i] - drow_s[qc]) * p.scale;
+                }
+                st[n][i] = pt;
+                dpt[n][i] = dst;
+            }
+        }
+        fragments_store<NT>(pw, Tl::LD_P, st);
+        __syncwarp();
+        warp_mma<P, DT, R, B_KN>(acc_dv, pw, Tl::LD_P, dos, Tl::LD_KN);
+        __syncwarp();
+        fragments_store<NT>(pw, Tl::LD_P, dpt);
+        __syncwarp();
+        warp_mma<P, DT, R, B_KN>(acc_dk, pw, Tl::LD_P, qs, Tl::LD_KN);
+        __syncwarp();
+    }
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int j = k0 + warp * 16 + g + 8 * r;
+        if (j >= T) { continue; }
+        float *dkrow = p.dk + (brow + j) * p.dkv_stride + h * HS;
+        float *dvrow = p.dv + (brow + j) * p.dkv_stride + h * HS;
+        #pragma unroll
+        for (int d = 0; d < DT; d++) {
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                dkrow[8 * d + 2 * t + e] = acc_dk[d][2 * r + e];
+                dvrow[8 * d + 2 * t + e] = acc_dv[d][2 * r + e];
+            }
+        }
+    }
+}
+
+// drow[(b, h, t)] = dout . o over head h of token t, one thread per row, in the CPU's order
+// drow: (B, NH, T)   dout, o: (B, T, C)
+__global__ static void row_dot_kernel(float *drow, const float *dout, const float *o, int B, int T, int C, int NH) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T * HS) { return; }
-    int d = (int)(idx % HS);
-    int t = (int)((idx / HS) % T);
-    int h = (int)((idx / ((size_t)HS * T)) % NH);
-    int b = (int)(idx / ((size_t)HS * T * NH));
-    heads[idx] = tokens[((size_t)b * T + t) * stride + (size_t)h * HS + d];
-}
-
-// tokens (B, T, stride) <- heads (B, NH, T, HS); the other columns are untouched
-__global__ static void tokens_from_heads_kernel(float *tokens, const float *heads, int stride, int B, int T, int NH,
-                                                int HS) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)B * NH * T * HS) { return; }
-    int d = (int)(idx % HS);
-    int t = (int)((idx / HS) % T);
-    int h = (int)((idx / ((size_t)HS * T)) % NH);
-    int b = (int)(idx / ((size_t)HS * T * NH));
-    tokens[((size_t)b * T + t) * stride + (size_t)h * HS + d] = heads[idx];
-}
-
-static void heads_from_tokens_cuda(float *heads, const float *tokens, int stride, int B, int T, int C, int NH) {
-    size_t n = (size_t)B * T * C;
-    heads_from_tokens_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(heads, tokens, stride, B, T, NH, C / NH);
-    cudaCheckLaunch();
-}
-
-static void tokens_from_heads_cuda(float *tokens, const float *heads, int stride, int B, int T, int C, int NH) {
-    size_t n = (size_t)B * T * C;
-    tokens_from_heads_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(tokens, heads, stride, B, T, NH, C / NH);
-    cudaCheckLaunch();
+    if (idx >= (size_t)B * NH * T) { return; }
+    int t = (int)(idx % T), h = (int)((idx / T) % NH), HS = C / NH;
+    size_t b = idx / ((size_t)T * NH);
+    const float *x = dout + (b * T + t) * C + h * HS, *y = o + (b * T + t) * C + h * HS;
+    float sum = 0.0f;
+    for (int d = 0; d < HS; d++) { sum += x[d] * y[d]; }
+    drow[idx] = sum;
 }
 
 __global__ static void fill_kernel(float *x, float value, size_t n) {
@@ -134,372 +683,107 @@ __global__ static void fill_kernel(float *x, float value, size_t n) {
     if (i < n) { x[i] = value; }
 }
 
-// drow[r] = dout[r] . o[r], one thread per row, in the CPU's order
-// drow: (rows)   dout, o: (rows, HS)
-__global__ static void row_dot_kernel(float *drow, const float *dout, const float *o, size_t rows, int HS) {
-    size_t r = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= rows) { return; }
-    float sum = 0.0f;
-    for (int d = 0; d < HS; d++) { sum += dout[r * HS + d] * o[r * HS + d]; }
-    drow[r] = sum;
-}
-
 // ----------------------------------------------------------------------------
-// block kernels
+// launches: one per visiting block and pass
 
-// the visibility table of every batch row; one thread per row
-// q_index, q_doc, k_index, k_doc: (B, T)
-__global__ static void block_visibility_kernel(RowVisibility *vis, const int *q_index, const int *q_doc,
-                                               const int *k_index, const int *k_doc, int B, int T) {
-    int b = blockIdx.x * blockDim.x + threadIdx.x;
-    if (b >= B) { return; }
-    RowVisibility rv;
-    size_t off = (size_t)b * T;
-    block_visibility_table(q_index + off, q_doc + off, k_index + off, k_doc + off, T, rv.vis, rv.qs, rv.ks);
-    vis[b] = rv;
-}
-
-__device__ static inline int sub_block_containing(const SubBlock *sbs, int i) {
-    for (int s = 0; s < RING_SUBBLOCKS; s++) {
-        if (i >= sbs[s].start && i < sbs[s].end) { return s; }
-    }
-    return 0; // unreachable: the sub-blocks tile [0, T)
-}
-
-__device__ static inline float dot_row(const float *a, const float *b, int n) {
-    float sum = 0.0f;
-    for (int d = 0; d < n; d++) { sum += a[d] * b[d]; }
-    return sum;
-}
-
-// Whether query i sees key j under a sub-block pair's visibility.
-__device__ static inline int pair_sees(BlockVisibility bv, int q_index, int q_doc, int k_index, int k_doc) {
-    return bv == BLOCK_FULL || (bv == BLOCK_MASKED && pair_visible(q_index, q_doc, k_index, k_doc));
-}
-
-// The row a warp works on: row = (b * NH + h) * T + t, one of `rows`.
-typedef struct {
-    size_t row, bh; // the row, and its (b, h) row of T
-    int t, b;       // its token and batch row
-    int lane, warp;
-} WarpRow;
-
-__device__ static inline WarpRow warp_row(int NH, int T) {
-    WarpRow w;
-    w.lane = threadIdx.x % WARP_SIZE;
-    w.warp = threadIdx.x / WARP_SIZE;
-    w.row = (size_t)blockIdx.x * ATTN_WARPS + w.warp;
-    w.t = (int)(w.row % T);
-    w.bh = w.row / T;
-    w.b = (int)(w.bh / NH);
-    return w;
-}
-
-// acc[r] += weight * x[lane + r * WARP_SIZE]: a lane's share of a row of HS
-// (inlined, so that acc stays in registers)
-__device__ static __forceinline__ void lane_axpy(float *acc, float weight, const float *x, int lane, int HS) {
-    #pragma unroll
-    for (int r = 0; r < ATTN_DIMS_PER_LANE; r++) {
-        int d = lane + r * WARP_SIZE;
-        if (d < HS) { acc[r] += weight * x[d]; }
+// Calls f with AttnKernel<precision, HS> for the run's precision and head size.
+template <AttnPrecision P_, int HS_> struct AttnKernel {
+    static constexpr AttnPrecision P = P_;
+    static constexpr int HS = HS_;
+};
+template <AttnPrecision P, typename F> static void attention_dispatch_hs(int HS, F f) {
+    switch (HS) {
+    case 32: f(AttnKernel<P, 32>()); break;
+    case 64: f(AttnKernel<P, 64>()); break;
+    case 128: f(AttnKernel<P, 128>()); break;
+    default: fatal("head size %d: the GPU attention is built for head sizes 32, 64 and 128", HS);
     }
 }
-
-// x[lane + r * WARP_SIZE] = acc[r]
-__device__ static __forceinline__ void lane_store(float *x, const float *acc, int lane, int HS) {
-    #pragma unroll
-    for (int r = 0; r < ATTN_DIMS_PER_LANE; r++) {
-        int d = lane + r * WARP_SIZE;
-        if (d < HS) { x[d] = acc[r]; }
-    }
+template <typename F> static void attention_dispatch(AttnPrecision precision, int HS, F f) {
+    if (precision == ATTN_TF32) { attention_dispatch_hs<ATTN_TF32>(HS, f); }
+    else { attention_dispatch_hs<ATTN_FP32>(HS, f); }
 }
 
-// Attends every local query row to the visiting block and merges into (o, lse).
-// o, q: (B, NH, T, HS)   lse: (B, NH, T)   k, v: (B, NH, T, HS) of the block
-// q_index, q_doc, k_index, k_doc: (B, T)   vis: (B)
-// one warp per query row; dynamic shared memory ATTN_WARPS x HS floats (the queries)
-__global__ static void attend_forward_kernel(float *o, float *lse, const float *q, const float *k,
-                                             const float *v, const int *q_index, const int *q_doc,
-                                             const int *k_index, const int *k_doc, const RowVisibility *vis,
-                                             int NH, int T, int HS, size_t rows, float scale) {
-    extern __shared__ float shared[];
-    WarpRow w = warp_row(NH, T); // a query row
-    if (w.row >= rows) { return; } // the whole warp
-    int lane = w.lane, i = w.t, b = w.b;
-    size_t row = w.row, bh = w.bh;
-    const RowVisibility *rv = &vis[b];
-    int a = sub_block_containing(rv->qs, i);
-    float *qrow = shared + (size_t)w.warp * HS;
-    for (int d = lane; d < HS; d += WARP_SIZE) { qrow[d] = q[row * HS + d]; }
-    __syncwarp();
-    const float *kb = k + bh * T * HS;
-    const float *vb = v + bh * T * HS;
-    const int *ki = k_index + (size_t)b * T, *kd = k_doc + (size_t)b * T;
-    int qi = q_index[(size_t)b * T + i], qd = q_doc[(size_t)b * T + i];
-
-    // pass 1: the max score over the visible keys
-    float maxval = -INFINITY;
-    for (int c = 0; c < RING_SUBBLOCKS; c++) {
-        BlockVisibility bv = rv->vis[a][c];
-        if (bv == BLOCK_SKIP) { continue; }
-        for (int j = rv->ks[c].start + lane; j < rv->ks[c].end; j += WARP_SIZE) {
-            if (!pair_sees(bv, qi, qd, ki[j], kd[j])) { continue; }
-            maxval = fmaxf(maxval, dot_row(qrow, kb + (size_t)j * HS, HS) * scale);
-        }
-    }
-    maxval = warp_reduce_max(maxval);
-    if (maxval == -INFINITY) { return; } // nothing of this block is visible to query i (warp-uniform)
-
-    // pass 2: the block's own softmax, o_blk = sum p v and its normaliser
-    float sum = 0.0f;
-    float acc[ATTN_DIMS_PER_LANE];
-    #pragma unroll
-    for (int r = 0; r < ATTN_DIMS_PER_LANE; r++) { acc[r] = 0.0f; }
-    for (int c = 0; c < RING_SUBBLOCKS; c++) {
-        BlockVisibility bv = rv->vis[a][c];
-        if (bv == BLOCK_SKIP) { continue; }
-        int end = rv->ks[c].end;
-        for (int base = rv->ks[c].start; base < end; base += WARP_SIZE) {
-            int j = base + lane;
-            float p = 0.0f;
-            if (j < end && pair_sees(bv, qi, qd, ki[j], kd[j])) {
-                p = expf(dot_row(qrow, kb + (size_t)j * HS, HS) * scale - maxval);
-            }
-            sum += p;
-            int count = min(WARP_SIZE, end - base);
-            for (int t = 0; t < count; t++) {
-                float pt = __shfl_sync(FULL_MASK, p, t);
-                lane_axpy(acc, pt, vb + (size_t)(base + t) * HS, lane, HS);
-            }
-        }
-    }
-    sum = warp_reduce_sum(sum);
-    float lse_blk = maxval + logf(sum);
-    float lse_old = lse[row];
-    __syncwarp(); // every lane has read lse_old before lane 0 writes
-    float *orow = o + row * HS;
-    if (lse_old == -INFINITY) {
-        // the first block this query sees: take it as is
-        #pragma unroll
-        for (int r = 0; r < ATTN_DIMS_PER_LANE; r++) { acc[r] = acc[r] / sum; }
-        lane_store(orow, acc, lane, HS);
-        if (lane == 0) { lse[row] = lse_blk; }
-    } else {
-        float lse_new = fmaxf(lse_old, lse_blk) + log1pf(expf(-fabsf(lse_old - lse_blk)));
-        float w_old = expf(lse_old - lse_new);
-        float w_blk = expf(lse_blk - lse_new) / sum;
-        #pragma unroll
-        for (int r = 0; r < ATTN_DIMS_PER_LANE; r++) {
-            int d = lane + r * WARP_SIZE;
-            if (d < HS) { orow[d] = orow[d] * w_old + acc[r] * w_blk; }
-        }
-        if (lane == 0) { lse[row] = lse_new; }
-    }
+// the arguments every block kernel shares: queries, the block, its coordinates
+static AttnBlockArgs attention_block_args(const AttentionQueriesCuda *aq, const float *qkv, KVBlockCuda blk) {
+    const AttentionLayoutCuda *al = &aq->layout;
+    int C = aq->C, HS = aq->C / aq->NH;
+    AttnBlockArgs a;
+    memset(&a, 0, sizeof(a));
+    a.q = qkv; a.q_stride = 3 * C;
+    a.k = blk.k; a.v = blk.v; a.kv_stride = blk.stride;
+    a.q_index = layout_index(al, al->rank); a.q_doc = layout_document(al, al->rank);
+    a.k_index = layout_index(al, blk.rank); a.k_doc = layout_document(al, blk.rank);
+    a.vis = layout_visibility(al, blk.rank);
+    a.T = aq->T; a.C = C; a.NH = aq->NH; a.tiles = al->tiles;
+    a.scale = 1.0f / sqrtf((float)HS);
+    return a;
 }
 
-// dQ of every local query row against the visiting block, accumulated into dq.
-// dq, q, dout: (B, NH, T, HS)   lse, drow: (B, NH, T)   k, v: the block's (B, NH, T, HS)
-// one warp per query row; dynamic shared memory 2 x ATTN_WARPS x HS floats (q and dO rows)
-__global__ static void attend_backward_dq_kernel(float *dq, const float *q, const float *k, const float *v,
-                                                 const float *dout, const float *lse, const float *drow,
-                                                 const int *q_index, const int *q_doc, const int *k_index,
-                                                 const int *k_doc, const RowVisibility *vis, int NH, int T,
-                                                 int HS, size_t rows, float scale) {
-    extern __shared__ float shared[];
-    WarpRow w = warp_row(NH, T); // a query row
-    if (w.row >= rows) { return; }
-    int lane = w.lane, i = w.t, b = w.b;
-    size_t row = w.row, bh = w.bh;
-    const RowVisibility *rv = &vis[b];
-    int a = sub_block_containing(rv->qs, i);
-    float *qrow = shared + (size_t)w.warp * 2 * HS;
-    float *dorow = qrow + HS;
-    for (int d = lane; d < HS; d += WARP_SIZE) {
-        qrow[d] = q[row * HS + d];
-        dorow[d] = dout[row * HS + d];
-    }
-    __syncwarp();
-    const float *kb = k + bh * T * HS;
-    const float *vb = v + bh * T * HS;
-    const int *ki = k_index + (size_t)b * T, *kd = k_doc + (size_t)b * T;
-    int qi = q_index[(size_t)b * T + i], qd = q_doc[(size_t)b * T + i];
-    float lse_i = lse[row], d_i = drow[row];
-    float acc[ATTN_DIMS_PER_LANE];
-    #pragma unroll
-    for (int r = 0; r < ATTN_DIMS_PER_LANE; r++) {
-        int d = lane + r * WARP_SIZE;
-        acc[r] = d < HS ? dq[row * HS + d] : 0.0f;
-    }
-    for (int c = 0; c < RING_SUBBLOCKS; c++) {
-        BlockVisibility bv = rv->vis[a][c];
-        if (bv == BLOCK_SKIP) { continue; }
-        int end = rv->ks[c].end;
-        for (int base = rv->ks[c].start; base < end; base += WARP_SIZE) {
-            int j = base + lane;
-            float ds = 0.0f;
-            if (j < end && pair_sees(bv, qi, qd, ki[j], kd[j])) {
-                float p = expf(dot_row(qrow, kb + (size_t)j * HS, HS) * scale - lse_i);
-                ds = p * (dot_row(dorow, vb + (size_t)j * HS, HS) - d_i) * scale;
-            }
-            int count = min(WARP_SIZE, end - base);
-            for (int t = 0; t < count; t++) {
-                float dst = __shfl_sync(FULL_MASK, ds, t);
-                lane_axpy(acc, dst, kb + (size_t)(base + t) * HS, lane, HS);
-            }
-        }
-    }
-    lane_store(dq + row * HS, acc, lane, HS);
+// the dynamic shared memory of a kernel, allowed past the default 48 KiB
+template <typename K> static size_t attention_shared(K kernel, size_t floats) {
+    size_t bytes = floats * sizeof(float);
+    cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    return bytes;
 }
 
-// The visiting block's dK | dV contribution from this rank's queries: every key row
-// is written (0 where no query sees it), so dkv needs no zeroing.
-// dkv: 2 x (B, NH, T, HS), dK then dV   q, dout: (B, NH, T, HS)   lse, drow: (B, NH, T)
-// one warp per key row; dynamic shared memory 2 x ATTN_WARPS x HS floats (k and v rows)
-__global__ static void attend_backward_dkv_kernel(float *dkv, const float *q, const float *k, const float *v,
-                                                  const float *dout, const float *lse, const float *drow,
-                                                  const int *q_index, const int *q_doc, const int *k_index,
-                                                  const int *k_doc, const RowVisibility *vis, int NH, int T,
-                                                  int HS, size_t rows, float scale) {
-    extern __shared__ float shared[];
-    WarpRow w = warp_row(NH, T); // a key row of the block
-    if (w.row >= rows) { return; }
-    int lane = w.lane, j = w.t, b = w.b;
-    size_t row = w.row, bh = w.bh;
-    const RowVisibility *rv = &vis[b];
-    int c = sub_block_containing(rv->ks, j);
-    float *krow = shared + (size_t)w.warp * 2 * HS;
-    float *vrow = krow + HS;
-    for (int d = lane; d < HS; d += WARP_SIZE) {
-        krow[d] = k[row * HS + d];
-        vrow[d] = v[row * HS + d];
-    }
-    __syncwarp();
-    const float *qb = q + bh * T * HS;
-    const float *dob = dout + bh * T * HS;
-    const float *lse_b = lse + bh * T;
-    const float *drow_b = drow + bh * T;
-    const int *qi = q_index + (size_t)b * T, *qd = q_doc + (size_t)b * T;
-    int kj = k_index[(size_t)b * T + j], kdj = k_doc[(size_t)b * T + j];
-    float acc_k[ATTN_DIMS_PER_LANE], acc_v[ATTN_DIMS_PER_LANE];
-    #pragma unroll
-    for (int r = 0; r < ATTN_DIMS_PER_LANE; r++) { acc_k[r] = 0.0f; acc_v[r] = 0.0f; }
-    for (int a = 0; a < RING_SUBBLOCKS; a++) {
-        BlockVisibility bv = rv->vis[a][c];
-        if (bv == BLOCK_SKIP) { continue; }
-        int end = rv->qs[a].end;
-        for (int base = rv->qs[a].start; base < end; base += WARP_SIZE) {
-            int i = base + lane;
-            float p = 0.0f, ds = 0.0f;
-            if (i < end && pair_sees(bv, qi[i], qd[i], kj, kdj)) {
-                p = expf(dot_row(qb + (size_t)i * HS, krow, HS) * scale - lse_b[i]);
-                ds = p * (dot_row(dob + (size_t)i * HS, vrow, HS) - drow_b[i]) * scale;
-            }
-            int count = min(WARP_SIZE, end - base);
-            for (int t = 0; t < count; t++) {
-                float pt = __shfl_sync(FULL_MASK, p, t);
-                float dst = __shfl_sync(FULL_MASK, ds, t);
-                lane_axpy(acc_v, pt, dob + (size_t)(base + t) * HS, lane, HS);
-                lane_axpy(acc_k, dst, qb + (size_t)(base + t) * HS, lane, HS);
-            }
-        }
-    }
-    size_t n = rows * HS; // dV follows dK
-    lane_store(dkv + row * HS, acc_k, lane, HS);
-    lane_store(dkv + n + row * HS, acc_v, lane, HS);
+// Attends the local queries to one K/V block and merges into (out, lse).
+// out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
+static void attend_block_forward_cuda(AttentionQueriesCuda *aq, const float *qkv, KVBlockCuda blk, float *out,
+                                      float *lse) {
+    AttnBlockArgs a = attention_block_args(aq, qkv, blk);
+    a.o = out;
+    a.lse = lse;
+    dim3 grid(a.tiles, aq->NH, aq->B);
+    attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
+        constexpr AttnPrecision P = decltype(kernel)::P;
+        constexpr int HS = decltype(kernel)::HS;
+        size_t shared = attention_shared(attend_forward_kernel<P, HS>, forward_shared_floats<HS>());
+        attend_forward_kernel<P, HS><<<grid, AttnTile<HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        cudaCheckLaunch();
+    });
+}
+
+// One block's share of the backward pass: dQ written (dq_add 0) or added to, with
+// row stride dq_stride; the block's dK, dV contribution written (row stride dkv_stride).
+// dout: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
+static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const float *qkv, KVBlockCuda blk,
+                                       const float *dout, const float *lse, float *dq, int dq_stride, int dq_add,
+                                       float *dk, float *dv, int dkv_stride) {
+    AttnBlockArgs a = attention_block_args(aq, qkv, blk);
+    a.lse = (float *)lse;
+    a.dout = dout;
+    a.drow = aq->drow;
+    a.dq = dq; a.dq_stride = dq_stride; a.dq_add = dq_add;
+    a.dk = dk; a.dv = dv; a.dkv_stride = dkv_stride;
+    dim3 grid(a.tiles, aq->NH, aq->B);
+    attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
+        constexpr AttnPrecision P = decltype(kernel)::P;
+        constexpr int HS = decltype(kernel)::HS;
+        size_t shared = attention_shared(attend_backward_dq_kernel<P, HS>, backward_shared_floats<HS>());
+        attend_backward_dq_kernel<P, HS><<<grid, AttnTile<HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        cudaCheckLaunch();
+        shared = attention_shared(attend_backward_dkv_kernel<P, HS>, backward_shared_floats<HS>());
+        attend_backward_dkv_kernel<P, HS><<<grid, AttnTile<HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        cudaCheckLaunch();
+    });
 }
 
 // ----------------------------------------------------------------------------
 // the steps every algorithm takes
 
-// Fills the queries and this rank's own K/V block from the qkv activation and the layout.
-// qkv: (B, T, 3C), q and k and v at offsets 0, C, 2C of each token
-static void attention_load_cuda(AttentionQueriesCuda *aq, const ShardLayout *lay, KVBlock *own, const float *qkv) {
-    int B = aq->B, T = aq->T, C = aq->C, NH = aq->NH;
-    if (lay == NULL || lay->B != B || lay->local_len != T) {
-        fatal("attention: the layout does not match the buffers (B %d, T %d)", B, T);
-    }
-    heads_from_tokens_cuda(aq->q, qkv, 3 * C, B, T, C, NH);
-    heads_from_tokens_cuda(own->k, qkv + C, 3 * C, B, T, C, NH);
-    heads_from_tokens_cuda(own->v, qkv + 2 * C, 3 * C, B, T, C, NH);
-    size_t bytes = (size_t)B * T * sizeof(int);
-    cuda_upload(own->index, lay->global_index, bytes);
-    cuda_upload(own->document, lay->document, bytes);
-    cuda_upload(aq->q_index, lay->global_index, bytes);
-    cuda_upload(aq->q_doc, lay->document, bytes);
-}
-
-// attention_load_cuda, and the empty state: no block seen yet.   lse: (B, NH, T)
-static void attention_forward_begin_cuda(AttentionQueriesCuda *aq, const ShardLayout *lay, KVBlock *own,
-                                         const float *qkv, float *lse) {
-    attention_load_cuda(aq, lay, own, qkv);
+// The empty state: no block seen yet.   lse: (B, NH, T)
+static void attention_forward_begin_cuda(AttentionQueriesCuda *aq, float *lse) {
     size_t rows = (size_t)aq->B * aq->NH * aq->T;
     fill_kernel<<<grid_for(rows, 256), 256, 0, cuda_ctx.stream>>>(lse, -INFINITY, rows);
     cudaCheckLaunch();
 }
 
-// out: (B, T, C), once every block has been merged
-static void attention_forward_end_cuda(AttentionQueriesCuda *aq, float *out) {
-    tokens_from_heads_cuda(out, aq->o, aq->C, aq->B, aq->T, aq->C, aq->NH);
-}
-
-// attention_load_cuda, and what backward needs of the forward's result: dO, O, D;
-// dQ = 0.   dout, out: (B, T, C)
-static void attention_backward_begin_cuda(AttentionQueriesCuda *aq, const ShardLayout *lay, KVBlock *own,
-                                          const float *qkv, const float *dout, const float *out) {
-    int B = aq->B, T = aq->T, C = aq->C, NH = aq->NH, HS = C / NH;
-    attention_load_cuda(aq, lay, own, qkv);
-    heads_from_tokens_cuda(aq->dout, dout, C, B, T, C, NH);
-    heads_from_tokens_cuda(aq->o, out, C, B, T, C, NH);
-    size_t rows = (size_t)B * NH * T;
-    row_dot_kernel<<<grid_for(rows, 256), 256, 0, cuda_ctx.stream>>>(aq->drow, aq->dout, aq->o, rows, HS);
-    cudaCheckLaunch();
-    cudaCheck(cudaMemsetAsync(aq->dq, 0, rows * HS * sizeof(float), cuda_ctx.stream));
-}
-
-// dqkv (B, T, 3C) <- dQ, and the complete dK | dV of this rank's own block
-// dkv: 2 x (B, NH, T, HS)
-static void attention_backward_end_cuda(AttentionQueriesCuda *aq, float *dqkv, const float *dkv) {
-    int B = aq->B, T = aq->T, C = aq->C, NH = aq->NH;
-    size_t n = (size_t)B * T * C;
-    tokens_from_heads_cuda(dqkv, aq->dq, 3 * C, B, T, C, NH);
-    tokens_from_heads_cuda(dqkv + C, dkv, 3 * C, B, T, C, NH);
-    tokens_from_heads_cuda(dqkv + 2 * C, dkv + n, 3 * C, B, T, C, NH);
-}
-
-static void block_visibility_cuda(AttentionQueriesCuda *aq, const KVBlock *blk) {
-    block_visibility_kernel<<<grid_for(aq->B, 64), 64, 0, cuda_ctx.stream>>>(aq->vis, aq->q_index, aq->q_doc,
-                                                                             blk->index, blk->document, aq->B, aq->T);
-    cudaCheckLaunch();
-}
-
-// Attends the local queries to one K/V block and merges into (o, lse).
-static void attend_block_forward_cuda(AttentionQueriesCuda *aq, const KVBlock *blk, float *lse) {
-    int HS = aq->C / aq->NH;
+// What backward needs of the forward's result: D = rowsum(dO * O).   dout, out: (B, T, C)
+static void attention_backward_begin_cuda(AttentionQueriesCuda *aq, const float *dout, const float *out) {
     size_t rows = (size_t)aq->B * aq->NH * aq->T;
-    block_visibility_cuda(aq, blk);
-    size_t shared = (size_t)ATTN_WARPS * HS * sizeof(float);
-    attend_forward_kernel<<<grid_for(rows, ATTN_WARPS), ATTN_WARPS * WARP_SIZE, shared, cuda_ctx.stream>>>(
-        aq->o, lse, aq->q, blk->k, blk->v, aq->q_index, aq->q_doc, blk->index, blk->document, aq->vis, aq->NH, aq->T,
-        HS, rows, 1.0f / sqrtf((float)HS));
-    cudaCheckLaunch();
-}
-
-// Adds one block's share to dQ, and writes the block's dK | dV contribution.
-// dkv: 2 x (B, NH, T, HS), every row written
-static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const KVBlock *blk, const float *lse, float *dkv) {
-    int HS = aq->C / aq->NH;
-    size_t rows = (size_t)aq->B * aq->NH * aq->T;
-    float scale = 1.0f / sqrtf((float)HS);
-    block_visibility_cuda(aq, blk);
-    size_t shared = 2 * (size_t)ATTN_WARPS * HS * sizeof(float);
-    unsigned int grid = grid_for(rows, ATTN_WARPS);
-    attend_backward_dq_kernel<<<grid, ATTN_WARPS * WARP_SIZE, shared, cuda_ctx.stream>>>(
-        aq->dq, aq->q, blk->k, blk->v, aq->dout, lse, aq->drow, aq->q_index, aq->q_doc, blk->index, blk->document,
-        aq->vis, aq->NH, aq->T, HS, rows, scale);
-    cudaCheckLaunch();
-    attend_backward_dkv_kernel<<<grid, ATTN_WARPS * WARP_SIZE, shared, cuda_ctx.stream>>>(
-        dkv, aq->q, blk->k, blk->v, aq->dout, lse, aq->drow, aq->q_index, aq->q_doc, blk->index, blk->document,
-        aq->vis, aq->NH, aq->T, HS, rows, scale);
+    row_dot_kernel<<<grid_for(rows, 256), 256, 0, cuda_ctx.stream>>>(aq->drow, dout, out, aq->B, aq->T, aq->C,
+                                                                     aq->NH);
     cudaCheckLaunch();
 }
 

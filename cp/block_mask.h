@@ -18,8 +18,8 @@ decide at once whether
 With round_robin the halves are exactly the two chunks a rank owns, so this is the
 classic zigzag skipping; with contiguous it skips the upper triangle of blocks. No
 layout is named here: the ranges come from the indices alone. The tiled CPU
-attention (cp/attention_block.h) applies the same rule to its tiles
-(sub_block_range).
+attention (cp/attention_block.h) applies the same rule to its tiles, and the GPU
+kernels to each pair of tiles (cp/attention_block.cuh), both with sub_block_range.
 */
 #ifndef CP_BLOCK_MASK_H
 #define CP_BLOCK_MASK_H
@@ -48,7 +48,7 @@ CP_HOST_DEVICE static SubBlock sub_block_range(const int *index, const int *docu
     sb.end = end;
     sb.index_lo = sb.doc_lo = 0x7fffffff;
     sb.index_hi = sb.doc_hi = -0x7fffffff;
-    for (int i = sb.start; i < sb.end; i++) {
+    for (int i = start; i < end; i++) {
         if (index[i] < sb.index_lo) { sb.index_lo = index[i]; }
         if (index[i] > sb.index_hi) { sb.index_hi = index[i]; }
         if (document[i] < sb.doc_lo) { sb.doc_lo = document[i]; }

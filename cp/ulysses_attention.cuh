@@ -9,7 +9,8 @@ that the CPU loops follow too. The attention over the group's row is the GPU rin
 
 The group's coordinates (cp/ulysses_layout.h) are built on the host once per step
 (bind) over a host transport of the same ranks, and their slots copied to the
-device; the ring takes the group's layout from the host, like any layout.
+device; the ring takes the group's layout from the host, like any layout, and
+prepares its tile visibility on the device (ring_attention_cuda_set_layout).
 */
 #ifndef CP_ULYSSES_ATTENTION_CUH
 #define CP_ULYSSES_ATTENTION_CUH
@@ -38,12 +39,13 @@ typedef struct {
     size_t bytes;              // device memory init allocated
 } UlyssesAttentionCuda;
 
-// The device bytes init allocates (ulysses_attention_bytes's twin: the group row's
-// coordinates stay on the host, its slots go to the device).
-static size_t ulysses_attention_cuda_bytes(int U, int B, int T, int C, int NH) {
+// The device bytes init allocates for U x R ranks (ulysses_attention_bytes's twin: the
+// group row's coordinates stay on the host, its slots go to the device; the ring over
+// the R groups holds the row's coordinates and tile visibility on the device).
+static size_t ulysses_attention_cuda_bytes(int U, int R, int B, int T, int C, int NH) {
     size_t bt = (size_t)B * T;
     return (size_t)U * bt * sizeof(int) + 2 * ulysses_buffer_floats(B, T, C, NH) * sizeof(float) +
-           bt * (8 * (size_t)C + NH) * sizeof(float) + ring_attention_cuda_bytes(B, U * T, C / U, NH / U);
+           bt * (8 * (size_t)C + NH) * sizeof(float) + ring_attention_cuda_bytes(R, B, U * T, C / U, NH / U);
 }
 
 static void ulysses_attention_cuda_init(UlyssesAttentionCuda *ua, Comm *group, Comm *group_host, Comm *ring, int B,
@@ -77,12 +79,14 @@ static void ulysses_attention_cuda_free(UlyssesAttentionCuda *ua) {
     memset(ua, 0, sizeof(*ua));
 }
 
-// Collective over the Ulysses group: this step's layout, and the group's row made of it.
+// Collective over the Ulysses group and then the ring of groups: this step's layout,
+// the group's row made of it, and the row's coordinates and tile visibility on the
+// device for every layer's passes (once per step).
 static void ulysses_attention_cuda_bind(UlyssesAttentionCuda *ua, const ShardLayout *layout) {
     ua->layout = layout;
     ulysses_layout_build(&ua->coords, ua->group_host, layout);
     cuda_upload(ua->slot, ua->coords.slot, (size_t)ua->U * ua->B * ua->T * sizeof(int));
-    ua->ring.layout = &ua->coords.layout;
+    ring_attention_cuda_set_layout(&ua->ring, &ua->coords.layout);
 }
 
 // one thread per element of the all-to-all buffer: from (into_buffer) or to its place on `side`

@@ -1,25 +1,30 @@
 #!/usr/bin/env bash
 # The GPU check: one command for a machine with an NVIDIA GPU (planned for one H200,
-# under 6 minutes). From the repo root:
+# about 15 minutes, most of it the compute-sanitizer passes). From the repo root:
 #
 #     bash scripts/gpu_check.sh
 #
-#   1. finds the toolchain: nvcc (CUDA_HOME, default /usr/local/cuda), NCCL (in
-#      CUDA_HOME, else python3's site-packages nvidia/nccl from the pip package
-#      nvidia-nccl-cu13), MPI (the system's mpirun, else gpu_bundle/ made here by
-#      scripts/gpu_bundle.sh, for machines without MPI or a package registry)
+#   1. finds the toolchain (scripts/gpu_toolchain.sh): nvcc (CUDA_HOME, default
+#      /usr/local/cuda), NCCL (in CUDA_HOME, else python3's site-packages
+#      nvidia/nccl from the pip package nvidia-nccl-cu13; optional: without it the
+#      trainer is built with NO_NCCL=1 and the cp 1 runs use -ct mpi), MPI (the
+#      system's mpirun, else gpu_bundle/ made here by scripts/gpu_bundle.sh, for
+#      machines without MPI or a package registry)
 #   2. builds train_gpt2cp, the CPU twin train_gpt2cp_cpu and the GPU tests
 #   3. runs the GPU tests: every kernel and the whole model against the CPU headers,
 #      ring, all-gather, Ulysses and hybrid attention against their CPU twins on 1
-#      to 4 ranks sharing the GPU
+#      to 4 ranks sharing the GPU (the block attention in exact fp32 and TF32);
+#      then, where compute-sanitizer works, the tests again under its memcheck
+#      and racecheck
 #   4. trains the same small model (-e d2 -b 4 -t 256 -x 20 -f 0, Austen data) with
 #      the CPU twin (cp 1, the reference) and with train_gpt2cp at cp 1 (NCCL) and
 #      cp 2 and 4 x {contiguous, round_robin} (-ct mpi, ranks sharing the GPU),
 #      Ulysses at cp 1 (NCCL) and 2, the hybrid U 2 x R 2;
 #      then with document masking (-dm 1, text with short documents) the packed
 #      layout, the all-gather, Ulysses and hybrid attention against the CPU twin
-#      with -dm 1; and a
-#      resume: 10 steps, then -y 1 to 20, must repeat the 20-step run's losses
+#      with -dm 1; and a resume: 10 steps, then -y 1 to 20, must repeat the
+#      20-step run's losses; and one timed GPT-2 124M run (-e d12 -b 8 -t 1024,
+#      TF32), its tok/s
 #   5. prints a table, also written to $OUT/gpu_check.txt when OUT is set: per run,
 #      |step loss - CPU twin| at step 1 and the max over 20 steps, the max
 #      |per-token loss - CPU twin| (gathered with -tl) at step 1 and over all
@@ -30,75 +35,16 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$(pwd)
-WORK=$REPO/build/gpu_check
-rm -rf "$WORK"
-mkdir -p "$WORK"
-REPORT_DIR=${OUT:-$WORK}
-mkdir -p "$REPORT_DIR"
-LOG=$REPORT_DIR/gpu_check.log
-TABLE=$REPORT_DIR/gpu_check.txt
-: > "$LOG"
-START=$SECONDS
-failures=0
-
-say() { echo "$*" | tee -a "$LOG"; }
-fail() { say "FAIL: $*"; failures=$((failures + 1)); }
-# run NAME TIMEOUT COMMAND...: the output goes to the log and $WORK/NAME.out
-run() {
-    local name=$1 limit=$2
-    shift 2
-    local t0=$SECONDS
-    timeout "$limit" "$@" > "$WORK/$name.out" 2>&1
-    local rc=$?
-    cat "$WORK/$name.out" >> "$LOG"
-    say "[$((SECONDS - START))s] $name: exit $rc ($((SECONDS - t0)) s)"
-    if [[ $rc -ne 0 ]]; then
-        tail -n 25 "$WORK/$name.out"
-        return 1
-    fi
-}
-
 # ---- 1. toolchain
-for tool in make gcc python3 od awk timeout; do
-    command -v $tool > /dev/null || { echo "error: gpu_check.sh needs '$tool'" >&2; exit 1; }
-done
-export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
-if [[ ! -x $CUDA_HOME/bin/nvcc ]]; then
-    if command -v nvcc > /dev/null; then CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")"); else
-        echo "error: no nvcc (set CUDA_HOME)" >&2; exit 1; fi
-fi
-say "nvcc: $("$CUDA_HOME/bin/nvcc" --version | tail -n 2 | head -n 1)"
-nvidia-smi -L 2>&1 | tee -a "$LOG" || true
-if [[ -z ${NCCL_HOME:-} ]]; then
-    if [[ -f $CUDA_HOME/include/nccl.h ]]; then NCCL_HOME=$CUDA_HOME; else
-        for site in $(python3 -c 'import site, sys; print(" ".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null); do
-            if [[ -f $site/nvidia/nccl/include/nccl.h ]]; then NCCL_HOME=$site/nvidia/nccl; break; fi
-        done
-    fi
-fi
-if [[ -z ${NCCL_HOME:-} ]]; then echo "error: no NCCL (nccl.h) in $CUDA_HOME or python3's nvidia/nccl; set NCCL_HOME" >&2; exit 1; fi
-export NCCL_HOME
-say "NCCL: $NCCL_HOME"
-if mpirun --version > /dev/null 2>&1 && mpicc --showme:compile > /dev/null 2>&1; then
-    say "MPI: the system's ($(command -v mpirun))"
-elif [[ -f gpu_bundle/env.sh ]]; then
-    # shellcheck disable=SC1091
-    source gpu_bundle/env.sh
-    say "MPI: gpu_bundle ($(command -v mpirun))"
-else
-    echo "error: no mpirun here and no gpu_bundle/ (make it with scripts/gpu_bundle.sh where apt works, carry it along)" >&2
-    exit 1
-fi
-# containers often forbid the cross-process memory reads (CMA) of Open MPI's shared
-# memory transport; the copy-in/copy-out path always works
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+GPU_SCRIPT=gpu_check
+# shellcheck source=scripts/gpu_toolchain.sh
+source scripts/gpu_toolchain.sh || exit 1
+[[ $HAVE_MPI -eq 1 ]] || { say "error: the GPU check needs MPI (the trainer is an MPI program)"; exit 1; }
 CORES=$(nproc)
 
 # ---- 2. build
 GPU_TESTS=(build/gpu/test_gpu_kernels build/gpu/test_gpu_ring_attention)
-run build 600 make -j 4 NCCL_HOME="$NCCL_HOME" CUDA_HOME="$CUDA_HOME" train_gpt2cp train_gpt2cp_cpu "${GPU_TESTS[@]}" ||
+run build 600 make -j 4 "${MAKE_FLAGS[@]}" train_gpt2cp train_gpt2cp_cpu "${GPU_TESTS[@]}" ||
     { fail "the build failed"; exit 1; }
 
 # ---- 3. GPU tests
@@ -108,6 +54,25 @@ for np in 1 2 3 4; do
     run "test_gpu_ring_attention_np$np" 240 "${MPIRUN[@]}" -np "$np" build/gpu/test_gpu_ring_attention ||
         fail "test_gpu_ring_attention on $np rank(s)"
 done
+
+# compute-sanitizer over the GPU tests, where the tool works on this machine:
+# memcheck (out-of-bounds and misaligned accesses, leaks of device memory) and
+# racecheck (shared-memory races: a missing __syncthreads in the attention tiles)
+SANITIZER=$CUDA_HOME/bin/compute-sanitizer
+sanitized=none
+if [[ -x $SANITIZER ]] && "$SANITIZER" --version > /dev/null 2>&1; then
+    sanitized="memcheck, racecheck"
+    for tool in memcheck racecheck; do
+        for t in test_gpu_kernels test_gpu_ring_attention; do
+            run "sanitizer_${tool}_$t" 900 "${MPIRUN[@]}" -np 1 "$SANITIZER" --tool "$tool" --error-exitcode 99 \
+                "build/gpu/$t" || fail "compute-sanitizer --tool $tool on $t"
+        done
+    done
+    run sanitizer_memcheck_ring_np2 900 "${MPIRUN[@]}" -np 2 "$SANITIZER" --tool memcheck --error-exitcode 99 \
+        build/gpu/test_gpu_ring_attention || fail "compute-sanitizer --tool memcheck on test_gpu_ring_attention, 2 ranks"
+else
+    say "compute-sanitizer: not at $SANITIZER or not working here: the GPU tests ran without it"
+fi
 
 # ---- 4. training runs
 STEPS=20
@@ -131,15 +96,17 @@ gpu() {
     shift 3
     train "$name" "$np" ./train_gpt2cp "$@" && { runs+=("$name"); reference[$name]=$ref; } || fail "$name"
 }
-gpu gpu_cp1_nccl 1 cpu_cp1 -cp 1 -ct nccl
+# cp 1 over NCCL where it was found (else over the staged MPI transport)
+NCCL_CT=$([[ $HAVE_NCCL -eq 1 ]] && echo nccl || echo mpi)
+gpu "gpu_cp1_$NCCL_CT" 1 cpu_cp1 -cp 1 -ct "$NCCL_CT"
 for cp in 2 4; do
     for layout in contiguous round_robin; do
         gpu "gpu_cp${cp}_${layout}_mpi" "$cp" cpu_cp1 -cp "$cp" -cl "$layout" -ct mpi
     done
 done
-# Ulysses (d2: 2 heads, so U 2): the all-to-all over NCCL at cp 1 (a group of one),
+# Ulysses (d2: 2 heads, so U 2): the all-to-all at cp 1 (a group of one; NCCL where found),
 # over the staged MPI transport at cp 2, and the hybrid U 2 x R 2
-gpu gpu_cp1_ulysses_nccl 1 cpu_cp1 -cp 1 -ca ulysses -ct nccl
+gpu "gpu_cp1_ulysses_$NCCL_CT" 1 cpu_cp1 -cp 1 -ca ulysses -ct "$NCCL_CT"
 gpu gpu_cp2_ulysses_mpi 2 cpu_cp1 -cp 2 -cl round_robin -ca ulysses -ct mpi
 gpu gpu_cp4_hybrid_2x2_mpi 4 cpu_cp1 -cp 4 -cl contiguous -ca hybrid -cu 2 -ct mpi
 # documents: rows of several short documents over the span the runs read
@@ -147,7 +114,7 @@ source test/binary_files.sh
 DOCS=$WORK/short_documents.bin
 short_documents "$DOCS" $((STEPS * B * T + 1)) # read in order (-sh 0): the runs see the documents
 OMP_NUM_THREADS=$CORES train cpu_docs_cp1 1 ./train_gpt2cp_cpu -cp 1 -dm 1 -sh 0 -i "$DOCS" || fail "the CPU twin's -dm 1 run"
-gpu gpu_docs_cp1_nccl 1 cpu_docs_cp1 -cp 1 -dm 1 -sh 0 -i "$DOCS" -ct nccl
+gpu "gpu_docs_cp1_$NCCL_CT" 1 cpu_docs_cp1 -cp 1 -dm 1 -sh 0 -i "$DOCS" -ct "$NCCL_CT"
 gpu gpu_docs_cp2_packed_mpi 2 cpu_docs_cp1 -cp 2 -cl packed -dm 1 -sh 0 -i "$DOCS" -ct mpi
 gpu gpu_docs_cp4_packed_allgather 4 cpu_docs_cp1 -cp 4 -cl packed -dm 1 -sh 0 -i "$DOCS" -ca allgather -ct mpi
 gpu gpu_docs_cp4_rr_allgather 4 cpu_docs_cp1 -cp 4 -cl round_robin -dm 1 -sh 0 -i "$DOCS" -ca allgather -ct mpi
@@ -162,15 +129,17 @@ if ! cmp -s "$WORK/gpu_cp2_round_robin_mpi/main.log" "$RESUME/main.log"; then
     fail "resume: main.log after -y 1 differs from the uninterrupted run's"
 fi
 
+# one timed GPT-2 124M run: -e d12, B 8, T 1024, TF32 (the trainer's default -f 1)
+D12=(-e d12 -b 8 -t 1024 -x 20 -v 0 -s 0)
+run gpu_d12_timed 600 "${MPIRUN[@]}" -np 1 ./train_gpt2cp "${D12[@]}" -cp 1 -ct "$NCCL_CT" -o "$WORK/gpu_d12" ||
+    fail "the timed d12 run"
+
 # ---- 5. the table
 PER_STEP=$((B * T))
 # step losses of main.log, one per line
 step_losses() { awk -F'trl:' '/ trl:/ { split($2, a, " "); print a[1] }' "$1"; }
 # per-token losses of a -tl file, one per line
 token_losses() { od -An -v -f -w4 "$1" | awk '{ print $1 }'; }
-# mean tok/s of the progress lines after the first step
-tokens_per_s() { awk '/^step / && $2 !~ /^1\// { for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s") { s += $i; n++ } }
-                      END { if (n) printf "%.0f", s / n; else print "-" }' "$1"; }
 for ref in cpu_cp1 cpu_docs_cp1; do
     if [[ -f $WORK/$ref/main.log && -f $WORK/$ref.tl ]]; then
         step_losses "$WORK/$ref/main.log" > "$WORK/$ref.steps"
@@ -210,6 +179,9 @@ for name in "${runs[@]}"; do
         "$(tokens_per_s "$WORK/$name.out")" "$verdict" >> "$TABLE"
     [[ $verdict == ok ]] || fail "$name: outside the tolerances"
 done
+printf "timed run: train_gpt2cp %s -cp 1 -ct %s: %s tok/s (mean after the first step)\n" "${D12[*]}" "$NCCL_CT" \
+    "$(tokens_per_s "$WORK/gpu_d12_timed.out" 2>/dev/null)" >> "$TABLE"
+printf "compute-sanitizer: %s; NCCL: %s\n" "$sanitized" "$([[ $HAVE_NCCL -eq 1 ]] && echo "$NCCL_HOME" || echo "none (NO_NCCL=1 build)")" >> "$TABLE"
 printf "GPU tests and runs: %d failure(s); %d s in all\n" "$failures" "$((SECONDS - START))" >> "$TABLE"
 echo
 tee -a "$LOG" < "$TABLE"

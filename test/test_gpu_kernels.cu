@@ -302,7 +302,7 @@ static void test_model(void) {
     poison_device(gacts.memory, gacts.num_floats * sizeof(float));
     RingAttentionCuda gring;
     ring_attention_cuda_init(&gring, dev_comm, B, T, C, NH);
-    gring.layout = &sh.layout;
+    ring_attention_cuda_set_layout(&gring, &sh.layout);
     AttentionVerbs gattn = ring_attention_cuda_verbs(&gring);
 
     float dloss = 1.0f / (BT - 2);

@@ -8,21 +8,34 @@ double-precision reference by test_ring_attention.c), and of the device
 transport's verbs.
 
 On every rank of the CP group the same local Q, K, V and dO go through each
-algorithm twice: on the CPU over MPI on host memory (cp/comm_mpi.h), on the GPU
-over the staged MPI transport on device memory (cp/comm_mpi_staged.cuh, so that
-several ranks can share one GPU), both through the AttentionVerbs the trainers
-call. Each rank compares its own outputs O, LSE and dQ | dK | dV: with the K/V
-blocks travelling the ring or all-gathered, and dK/dV sent home, every rank's
-outputs depend on every other rank's data. Cases: layouts identity (np 1),
-contiguous and round_robin; T = 7, 37, 100 (most pad); with and without document
-masking (an EOT token opens a document); head sizes 32 and 80 (not a multiple of
-the warp); and packed (documents split head-tail) at T = 100. Ulysses and the
-hybrid run where the heads split (NH 12, HS 8 cases: every np of the suite). Each GPU backward
-is run twice and must give the same bits (no atomics).
+algorithm on the CPU over MPI on host memory (cp/comm_mpi.h), then on the GPU over
+the staged MPI transport on device memory (cp/comm_mpi_staged.cuh, so that several
+ranks can share one GPU) in both precisions of the block kernels, all through the
+AttentionVerbs the trainers call. Each rank compares its own outputs O, LSE and
+dQ | dK | dV: with the K/V blocks travelling the ring or all-gathered, and dK/dV
+sent home, every rank's outputs depend on every other rank's data. Cases: layouts
+identity (np 1), contiguous and round_robin; T = 7, 37, 150, 300 (most pad); with
+and without document masking (an EOT token opens a document); head sizes 32, 64
+and 128 (tiles of 64, 64 and 32 rows, so the local lengths cross tiles and end in
+partial ones); and packed (documents split head-tail) at T = 100 and 300. Ulysses
+and the hybrid run where the heads split (NH 12, HS 32 cases: every np of the
+suite). Each GPU backward is run twice and must give the same bits (no atomics).
 
-Tolerance: relative 2-norm error 1e-5. Inputs are U(-1, 1), so scores are O(1)
-and every output is a sum of at most T = 100 terms: fp32 rounding in a different
-order (warp lanes vs a serial loop) gives ~ sqrt(T) * 6e-8 ~ 1e-6 relative.
+Tolerances, relative 2-norm error:
+  exact fp32 (-f 0)  1e-5. Inputs are U(-1, 1), so scores are O(1) and every output
+      is a sum of at most T = 300 terms: fp32 rounding in another order (the online
+      softmax's rescaling, dQ summed per block) gives ~ sqrt(T) * 6e-8 ~ 1e-6; seen
+      at most 3e-7.
+  TF32 (-f 1)  1e-2. The tensor cores read 10 mantissa bits: each operand is rounded
+      by up to u = 2^-11 = 4.9e-4 (RMS u / sqrt(3)), so a product of two carries
+      about 4e-4 RMS relative error; O and LSE are one product deep (Q K^T, then
+      P V with P rounded), the gradients two (dP = dO V^T, then dS K or dS^T Q), and
+      dS = P (dP - D) subtracts two O(1) numbers whose difference can be far
+      smaller, which scales their relative error up. Seen under the emulator (which
+      rounds as cvt.rna.tf32 does): at most 2.6e-4 for O and 5.2e-4 for dQ and dK
+      on one rank, 2.9e-3 for dK of a rank holding 2 keys (contiguous T 7, np 4:
+      few terms, no averaging). 1e-2 is 20 u, while a wrong fragment row or column
+      gives errors of order 1.
 
 Also the transport: all_reduce_sum (float, double), all_gather, reduce_scatter_sum
 (float, double), all_to_all and broadcast on device memory against the values
@@ -42,21 +55,84 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #include "test/gpu_test_utils.cuh"
 
 #define B 2
-#define MAX_SEQ_LEN 128
+#define MAX_SEQ_LEN 512
 #define DOC_TOKEN 3
+#define FP32_TOL 1e-5
+#define TF32_TOL 1e-2
 
-// One algorithm's forward and backward on the CPU and on the GPU, from the same
-// local data; the GPU's outputs must match the CPU's.
-// qkv: (BT, 3C)   dout: (BT, C), host; BT = B * local tokens
-static void check_algorithm(const char *label, const char *algorithm, AttentionVerbs cpu, AttentionVerbs gpu,
-                            const float *qkv, const float *dout, int BT, int C, int NH) {
+// D = A B + C through llmc/mma.cuh's wrapper, each lane loading its fragments as
+// the PTX ISA lays them out for m16n8k8 TF32. a: (16, 8), b: (8, 8) as (k, n), c, d:
+// (16, 8), row-major; one warp.
+__global__ static void mma_probe_kernel(float *d, const float *a, const float *b, const float *c) {
+    int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    uint32_t af[4] = {tf32_from_float(a[g * 8 + t]), tf32_from_float(a[(g + 8) * 8 + t]),
+                      tf32_from_float(a[g * 8 + t + 4]), tf32_from_float(a[(g + 8) * 8 + t + 4])};
+    uint32_t bf[2] = {tf32_from_float(b[t * 8 + g]), tf32_from_float(b[(t + 4) * 8 + g])};
+    int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    float cf[4], df[4];
+    for (int i = 0; i < 4; i++) { cf[i] = c[rows[i] * 8 + cols[i]]; }
+    mma_m16n8k8_tf32(df, af, bf, cf);
+    for (int i = 0; i < 4; i++) { d[rows[i] * 8 + cols[i]] = df[i]; }
+}
+
+// x rounded to TF32 as cvt.rna.tf32.f32 does (10 mantissa bits, ties away from zero)
+static float tf32_round(float x) {
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    u = (u + 0x1000u) & 0xffffe000u;
+    memcpy(&x, &u, 4);
+    return x;
+}
+
+// The tensor-core instruction against a plain product: on values TF32 holds exactly
+// (multiples of 1/8 in [-2, 2], every sum exact in fp32) bit for bit, which checks
+// the fragment layout; on U(-1, 1) values within 1e-6 of the product of their TF32
+// roundings, which checks the rounding (truncation instead would be ~1e-4 off).
+static void test_mma(void) {
+    Rng rng;
+    rng_seed(&rng, 4242);
+    float a[128], b[64], c[128], ref[128];
+    float *d_a = (float *)cudaMallocCheck(sizeof(a)), *d_b = (float *)cudaMallocCheck(sizeof(b));
+    float *d_c = (float *)cudaMallocCheck(sizeof(c)), *d_d = (float *)cudaMallocCheck(sizeof(c));
+    for (int exact = 1; exact >= 0; exact--) {
+        float *xs[3] = {a, b, c};
+        int ns[3] = {128, 64, 128};
+        for (int m = 0; m < 3; m++) {
+            for (int i = 0; i < ns[m]; i++) {
+                xs[m][i] = exact ? (float)(rand_below(&rng, 33) - 16) / 8.0f : 2.0f * rng_uniform(&rng) - 1.0f;
+            }
+        }
+        for (int r = 0; r < 16; r++) {
+            for (int n = 0; n < 8; n++) {
+                double sum = c[r * 8 + n];
+                for (int k = 0; k < 8; k++) { sum += (double)tf32_round(a[r * 8 + k]) * tf32_round(b[k * 8 + n]); }
+                ref[r * 8 + n] = (float)sum;
+            }
+        }
+        cuda_upload(d_a, a, sizeof(a));
+        cuda_upload(d_b, b, sizeof(b));
+        cuda_upload(d_c, c, sizeof(c));
+        poison_device(d_d, sizeof(c));
+        mma_probe_kernel<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_d, d_a, d_b, d_c);
+        cudaCheckLaunch();
+        check_rel_device(exact ? "mma m16n8k8 tf32: exact values" : "mma m16n8k8 tf32: rounded values", d_d, ref, 128,
+                         exact ? 0.0 : 1e-6);
+    }
+    cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_c)); cudaCheck(cudaFree(d_d));
+}
+
+// the GPU's tolerance per precision (relative 2-norm error, the header says why)
+static double precision_tolerance(AttnPrecision precision) { return precision == ATTN_TF32 ? TF32_TOL : FP32_TOL; }
+static const char *precision_name(AttnPrecision precision) { return precision == ATTN_TF32 ? "tf32" : "fp32"; }
+
+// One algorithm's forward and backward on the GPU against the CPU's results, from
+// the same local data, in the precision the GPU queries are set to.
+// qkv: (BT, 3C)   dout: (BT, C)   out: (BT, C)   lse: (BT, NH)   dqkv: (BT, 3C), host; BT = B * local tokens
+static void check_gpu(const char *what_base, AttnPrecision precision, AttentionVerbs gpu, const float *qkv,
+                      const float *dout, const float *out, const float *lse, const float *dqkv, int BT, int C,
+                      int NH) {
     size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;
-    float *out = (float *)mallocCheck(nout * sizeof(float));
-    float *lse = (float *)mallocCheck(nlse * sizeof(float));
-    float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
-    cpu.forward(cpu.ctx, out, lse, qkv);
-    cpu.backward(cpu.ctx, dqkv, dout, qkv, out, lse);
-
+    double tol = precision_tolerance(precision);
     float *d_qkv = device_copy(qkv, nqkv), *d_dout = device_copy(dout, nout);
     float *d_out = (float *)cudaMallocCheck(nout * sizeof(float));
     float *d_lse = (float *)cudaMallocCheck(nlse * sizeof(float));
@@ -67,10 +143,10 @@ static void check_algorithm(const char *label, const char *algorithm, AttentionV
     gpu.forward(gpu.ctx, d_out, d_lse, d_qkv);
     gpu.backward(gpu.ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse);
     char what[200];
-    snprintf(what, sizeof(what), "%s %s: O", algorithm, label);
-    check_rel_device(what, d_out, out, nout, 1e-5);
-    snprintf(what, sizeof(what), "%s %s: LSE", algorithm, label);
-    check_rel_device(what, d_lse, lse, nlse, 1e-5);
+    snprintf(what, sizeof(what), "%s %s: O", what_base, precision_name(precision));
+    check_rel_device(what, d_out, out, nout, tol);
+    snprintf(what, sizeof(what), "%s %s: LSE", what_base, precision_name(precision));
+    check_rel_device(what, d_lse, lse, nlse, tol);
     // dqkv holds dQ | dK | dV in each token's 3C: split them to name the one that differs
     float *got = host_copy(d_dqkv, nqkv);
     float *part = (float *)mallocCheck(nout * sizeof(float)), *part_ref = (float *)mallocCheck(nout * sizeof(float));
@@ -82,18 +158,38 @@ static void check_algorithm(const char *label, const char *algorithm, AttentionV
                 part_ref[bt * C + c] = dqkv[bt * 3 * C + which * C + c];
             }
         }
-        snprintf(what, sizeof(what), "%s %s: %s", algorithm, label, names[which]);
-        check_rel(what, part, part_ref, nout, 1e-5);
+        snprintf(what, sizeof(what), "%s %s: %s", what_base, precision_name(precision), names[which]);
+        check_rel(what, part, part_ref, nout, tol);
     }
     // determinism: the backward pass again, the same bits
     poison_device(d_dqkv, nqkv * sizeof(float));
     gpu.backward(gpu.ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse);
     float *again = host_copy(d_dqkv, nqkv);
-    CHECK(memcmp(got, again, nqkv * sizeof(float)) == 0, "%s %s: two GPU backward passes differ", algorithm, label);
-
+    CHECK(memcmp(got, again, nqkv * sizeof(float)) == 0, "%s %s: two GPU backward passes differ", what_base,
+          precision_name(precision));
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
     cudaCheck(cudaFree(d_lse)); cudaCheck(cudaFree(d_dqkv));
-    free(out); free(lse); free(dqkv); free(got); free(again); free(part); free(part_ref);
+    free(got); free(again); free(part); free(part_ref);
+}
+
+// The CPU algorithm's forward and backward, then the GPU's in exact fp32 and in TF32.
+static void check_algorithm(const char *label, const char *algorithm, AttentionVerbs cpu, AttentionVerbs gpu,
+                            AttentionQueriesCuda *gpu_queries, const float *qkv, const float *dout, int BT, int C,
+                            int NH) {
+    size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;
+    float *out = (float *)mallocCheck(nout * sizeof(float));
+    float *lse = (float *)mallocCheck(nlse * sizeof(float));
+    float *dqkv = (float *)mallocCheck(nqkv * sizeof(float));
+    cpu.forward(cpu.ctx, out, lse, qkv);
+    cpu.backward(cpu.ctx, dqkv, dout, qkv, out, lse);
+    char what[200];
+    snprintf(what, sizeof(what), "%s %s", algorithm, label);
+    AttnPrecision precisions[2] = {ATTN_FP32, ATTN_TF32};
+    for (int p = 0; p < 2; p++) {
+        gpu_queries->precision = precisions[p];
+        check_gpu(what, precisions[p], gpu, qkv, dout, out, lse, dqkv, BT, C, NH);
+    }
+    free(out); free(lse); free(dqkv);
 }
 
 // The Ulysses groups and rings of ULYSSES (U = np, [0]) and HYBRID ([1]), on host
@@ -145,7 +241,7 @@ static void check_ulysses(int i, const char *label, const ShardLayout *layout, c
     ulysses_attention_cuda_init(&gpu, g->dev_group[i], g->host_group[i], g->dev_ring[i], B, Tl, C, NH);
     ulysses_attention_cuda_bind(&gpu, layout);
     check_algorithm(label, i == 0 ? "ulysses" : "hybrid", ulysses_attention_verbs(&cpu),
-                    ulysses_attention_cuda_verbs(&gpu), qkv, dout, B * Tl, C, NH);
+                    ulysses_attention_cuda_verbs(&gpu), &gpu.ring.queries, qkv, dout, B * Tl, C, NH);
     ulysses_attention_cuda_free(&gpu);
     ulysses_attention_free(&cpu);
 }
@@ -193,9 +289,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     ring.layout = &sh.layout;
     RingAttentionCuda ring_gpu;
     ring_attention_cuda_init(&ring_gpu, dev_comm, B, Tl, C, NH);
-    ring_gpu.layout = &sh.layout;
-    check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu), qkv, dout, B * Tl,
-                    C, NH);
+    ring_attention_cuda_set_layout(&ring_gpu, &sh.layout);
+    check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu),
+                    &ring_gpu.queries, qkv, dout, B * Tl, C, NH);
     ring_attention_cuda_free(&ring_gpu);
     ring_attention_free(&ring);
     AllgatherAttention ag;
@@ -203,9 +299,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     ag.layout = &sh.layout;
     AllgatherAttentionCuda ag_gpu;
     allgather_attention_cuda_init(&ag_gpu, dev_comm, B, Tl, C, NH);
-    ag_gpu.layout = &sh.layout;
-    check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu), qkv,
-                    dout, B * Tl, C, NH);
+    allgather_attention_cuda_set_layout(&ag_gpu, &sh.layout);
+    check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu),
+                    &ag_gpu.queries, qkv, dout, B * Tl, C, NH);
     allgather_attention_cuda_free(&ag_gpu);
     allgather_attention_free(&ag);
 
@@ -308,27 +404,30 @@ int main(int argc, char **argv) {
     Comm *host_comm = comm_mpi_create(host_mc);
     Comm *dev_comm = comm_mpi_staged_create(dev_mc, cuda_ctx.stream);
     test_transport(dev_comm);
+    if (host_comm->rank == 0) { test_mma(); }
     int np = host_comm->size;
     ulysses_groups_init(host_comm->rank, np);
     CpLayoutKind kinds[2] = {CP_LAYOUT_CONTIGUOUS, CP_LAYOUT_ROUND_ROBIN};
     int nkinds = np == 1 ? 1 : 2;
     if (np == 1) { kinds[0] = CP_LAYOUT_IDENTITY; }
-    int lengths[3] = {7, 37, 100};
+    int lengths[3] = {7, 37, 150};
     for (int k = 0; k < nkinds; k++) {
         for (int l = 0; l < 3; l++) {
             for (int docs = 0; docs < 2; docs++) {
                 run_case(host_comm, dev_comm, kinds[k], lengths[l], docs, 2, 32, 0);
             }
-            run_case(host_comm, dev_comm, kinds[k], lengths[l], 1, 1, 80, 0);
+            run_case(host_comm, dev_comm, kinds[k], lengths[l], 1, 1, 128, 0);
         }
+        run_case(host_comm, dev_comm, kinds[k], 300, 0, 1, 64, 0);
     }
     // packed: documents split head-tail one by one, pad slots between them
     run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 100, 1, 2, 32, 0);
+    run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 300, 1, 1, 64, 0);
     // 12 heads: Ulysses at every np, the hybrid 2 x 2 at np 4
     for (int k = 0; k < nkinds; k++) {
-        for (int docs = 0; docs < 2; docs++) { run_case(host_comm, dev_comm, kinds[k], 37, docs, 12, 8, 1); }
+        for (int docs = 0; docs < 2; docs++) { run_case(host_comm, dev_comm, kinds[k], 37, docs, 12, 32, 1); }
     }
-    run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 37, 1, 12, 8, 1);
+    run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 37, 1, 12, 32, 1);
     ulysses_groups_free();
     dev_comm->destroy(dev_comm);
     host_comm->destroy(host_comm);

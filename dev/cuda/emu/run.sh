@@ -20,6 +20,8 @@ mkdir -p "$WORK/src"
 python3 - "$REPO" "$WORK/src" <<'PY'
 import os, re, shutil, sys
 src, dst = sys.argv[1], sys.argv[2]
+# a kernel name, with its template arguments if any: kernel<<<...>>>( or kernel<P, D><<<...>>>(
+LAUNCH = r'(\w+(?:<[^<>;()]*>)?)<<<(.+?)>>>\('
 for d in ['cp', 'llmc', 'test', 'train']:
     os.makedirs(os.path.join(dst, d), exist_ok=True)
     for f in os.listdir(os.path.join(src, d)):
@@ -29,10 +31,10 @@ for d in ['cp', 'llmc', 'test', 'train']:
         s = open(p).read()
         if f.endswith(('.cuh', '.cu')):
             s = s.replace('extern __shared__ float shared[];', 'float *shared = (float *)emu_dynamic_shared;')
-            s = re.sub(r'(\w+)<<<(.+?)>>>\(', r'make_launcher(\1, \2)(', s)
+            s = re.sub(LAUNCH, r'make_launcher(\1, \2)(', s)
         open(os.path.join(dst, d, f), 'w').write(s)
 s = open(os.path.join(src, 'train_gpt2cp.cu')).read()
-open(os.path.join(dst, 'train_gpt2cp.cu'), 'w').write(re.sub(r'(\w+)<<<(.+?)>>>\(', r'make_launcher(\1, \2)(', s))
+open(os.path.join(dst, 'train_gpt2cp.cu'), 'w').write(re.sub(LAUNCH, r'make_launcher(\1, \2)(', s))
 shutil.copy(os.path.join(src, 'train_common.h'), dst)
 PY
 CXX=(g++ -x c++ -std=c++17 -O2 -w -I"$EMU" -I"$WORK/src" $(mpicc --showme:compile) -DNO_BLAS -DOMPI_SKIP_MPICXX)
@@ -43,8 +45,10 @@ export OMP_NUM_THREADS=1
 for t in test_gpu_kernels test_gpu_ring_attention; do
     "${CXX[@]}" "$WORK/src/test/$t.cu" -o "$WORK/$t" "${LINK[@]}"
 done
-"${MPIRUN[@]}" -np 1 "$WORK/test_gpu_kernels" | tail -n 1
-for np in 1 2 3 4; do "${MPIRUN[@]}" -np $np "$WORK/test_gpu_ring_attention" | tail -n 1; done
+# each test's verdict line, and any check that failed
+"${MPIRUN[@]}" -np 1 "$WORK/test_gpu_kernels" | grep -v '^ok '
+for np in 1 2 3 4; do "${MPIRUN[@]}" -np $np "$WORK/test_gpu_ring_attention" | grep -v '^ok '; done
+echo "emulated GPU tests: $SECONDS s"
 [[ ${1:-} == trainer ]] || exit 0
 "${CXX[@]}" "$WORK/src/train_gpt2cp.cu" -o "$WORK/train_gpt2cp" "${LINK[@]}"
 make -s train_gpt2cp_cpu
@@ -93,3 +97,4 @@ grep -q '^resuming from step 1: ' "$WORK/gpu_resume2.out"
 diff "$WORK/gpu/main.log" "$WORK/gpu_resume/main.log"
 cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_resume/model_00000002.bin"
 echo "resume at step 1: main.log and the step-2 weights bit for bit"
+echo "emulation: $SECONDS s in all"

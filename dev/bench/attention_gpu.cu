@@ -1,0 +1,117 @@
+/*
+Benchmark of the GPU block attention (cp/attention_block.cuh) on one GPU, no MPI:
+one rank's queries against its own block (causal, the identity layout), forward
+and backward as the trainer calls them, timed with CUDA events.
+
+    make bench_attention_gpu
+    ./bench_attention_gpu -t 4096 -b 1 -nh 12 -hs 64 -f 1     (-f 1 TF32 tensor cores, -f 0 exact fp32)
+
+Prints one line: the median of -r timed repetitions (after 2 warm-up runs) of the
+forward and of the backward, and their rates counted as FlashAttention does for a
+causal mask: forward 4 B NH T^2 HS / 2 flops, backward 2.5 times the forward.
+*/
+#include <cuda_runtime.h>
+#include "cp/attention_block.cuh"
+
+// The one-rank group the attention's step preparation gathers over: a device copy.
+static void self_all_gather(Comm *comm, const void *send, void *recv, size_t bytes) {
+    (void)comm;
+    cudaCheck(cudaMemcpyAsync(recv, send, bytes, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+}
+
+static int compare_floats(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+
+static float median_ms(float *ms, int n) {
+    qsort(ms, n, sizeof(float), compare_floats);
+    return ms[n / 2];
+}
+
+static void usage(const char *argv0) {
+    fprintf(stderr, "usage: %s [-t T] [-b B] [-nh heads] [-hs 32|64|128] [-f 0|1] [-r repeats]\n", argv0);
+    exit(1);
+}
+
+int main(int argc, char **argv) {
+    int T = 1024, B = 1, NH = 12, HS = 64, tf32 = 1, repeats = 20;
+    for (int i = 1; i < argc; i += 2) {
+        if (i + 1 >= argc) { usage(argv[0]); }
+        int v = atoi(argv[i + 1]);
+        if (strcmp(argv[i], "-t") == 0) { T = v; }
+        else if (strcmp(argv[i], "-b") == 0) { B = v; }
+        else if (strcmp(argv[i], "-nh") == 0) { NH = v; }
+        else if (strcmp(argv[i], "-hs") == 0) { HS = v; }
+        else if (strcmp(argv[i], "-f") == 0) { tf32 = v; }
+        else if (strcmp(argv[i], "-r") == 0) { repeats = v; }
+        else { usage(argv[0]); }
+    }
+    if (T < 1 || B < 1 || NH < 1 || repeats < 1 || !attention_head_size_supported(HS)) { usage(argv[0]); }
+    if (cuda_device_count() == 0) { fatal("no CUDA device: this benchmark needs a GPU"); }
+    cuda_init(0, tf32);
+    int C = NH * HS;
+    size_t BT = (size_t)B * T;
+
+    Comm self;
+    memset(&self, 0, sizeof(self));
+    self.size = 1;
+    self.all_gather = self_all_gather;
+    // the identity layout: token t at global index t, one document
+    ShardLayout lay;
+    memset(&lay, 0, sizeof(lay));
+    lay.B = B; lay.original_seq_len = lay.padded_seq_len = lay.local_len = T;
+    lay.global_index = (int *)mallocCheck(BT * sizeof(int));
+    lay.document = (int *)callocCheck(BT, sizeof(int));
+    for (size_t i = 0; i < BT; i++) { lay.global_index[i] = (int)(i % T); }
+
+    size_t bytes = 0;
+    AttentionQueriesCuda aq;
+    attention_queries_cuda_init(&aq, &self, B, T, C, NH, &bytes);
+    attention_layout_cuda_prepare(&aq.layout, &self, &lay);
+    // random activations (never zeros: they would hide wrong indexing and time differently)
+    float *host = (float *)mallocCheck(BT * 3 * C * sizeof(float));
+    unsigned long long state = 88172645463325252ull;
+    for (size_t i = 0; i < BT * 3 * C; i++) {
+        state ^= state << 13; state ^= state >> 7; state ^= state << 17;
+        host[i] = (float)((state >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
+    }
+    float *qkv = (float *)cudaMallocCheck(BT * 3 * C * sizeof(float));
+    float *dqkv = (float *)cudaMallocCheck(BT * 3 * C * sizeof(float));
+    float *out = (float *)cudaMallocCheck(BT * C * sizeof(float));
+    float *dout = (float *)cudaMallocCheck(BT * C * sizeof(float));
+    float *lse = (float *)cudaMallocCheck(BT * NH * sizeof(float));
+    cuda_upload(qkv, host, BT * 3 * C * sizeof(float));
+    cuda_upload(dout, host, BT * C * sizeof(float));
+    KVBlockCuda own = kv_block_cuda_own(qkv, C, 0);
+
+    cudaEvent_t start, mid, end;
+    cudaCheck(cudaEventCreate(&start));
+    cudaCheck(cudaEventCreate(&mid));
+    cudaCheck(cudaEventCreate(&end));
+    float *fwd_ms = (float *)mallocCheck(repeats * sizeof(float)), *bwd_ms = (float *)mallocCheck(repeats * sizeof(float));
+    for (int it = -2; it < repeats; it++) {
+        cudaCheck(cudaEventRecord(start, cuda_ctx.stream));
+        attention_forward_begin_cuda(&aq, lse);
+        attend_block_forward_cuda(&aq, qkv, own, out, lse);
+        cudaCheck(cudaEventRecord(mid, cuda_ctx.stream));
+        attention_backward_begin_cuda(&aq, dout, out);
+        attend_block_backward_cuda(&aq, qkv, own, dout, lse, dqkv, 3 * C, 0, dqkv + C, dqkv + 2 * C, 3 * C);
+        cudaCheck(cudaEventRecord(end, cuda_ctx.stream));
+        cudaCheck(cudaEventSynchronize(end));
+        if (it >= 0) {
+            cudaCheck(cudaEventElapsedTime(&fwd_ms[it], start, mid));
+            cudaCheck(cudaEventElapsedTime(&bwd_ms[it], mid, end));
+        }
+    }
+    float f = median_ms(fwd_ms, repeats), b = median_ms(bwd_ms, repeats);
+    double flops = 4.0 * B * NH * (double)T * T * HS / 2.0;
+    printf("block attention %s B %d T %d NH %d HS %d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
+           tf32 ? "tf32" : "fp32", B, T, NH, HS, f, flops / (f * 1e9), b, 2.5 * flops / (b * 1e9));
+    cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(out));
+    cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(lse));
+    attention_queries_cuda_free(&aq);
+    free(host); free(fwd_ms); free(bwd_ms); free(lay.global_index); free(lay.document);
+    cuda_free_context();
+    return 0;
+}
