@@ -45,8 +45,13 @@ endif
 # NCCL_HOME: where include/nccl.h and lib64/ or lib/ libnccl.so.2 are (default the
 # CUDA toolkit; e.g. python3's site-packages/nvidia/nccl of the pip package
 # nvidia-nccl-cu13); NO_NCCL=1 builds without it (only -ct mpi then). GPU_ARCH: the
-# compute capability to build for (90: H100/H200).
+# compute capability to build for (90: H100/H200). PRECISION: FP32 or BF16 (as
+# llm.c), the storage precision of the GPU trainer (llmc/precision.cuh).
 GPU_ARCH ?= 90
+PRECISION ?= FP32
+ifeq ($(filter BF16 FP32,$(PRECISION)),)
+  $(error PRECISION=$(PRECISION): choose BF16 or FP32)
+endif
 NCCL_HOME ?= $(CUDA_HOME)
 NCCL_LIBDIR ?= $(patsubst %/,%,$(dir $(firstword $(wildcard $(NCCL_HOME)/lib64/libnccl.so.2 $(NCCL_HOME)/lib/libnccl.so.2) $(NCCL_HOME)/lib64/)))
 HAVE_NVCC := $(shell command -v $(NVCC) > /dev/null 2>&1 && echo yes)
@@ -56,7 +61,7 @@ MPI_LINK_FLAGS ?= $(shell $(MPICC) --showme:link 2>/dev/null)
 nvcc_pass = $(foreach f,$(1),$(if $(filter -I% -L% -l%,$(f)),$(f),-Xcompiler $(f)))
 # NO_BLAS: the CPU headers' matmuls (never called on the GPU) need no OpenBLAS;
 # OMPI_SKIP_MPICXX: mpi.h without Open MPI's C++ bindings, whose names clash with ours
-NVCC_FLAGS = -O3 -std=c++17 -arch=sm_$(GPU_ARCH) -DNO_BLAS -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
+NVCC_FLAGS = -O3 -std=c++17 -arch=sm_$(GPU_ARCH) -DENABLE_$(PRECISION) -DNO_BLAS -DOMPI_SKIP_MPICXX -DMPICH_SKIP_MPICXX \
 	-Xcompiler -Wall,-Wno-unused-function,-Wno-unknown-pragmas -I$(NCCL_HOME)/include
 CUDA_LDLIBS = -L$(CUDA_HOME)/lib64 -lcublas -lcublasLt -L$(NCCL_LIBDIR) -l:libnccl.so.2 \
 	-Xlinker -rpath,$(CUDA_HOME)/lib64 -Xlinker -rpath,$(NCCL_LIBDIR)
@@ -79,7 +84,11 @@ train_gpt2cp_cpu: train_gpt2cp_cpu.c $(DEPS) $(CPU_FLAGS_STAMP)
 	$(NO_OPENBLAS_NOTE)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
-train_gpt2cp: train_gpt2cp.cu $(CUDA_DEPS)
+# likewise the GPU trainer's (PRECISION=FP32 after a BF16 build rebuilds it)
+GPU_FLAGS_STAMP = $(BUILD_DIR)/gpu_flags
+$(shell echo '$(NVCC_FLAGS) $(CUDA_LDLIBS)' | cmp -s - $(GPU_FLAGS_STAMP) || echo '$(NVCC_FLAGS) $(CUDA_LDLIBS)' > $(GPU_FLAGS_STAMP))
+
+train_gpt2cp: train_gpt2cp.cu $(CUDA_DEPS) $(GPU_FLAGS_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(call nvcc_pass,$(MPI_COMPILE_FLAGS)) $< -o $@ $(call nvcc_pass,$(MPI_LINK_FLAGS)) $(CUDA_LDLIBS)
 
 # the GPU tests without CMake (scripts/gpu_check.sh); CTest builds the same files

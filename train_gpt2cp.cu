@@ -145,7 +145,7 @@ typedef struct {
     GPT2Cuda *model;
     ActivationsCuda *acts;
     CpAttentionCuda *attention;
-    AttentionVerbs attn; // bound to the last forward's layout, for its backward
+    AttentionVerbsCuda attn; // bound to the last forward's layout, for its backward
     double *loss_stats;  // device double[2]
     float *losses_host;  // (B, local T) the last forward pass's per-token losses, for -tl and -h 1
 } Trainer;
@@ -203,7 +203,7 @@ typedef struct {
 static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
     Sampler *s = (Sampler *)ctx;
     ring_attention_cuda_set_layout(&s->ring, &sh->layout);
-    AttentionVerbs attn = ring_attention_cuda_verbs(&s->ring);
+    AttentionVerbsCuda attn = ring_attention_cuda_verbs(&s->ring);
     gpt2_cuda_forward(s->model, &s->acts, sh->local.inputs, sh->layout.position, NULL, &attn);
     size_t Vp = s->model->config.padded_vocab_size;
     cuda_download(s->logits, gpt2_cuda_logits(s->model, &s->acts, (size_t)(t - 1)), Vp * sizeof(float));

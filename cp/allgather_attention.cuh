@@ -20,7 +20,7 @@ visibility (allgather_attention_cuda_set_layout, once per step) serve every laye
 #include "attention_block.cuh"
 #include "comm.h"
 #include "sharder.h"
-#include "../llmc/attention_verbs.h"
+#include "../llmc/attention_verbs.cuh"
 #include "../llmc/cuda_common.cuh"
 
 typedef struct {
@@ -113,8 +113,8 @@ static void allgather_attention_cuda_backward_verb(void *ctx, float *dqkv, const
 }
 
 // the GPU model's attention verbs (device pointers), computed by all-gather attention
-static AttentionVerbs allgather_attention_cuda_verbs(AllgatherAttentionCuda *ag) {
-    AttentionVerbs verbs = {ag, allgather_attention_cuda_forward_verb, allgather_attention_cuda_backward_verb};
+static AttentionVerbsCuda allgather_attention_cuda_verbs(AllgatherAttentionCuda *ag) {
+    AttentionVerbsCuda verbs = {ag, allgather_attention_cuda_forward_verb, allgather_attention_cuda_backward_verb};
     return verbs;
 }
 

@@ -76,7 +76,7 @@ static void cp_attention_cuda_free(CpAttentionCuda *a) {
 // Prepares the step's coordinates and tile visibility on the device (a collective
 // over the CP group; for ulysses and hybrid over the Ulysses group, then the ring of
 // groups): bind once per step, and every layer's passes use them.
-static AttentionVerbs cp_attention_cuda_bind(CpAttentionCuda *a, const ShardLayout *layout) {
+static AttentionVerbsCuda cp_attention_cuda_bind(CpAttentionCuda *a, const ShardLayout *layout) {
     if (layout->B != a->B || layout->local_len != a->T) {
         cp_attention_cuda_free(a);
         cp_attention_cuda_init(a, a->kind, a->comms, layout->B, layout->local_len, a->C, a->NH);

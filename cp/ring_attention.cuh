@@ -21,7 +21,7 @@ per step) serve every layer's forward and backward.
 #include "attention_block.cuh"
 #include "comm.h"
 #include "sharder.h"
-#include "../llmc/attention_verbs.h"
+#include "../llmc/attention_verbs.cuh"
 #include "../llmc/cuda_common.cuh"
 
 typedef struct {
@@ -159,8 +159,8 @@ static void ring_attention_cuda_backward_verb(void *ctx, float *dqkv, const floa
 }
 
 // the GPU model's attention verbs (device pointers), computed by this ring
-static AttentionVerbs ring_attention_cuda_verbs(RingAttentionCuda *ra) {
-    AttentionVerbs verbs = {ra, ring_attention_cuda_forward_verb, ring_attention_cuda_backward_verb};
+static AttentionVerbsCuda ring_attention_cuda_verbs(RingAttentionCuda *ra) {
+    AttentionVerbsCuda verbs = {ra, ring_attention_cuda_forward_verb, ring_attention_cuda_backward_verb};
     return verbs;
 }
 

@@ -21,7 +21,7 @@ prepares its tile visibility on the device (ring_attention_cuda_set_layout).
 #include "sharder.h"
 #include "ulysses_exchange.h"
 #include "ulysses_layout.h"
-#include "../llmc/attention_verbs.h"
+#include "../llmc/attention_verbs.cuh"
 #include "../llmc/cuda_common.cuh"
 
 typedef struct {
@@ -150,8 +150,8 @@ static void ulysses_attention_cuda_backward_verb(void *ctx, float *dqkv, const f
 }
 
 // the GPU model's attention verbs (device pointers), computed by Ulysses (and the ring across its groups)
-static AttentionVerbs ulysses_attention_cuda_verbs(UlyssesAttentionCuda *ua) {
-    AttentionVerbs verbs = {ua, ulysses_attention_cuda_forward_verb, ulysses_attention_cuda_backward_verb};
+static AttentionVerbsCuda ulysses_attention_cuda_verbs(UlyssesAttentionCuda *ua) {
+    AttentionVerbsCuda verbs = {ua, ulysses_attention_cuda_forward_verb, ulysses_attention_cuda_backward_verb};
     return verbs;
 }
 

@@ -21,6 +21,7 @@ only where an event says so.
 #include <time.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include "precision.cuh"
 #include "utils.h"
 
 // ----------------------------------------------------------------------------

@@ -20,7 +20,7 @@ more to bucket the embedding gradients (llmc/encoder.cuh).
 #define LLMC_GPT2_CUH
 
 #include "adamw.cuh"
-#include "attention_verbs.h"
+#include "attention_verbs.cuh"
 #include "classifier.cuh"
 #include "cuda_common.cuh"
 #include "encoder.cuh"
@@ -147,7 +147,7 @@ static void activations_cuda_free(ActivationsCuda *acts) {
 // backward (dlnf into acts->t.dbtc, model->grads.wte accumulated).
 // inputs, positions, targets: (B, T) HOST arrays; targets may be NULL (inference)
 static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                                   const int *targets, float dloss, int grad, const AttentionVerbs *attn) {
+                                   const int *targets, float dloss, int grad, const AttentionVerbsCuda *attn) {
     GPT2Config c = model->config;
     int B = acts->B, T = acts->T;
     size_t L = c.num_layers, C = c.channels;
@@ -184,14 +184,14 @@ static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const
 // gpt2_forward on the device: with targets the per-token losses (acts->t.losses),
 // without only what gpt2_cuda_logits needs. inputs, positions, targets: HOST.
 static void gpt2_cuda_forward(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                              const int *targets, const AttentionVerbs *attn) {
+                              const int *targets, const AttentionVerbsCuda *attn) {
     gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, 0.0f, 0, attn);
 }
 
 // gpt2_forward_train on the device: the losses and the classifier's backward,
 // which accumulates into the gradients (zero them first); gpt2_cuda_backward follows.
 static void gpt2_cuda_forward_train(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                                    const int *targets, float dloss, const AttentionVerbs *attn) {
+                                    const int *targets, float dloss, const AttentionVerbsCuda *attn) {
     gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, dloss, 1, attn);
 }
 
@@ -212,7 +212,7 @@ static void gpt2_cuda_zero_grad(GPT2Cuda *model) {
 // that gpt2_cuda_forward_train left; needs that pass just before. inputs,
 // positions: (B, T) HOST.
 static void gpt2_cuda_backward(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                               const AttentionVerbs *attn) {
+                               const AttentionVerbsCuda *attn) {
     GPT2Config c = model->config;
     int B = acts->B, T = acts->T;
     size_t L = c.num_layers, C = c.channels;

@@ -303,7 +303,7 @@ static void test_model(void) {
     RingAttentionCuda gring;
     ring_attention_cuda_init(&gring, dev_comm, B, T, C, NH);
     ring_attention_cuda_set_layout(&gring, &sh.layout);
-    AttentionVerbs gattn = ring_attention_cuda_verbs(&gring);
+    AttentionVerbsCuda gattn = ring_attention_cuda_verbs(&gring);
 
     float dloss = 1.0f / (BT - 2);
     gpt2_zero_grad(&cpu_model);

@@ -128,7 +128,7 @@ static const char *precision_name(AttnPrecision precision) { return precision ==
 // One algorithm's forward and backward on the GPU against the CPU's results, from
 // the same local data, in the precision the GPU queries are set to.
 // qkv: (BT, 3C)   dout: (BT, C)   out: (BT, C)   lse: (BT, NH)   dqkv: (BT, 3C), host; BT = B * local tokens
-static void check_gpu(const char *what_base, AttnPrecision precision, AttentionVerbs gpu, const float *qkv,
+static void check_gpu(const char *what_base, AttnPrecision precision, AttentionVerbsCuda gpu, const float *qkv,
                       const float *dout, const float *out, const float *lse, const float *dqkv, int BT, int C,
                       int NH) {
     size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;
@@ -173,7 +173,7 @@ static void check_gpu(const char *what_base, AttnPrecision precision, AttentionV
 }
 
 // The CPU algorithm's forward and backward, then the GPU's in exact fp32 and in TF32.
-static void check_algorithm(const char *label, const char *algorithm, AttentionVerbs cpu, AttentionVerbs gpu,
+static void check_algorithm(const char *label, const char *algorithm, AttentionVerbs cpu, AttentionVerbsCuda gpu,
                             AttentionQueriesCuda *gpu_queries, const float *qkv, const float *dout, int BT, int C,
                             int NH) {
     size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;

@@ -6,7 +6,7 @@ typedef void *cublasHandle_t;
 typedef enum { CUBLAS_OP_N, CUBLAS_OP_T } cublasOperation_t;
 typedef enum { CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_32F_FAST_TF32 } cublasComputeType_t;
 typedef enum { CUBLAS_DEFAULT_MATH, CUBLAS_TF32_TENSOR_OP_MATH, CUBLAS_PEDANTIC_MATH } cublasMath_t;
-typedef enum { CUDA_R_32F } cudaDataType;
+typedef enum { CUDA_R_32F = 0, CUDA_R_16BF = 14 } cudaDataType;
 #define CUBLAS_GEMM_DEFAULT 0
 static const char *cublasGetStatusString(cublasStatus_t) { return "emu cublas"; }
 static cublasStatus_t cublasCreate(cublasHandle_t *h) { static int x; *h = &x; return 0; }

@@ -37,7 +37,7 @@ s = open(os.path.join(src, 'train_gpt2cp.cu')).read()
 open(os.path.join(dst, 'train_gpt2cp.cu'), 'w').write(re.sub(LAUNCH, r'make_launcher(\1, \2)(', s))
 shutil.copy(os.path.join(src, 'train_common.h'), dst)
 PY
-CXX=(g++ -x c++ -std=c++17 -O2 -w -I"$EMU" -I"$WORK/src" $(mpicc --showme:compile) -DNO_BLAS -DOMPI_SKIP_MPICXX)
+CXX=(g++ -x c++ -std=c++17 -O2 -w -I"$EMU" -I"$WORK/src" $(mpicc --showme:compile) -DENABLE_FP32 -DNO_BLAS -DOMPI_SKIP_MPICXX)
 LINK=($(mpicc --showme:link))
 MPIRUN=(mpirun --oversubscribe --bind-to none)
 [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
