@@ -65,7 +65,7 @@ static void classifier_forward_cuda(float *losses, float *dlnf, float *dwte, flo
     for (int start = 0; start < N; start += chunk_rows) {
         int n = N - start < chunk_rows ? N - start : chunk_rows;
         const float *x = lnf + (size_t)start * C;
-        matmul_forward_cuda(logits, x, wte, NULL, 1, n, C, Vp);
+        matmul_forward_cuda(logits, NULL, x, wte, NULL, 1, n, C, Vp);
         softmax_crossentropy_rows_cuda(logits, losses + start, targets + start, n, V, Vp, dloss, dlnf != NULL);
         if (dlnf != NULL) {
             float *dx = dlnf + (size_t)start * C;
@@ -77,7 +77,7 @@ static void classifier_forward_cuda(float *losses, float *dlnf, float *dwte, flo
 
 // The logits of one token. out: (Vp)   lnf: (C) the token's   wte: (Vp, C), all device
 static void classifier_logits_cuda(float *out, const float *lnf, const float *wte, int C, int Vp) {
-    matmul_forward_cuda(out, lnf, wte, NULL, 1, 1, C, Vp);
+    matmul_forward_cuda(out, NULL, lnf, wte, NULL, 1, 1, C, Vp);
 }
 
 #endif // LLMC_CLASSIFIER_CUH

@@ -1,6 +1,6 @@
 /*
 What every CUDA file of the GPU trainer shares: checked CUDA and cuBLAS calls, the
-compute stream and the cuBLAS handle, launch arithmetic, warp and block reductions,
+compute stream and the cuBLASLt handle, launch arithmetic, warp and block reductions,
 and the deterministic column sums that stand in for float atomics.
 
 Every CUDA call goes through cudaCheck / cublasCheck, which name the file and line
@@ -21,6 +21,7 @@ only where an event says so.
 #include <time.h>
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
+#include <cublasLt.h>
 #include "precision.cuh"
 #include "utils.h"
 
@@ -56,38 +57,41 @@ static int cuda_device_count(void) {
 }
 
 // ----------------------------------------------------------------------------
-// the context: device, compute stream, cuBLAS
+// the context: device, compute stream, cuBLASLt
+
+#define CUBLASLT_WORKSPACE_BYTES (32u << 20) // cuBLASLt's scratch: its recommendation for Hopper
 
 typedef struct {
     int device;
-    int tf32;              // -f: TF32 tensor cores in cuBLAS (fp32 storage either way)
-    cudaStream_t stream;   // the compute stream
-    cublasHandle_t cublas; // bound to the compute stream
-    void *scratch;         // device scratch of the deterministic reductions
+    int tf32;                    // -f: TF32 tensor cores in the FP32 build's matmuls
+    cudaStream_t stream;         // the compute stream
+    cublasLtHandle_t cublaslt;   // the matmuls (llmc/matmul.cuh), on the compute stream
+    void *cublaslt_workspace;    // (CUBLASLT_WORKSPACE_BYTES) device
+    void *scratch;               // device scratch of the deterministic reductions
     size_t scratch_bytes;
 } CudaContext;
 
-static CudaContext cuda_ctx = {-1, 0, NULL, NULL, NULL, 0};
+static CudaContext cuda_ctx = {-1, 0, NULL, NULL, NULL, NULL, 0};
 
 static void cuda_init(int device, int tf32) {
     cuda_ctx.device = device;
     cuda_ctx.tf32 = tf32;
     cudaCheck(cudaSetDevice(device));
     cudaCheck(cudaStreamCreateWithFlags(&cuda_ctx.stream, cudaStreamNonBlocking));
-    cublasCheck(cublasCreate(&cuda_ctx.cublas));
-    cublasCheck(cublasSetStream(cuda_ctx.cublas, cuda_ctx.stream));
-    // TF32 is chosen per call (matmul.cuh's compute type); pedantic math here keeps
-    // cuBLAS from picking reduced precision on its own, e.g. under NVIDIA_TF32_OVERRIDE
-    cublasCheck(cublasSetMathMode(cuda_ctx.cublas, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_PEDANTIC_MATH));
+    // TF32 is chosen per call, by the compute type of each matmul (llmc/matmul.cuh)
+    cublasCheck(cublasLtCreate(&cuda_ctx.cublaslt));
+    cudaCheck(cudaMalloc(&cuda_ctx.cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES));
 }
 
 static void cuda_free_context(void) {
     if (cuda_ctx.scratch) { cudaCheck(cudaFree(cuda_ctx.scratch)); }
-    if (cuda_ctx.cublas) { cublasCheck(cublasDestroy(cuda_ctx.cublas)); }
+    if (cuda_ctx.cublaslt_workspace) { cudaCheck(cudaFree(cuda_ctx.cublaslt_workspace)); }
+    if (cuda_ctx.cublaslt) { cublasCheck(cublasLtDestroy(cuda_ctx.cublaslt)); }
     if (cuda_ctx.stream) { cudaCheck(cudaStreamDestroy(cuda_ctx.stream)); }
     cuda_ctx.scratch = NULL;
     cuda_ctx.scratch_bytes = 0;
-    cuda_ctx.cublas = NULL;
+    cuda_ctx.cublaslt = NULL;
+    cuda_ctx.cublaslt_workspace = NULL;
     cuda_ctx.stream = NULL;
 }
 

@@ -161,15 +161,15 @@ static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const
     for (size_t l = 0; l < L; l++) {
         LayerActivations v = layer_activations(&a, acts->recompute, c, B, T, l);
         layernorm_forward_cuda(v.ln1, v.ln1_mean, v.ln1_rstd, v.residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
-        matmul_forward_cuda(v.qkv, v.ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
+        matmul_forward_cuda(v.qkv, NULL, v.ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
         attn->forward(attn->ctx, v.atty, v.att_lse, v.qkv);
-        matmul_forward_cuda(v.attproj, v.atty, p.attprojw + l * C * C, p.attprojb + l * C, B, T, C, C);
+        matmul_forward_cuda(v.attproj, NULL, v.atty, p.attprojw + l * C * C, p.attprojb + l * C, B, T, C, C);
         residual_forward_cuda(v.residual2, v.residual, v.attproj, BT * C);
         layernorm_forward_cuda(v.ln2, v.ln2_mean, v.ln2_rstd, v.residual2, p.ln2w + l * C, p.ln2b + l * C,
                                B, T, C);
-        matmul_forward_cuda(v.fch, v.ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
+        matmul_forward_cuda(v.fch, NULL, v.ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
         gelu_forward_cuda(v.fch_gelu, v.fch, BT * 4 * C);
-        matmul_forward_cuda(v.fcproj, v.fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
+        matmul_forward_cuda(v.fcproj, NULL, v.fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
         residual_forward_cuda(v.residual3, v.residual2, v.fcproj, BT * C);
     }
     float *last = a.residual3 + (L - 1) * BT * C;

@@ -127,40 +127,74 @@ static void test_layernorm(int b, int t, int c) {
     free(inp); free(w); free(bias); free(out); free(mean); free(rstd); free(dout); free(dinp); free(dw); free(db);
 }
 
-// one linear layer of (b, t, c) -> oc, with or without bias
+// one linear layer of (b, t, c) -> oc, with or without bias: the plain product
+// and the fused GELU forward (pre_gelu and gelu(pre_gelu) against the CPU's
+// matmul then gelu), and the backward with the bias gradient from cuBLASLt's
+// epilogue and, under the emulation, from the column sums that stand in when
+// cuBLASLt has no algorithm for it
 static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     char what[96];
     size_t bt = (size_t)b * t;
     float *inp = random_floats(bt * c, -1, 1), *w = random_floats((size_t)oc * c, -1, 1);
     float *bias = with_bias ? random_floats(oc, -1, 1) : NULL;
-    float *out = (float *)mallocCheck(bt * oc * sizeof(float));
+    float *out = (float *)mallocCheck(bt * oc * sizeof(float)), *act = (float *)mallocCheck(bt * oc * sizeof(float));
     matmul_forward(out, inp, w, bias, b, t, c, oc);
+    gelu_forward(act, out, bt * oc);
     float *d_inp = device_copy(inp, bt * c), *d_w = device_copy(w, (size_t)oc * c);
     float *d_bias = with_bias ? device_copy(bias, oc) : NULL;
-    float *d_out = (float *)cudaMallocCheck(bt * oc * sizeof(float));
+    float *d_out = (float *)cudaMallocCheck(bt * oc * sizeof(float)), *d_act = (float *)cudaMallocCheck(bt * oc * sizeof(float));
     poison_device(d_out, bt * oc * sizeof(float));
-    matmul_forward_cuda(d_out, d_inp, d_w, d_bias, b, t, c, oc);
+    matmul_forward_cuda(d_out, NULL, d_inp, d_w, d_bias, b, t, c, oc);
     snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward%s", b, t, c, oc, with_bias ? " +bias" : "");
     check_rel_device(what, d_out, out, bt * oc, 1e-5);
+    poison_device(d_out, bt * oc * sizeof(float));
+    poison_device(d_act, bt * oc * sizeof(float));
+    matmul_forward_cuda(d_act, d_out, d_inp, d_w, d_bias, b, t, c, oc);
+    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward, GELU's input", b, t, c, oc);
+    check_rel_device(what, d_out, out, bt * oc, 1e-5);
+    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward, GELU", b, t, c, oc);
+    check_rel_device(what, d_act, act, bt * oc, 1e-5);
 
     float *dout = random_floats(bt * oc, -1, 1);
-    float *dinp = random_floats(bt * c, -1, 1), *dw = random_floats((size_t)oc * c, -1, 1);
+    float *dinp = (float *)callocCheck(bt * c, sizeof(float)), *dw = random_floats((size_t)oc * c, -1, 1);
     float *db = with_bias ? random_floats(oc, -1, 1) : NULL;
-    float *d_dout = device_copy(dout, bt * oc), *d_dinp = device_copy(dinp, bt * c);
-    float *d_dw = device_copy(dw, (size_t)oc * c), *d_db = with_bias ? device_copy(db, oc) : NULL;
-    matmul_backward(dinp, dw, db, dout, inp, w, b, t, c, oc);
-    matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, b, t, c, oc);
-    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dinp", b, t, c, oc);
-    check_rel_device(what, d_dinp, dinp, bt * c, 1e-5);
-    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dweight", b, t, c, oc);
-    check_rel_device(what, d_dw, dw, (size_t)oc * c, 1e-5);
-    if (with_bias) {
-        snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dbias", b, t, c, oc);
-        check_rel_device(what, d_db, db, oc, 1e-5);
+    // the gradients accumulate: each GPU path starts from the values the CPU started from
+    float *d_dw_init = device_copy(dw, (size_t)oc * c), *d_db_init = with_bias ? device_copy(db, oc) : NULL;
+    float *d_dout = device_copy(dout, bt * oc), *d_dinp = (float *)cudaMallocCheck(bt * c * sizeof(float));
+    float *d_dw = (float *)cudaMallocCheck((size_t)oc * c * sizeof(float));
+    float *d_db = with_bias ? (float *)cudaMallocCheck(oc * sizeof(float)) : NULL;
+    matmul_backward(dinp, dw, db, dout, inp, w, b, t, c, oc); // dinp from 0: the GPU overwrites it
+#ifdef CUDA_EMU
+    int paths = 2;
+#else
+    int paths = 1;
+#endif
+    for (int path = 0; path < paths; path++) {
+        const char *how = path == 0 ? "" : ", bias gradient by column sums";
+#ifdef CUDA_EMU
+        emu_cublaslt_refuse_bgradb = path;
+#endif
+        cudaCheck(cudaMemcpyAsync(d_dw, d_dw_init, (size_t)oc * c * sizeof(float), cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+        if (with_bias) {
+            cudaCheck(cudaMemcpyAsync(d_db, d_db_init, oc * sizeof(float), cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+        }
+        poison_device(d_dinp, bt * c * sizeof(float));
+        matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, b, t, c, oc);
+        snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dinp%s", b, t, c, oc, how);
+        check_rel_device(what, d_dinp, dinp, bt * c, 1e-5);
+        snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dweight%s", b, t, c, oc, how);
+        check_rel_device(what, d_dw, dw, (size_t)oc * c, 1e-5);
+        if (with_bias) {
+            snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dbias%s", b, t, c, oc, how);
+            check_rel_device(what, d_db, db, oc, 1e-5);
+        }
     }
-    void *dev[] = {d_inp, d_w, d_bias, d_out, d_dout, d_dinp, d_dw, d_db};
-    for (int i = 0; i < 8; i++) { cudaCheck(cudaFree(dev[i])); } // cudaFree(NULL) is a no-op
-    free(inp); free(w); free(bias); free(out); free(dout); free(dinp); free(dw); free(db);
+#ifdef CUDA_EMU
+    emu_cublaslt_refuse_bgradb = 0;
+#endif
+    void *dev[] = {d_inp, d_w, d_bias, d_out, d_act, d_dout, d_dinp, d_dw, d_db, d_dw_init, d_db_init};
+    for (int i = 0; i < 11; i++) { cudaCheck(cudaFree(dev[i])); } // cudaFree(NULL) is a no-op
+    free(inp); free(w); free(bias); free(out); free(act); free(dout); free(dinp); free(dw); free(db);
 }
 
 static void test_elementwise(void) {
