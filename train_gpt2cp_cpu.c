@@ -13,6 +13,8 @@ group of cp ranks that share every sequence of the replica's batch. Per step:
        that needs other tokens, and gets them by the algorithm of -ca (cp/attention.h)
     4. the loss is the mean over the valid targets of the whole global batch;
        gradients are summed over all ranks, so every rank takes the same step
+       (at -z 1 each rank updates its shard of the parameters, then they are
+       all-gathered: train/zero.h)
 
 Same flags as the GPU trainer; see -h.
 */
@@ -139,8 +141,8 @@ int main(int argc, char **argv) {
     train_run_start(&run, &model, &cfg, layout, mesh, &memory);
     GPT2Config c = model.config;
     // every rank built the same weights; rank 0's are broadcast all the same, so
-    // that ranks can never start apart
-    ranks.world->broadcast(ranks.world, model.params_memory, model.num_parameters * sizeof(float), 0);
+    // that ranks can never start apart (or a -z 1 resume's exact shards gathered)
+    zero_sync_parameters(run.params_from_shards, ranks.world, model.params_memory, model.num_parameters);
 
     Activations acts;
     activations_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
@@ -162,7 +164,7 @@ int main(int argc, char **argv) {
             logger_log_eval(&run.logger, step, accuracy);
         }
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
-        if (run_checkpoints(&run, &cfg, step, last_step)) { save_checkpoint(&run, &cfg, mesh, &model, step); }
+        if (run_checkpoints(&run, &cfg, step, last_step)) { save_checkpoint(&run, &cfg, mesh, &model, step, NULL); }
         if (last_step) { break; }
 
         double start = wall_seconds();
@@ -190,6 +192,7 @@ int main(int argc, char **argv) {
         float lr = learning_rate_at(&run.schedule, step);
         if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
             gpt2_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
+            zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
         }
         train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);
     }
