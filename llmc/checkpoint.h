@@ -332,8 +332,8 @@ static int state_read_header(FILE *fp, long size, TrainState *s, uint64_t num_pa
     }
     long expected = state_file_bytes(s);
     if (size != expected) {
-        return problem(why, why_size, "%ld bytes, expected %ld for the state of %llu parameters%s", size, expected,
-                       (unsigned long long)state_shard_count(s), s->has_master_weights ? " with master weights" : "");
+        return problem(why, why_size, "%ld bytes, expected %ld for %llu parameters%s", size, expected,
+                       (unsigned long long)state_shard_count(s), s->has_master_weights ? " and their master weights" : "");
     }
     return 0;
 }
