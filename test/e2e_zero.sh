@@ -8,7 +8,8 @@
 #      rest; -z 0's hold 8 N; the start-up table's parameters/gradients/AdamW row is
 #      the formula's (N x (4 + 4) + 2 x 4 x the largest shard)
 #   3. resume: np 4 -z 1, 3 steps then -y 1 to 6, is the uninterrupted run bit for
-#      bit (main.log, -tl, model and every state file)
+#      bit (main.log, -tl, model and every state file); resumed at cp 4 (the same
+#      world), with a note, as the -z 0 checkpoint resumed at cp 4, bit for bit
 #   4. the master weights of the state file: with checkpoints written as the GPU's
 #      BF16 build writes them (GPT2CP_TEST_BF16_MODEL_FILE=1: a bf16-rounded model
 #      file, the exact fp32 master weights in the state), the model file differs
@@ -68,6 +69,7 @@ done
 echo
 echo "== np 4 -z 1: 3 steps, then -y 1 to 6"
 train r_first 4 -cp 2 -z 1 -x 3 -o "$WORK/r" -tl "$WORK/r.tl"
+mkdir -p "$WORK/rc" && cp "$WORK/r"/*00000003* "$WORK/rc/"
 train r_resumed 4 -cp 2 -z 1 -x 6 -y 1 -o "$WORK/r" -tl "$WORK/r.tl"
 grep -q "^resuming from step 3: .* and every rank's own state file$" "$WORK/r_resumed.out" || fail "r_resumed did not resume from step 3"
 same_bytes "resumed main.log" "$WORK/z1_np4/main.log" "$WORK/r/main.log"
@@ -76,6 +78,17 @@ same_bytes "resumed final weights" "$WORK/z1_np4/model_00000006.bin" "$WORK/r/mo
 for r in 00000 00001 00002 00003; do
     same_bytes "resumed final state of rank $r" "$WORK/z1_np4/state_00000006_$r.bin" "$WORK/r/state_00000006_$r.bin"
 done
+
+# the same world at another cp (so another dp, other batches): each rank reads its
+# own shard, with a note, and trains as the -z 0 checkpoint resumed at cp 4 (every
+# rank reads rank 0's whole moments there), bit for bit
+mkdir -p "$WORK/rc0" && cp "$WORK/z0_np4"/*00000003* "$WORK/rc0/"
+train rc 4 -cp 4 -z 1 -x 6 -y 1 -o "$WORK/rc"
+train rc0 4 -cp 4 -z 0 -x 6 -y 1 -o "$WORK/rc0"
+grep -q "^note: the checkpoint was written by 4 rank(s) at cp 2.*(each rank's own -z 1 shard)" "$WORK/rc.out" ||
+    fail "rc: no note about the other cp"
+same_bytes "cp 4 resumed main.log, -z 1 and -z 0" "$WORK/rc0/main.log" "$WORK/rc/main.log"
+same_bytes "cp 4 resumed final weights, -z 1 and -z 0" "$WORK/rc0/model_00000006.bin" "$WORK/rc/model_00000006.bin"
 
 # ---- 4. the master weights in the state files
 echo

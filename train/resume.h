@@ -247,8 +247,8 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         describe_shape(was, sizeof(was), writer.world_size, writer.cp_size, writer.layout, writer.B, writer.T);
         describe_shape(now, sizeof(now), mesh->world_size, mesh->cp_size, (int)run->layout, cfg->B, cfg->T);
         printf("note: the checkpoint was written by %s, this run has %s: the weights, the optimizer state "
-               "(rank 0's, the same on every rank) and the data position carry over; the losses will follow "
-               "the original run closely, not bit for bit\n", was, now);
+               "(%s) and the data position carry over; the losses will follow the original run closely, not bit "
+               "for bit\n", was, now, own_file ? "each rank's own -z 1 shard" : "rank 0's, the same on every rank");
     }
     if (writer.data_shuffled != (uint64_t)run->train_loader.shuffle) {
         printf("note: the checkpoint's run read its data %s, this one reads it %s: %s\n",
