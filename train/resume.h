@@ -183,7 +183,7 @@ static void check_moments_agree(const GPT2 *model) {
 // (the model file's weights are not exact: see save_checkpoint), each rank's range
 // of them replaces the model file's in model's parameters, and
 // run->params_from_shards says whether every rank now holds only its own shard
-// exactly (-z 1: train_sync_parameters gathers them). Every field is checked
+// exactly (-z 1: zero_sync_parameters gathers them). Every field is checked
 // against the run before it is used, and at -z 0 every rank's moments against
 // every other's. A bad file ends the job on every rank with one line
 // (fail_if_any_rank).
