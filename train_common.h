@@ -10,6 +10,7 @@ file under train/:
     train/run.h       the host side of a run: model init, data, logs, each step's chores
     train/resume.h    checkpoints and resume
     train/sample.h    sampling
+    train/zero.h      ZeRO-1 (-z 1): each rank's shard of the optimizer state, the parameter gather
 
 and, here, the start of a run that ties them together. The trainers differ only
 in where the model runs.
@@ -25,6 +26,7 @@ in where the model runs.
 #include "train/resume.h"
 #include "train/run.h"
 #include "train/sample.h"
+#include "train/zero.h"
 
 // The start of a run on the host, shared by both trainers: the model's
 // configuration (from -e, or the checkpoint -y 1 resumes from) and the run's
@@ -32,7 +34,8 @@ in where the model runs.
 // fits (before anything big is allocated), the model in host memory, the run's
 // data and outputs, the check that every rank holds the same model and data, the
 // start-up table, and the training state when resuming. The caller then makes
-// rank 0's weights every rank's (a broadcast) and moves the model where it runs.
+// the ranks' weights the same (zero_sync_parameters) and moves the model where it
+// runs.
 static void train_run_start(TrainRun *run, GPT2 *model, const TrainConfig *cfg, CpLayoutKind layout,
                             const Mesh *mesh, const TrainerMemory *tm) {
     claim_output_dir(cfg);
@@ -45,6 +48,9 @@ static void train_run_start(TrainRun *run, GPT2 *model, const TrainConfig *cfg, 
                                                  (CpAttentionKind)cp_attention_from_name(cfg->attention));
     check_memory_fits(tm, &memory, cfg);
     init_model_host(model, cfg, resume_step, c);
+    size_t opt_begin, opt_end; // -z 1: this rank's shard of the AdamW state
+    zero_shard(cfg->zero_stage, model->num_parameters, mesh->world_rank, mesh->world_size, &opt_begin, &opt_end);
+    gpt2_optimizer_range(model, opt_begin, opt_end);
     train_run_init(run, cfg, layout, mesh, model->config, resume_step);
     check_model_and_data_agree(model->config, &run->train_loader, cfg->val_every > 0 ? &run->val_loader : NULL);
     train_run_print_startup(run, cfg, model->config, mesh, tm, model->num_parameters, &memory);

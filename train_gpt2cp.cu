@@ -15,7 +15,9 @@ cp/ring_attention.h). Per step:
        other tokens around the ring, its K/V blocks moved by the transport
     4. the loss is the mean over the valid targets of the whole global batch;
        gradients are summed over all ranks (the transport's all_reduce_sum on
-       device memory), so every rank takes the same step
+       device memory), so every rank takes the same step (at -z 1 each rank
+       updates its shard on the device, then the world all-gathers the
+       parameters: train/zero.h)
 
 Transports (-ct): nccl (default; one rank per GPU, local rank -> device as llm.c)
 or mpi (device buffers staged through pinned host memory, any number of ranks per
@@ -131,10 +133,10 @@ static void ranks_free(Ranks *r) {
 
 // The host model (from -e or the checkpoint resumed from, as the CPU twin) to the
 // device; rank 0's weights are broadcast over the device transport, so that ranks
-// can never start apart.
-static void load_model(GPT2Cuda *model, GPT2 *host, Comm *world) {
+// can never start apart (or a -z 1 resume's exact shards gathered: from_shards).
+static void load_model(GPT2Cuda *model, GPT2 *host, Comm *world, int from_shards) {
     gpt2_cuda_init(model, host);
-    world->broadcast(world, model->params_memory, model->num_parameters * sizeof(float), 0);
+    zero_sync_parameters(from_shards, world, model->params_memory, model->num_parameters);
     cuda_sync();
 }
 
@@ -259,7 +261,7 @@ int main(int argc, char **argv) {
                             device_memory_available};
     train_run_start(&run, &host, &cfg, layout, mesh, &memory);
     GPT2Cuda model;
-    load_model(&model, &host, ranks.world);
+    load_model(&model, &host, ranks.world, run.params_from_shards);
     GPT2Config c = model.config;
 
     ActivationsCuda acts;
@@ -286,7 +288,7 @@ int main(int argc, char **argv) {
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
         if (run_checkpoints(&run, &cfg, step, last_step)) {
             gpt2_cuda_to_host(&model);
-            save_checkpoint(&run, &cfg, mesh, &model.host, step);
+            save_checkpoint(&run, &cfg, mesh, &model.host, step, NULL);
         }
         if (last_step) { break; }
 
@@ -315,6 +317,7 @@ int main(int argc, char **argv) {
         float lr = learning_rate_at(&run.schedule, step);
         if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
             gpt2_cuda_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
+            zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
         }
         cuda_sync(); // the step's time includes its update
         train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);

@@ -13,6 +13,8 @@ group of cp ranks that share every sequence of the replica's batch. Per step:
        that needs other tokens, and gets them by the algorithm of -ca (cp/attention.h)
     4. the loss is the mean over the valid targets of the whole global batch;
        gradients are summed over all ranks, so every rank takes the same step
+       (at -z 1 each rank updates its shard of the parameters, then they are
+       all-gathered: train/zero.h)
 
 Same flags as the GPU trainer; see -h.
 */
@@ -118,6 +120,26 @@ static void sample(const TrainConfig *cfg, GPT2 *model, Comm *self, TrainRun *ru
     activations_free(&s.acts);
 }
 
+// Test only: with GPT2CP_TEST_BF16_MODEL_FILE=1 in the environment, checkpoints are
+// written as the GPU trainer's BF16 build will write them: a model file of weights
+// rounded to bf16 (round to nearest even), so not exact, and the exact fp32 master
+// weights in the state files (llmc/checkpoint.h's optional section), which the
+// resume then takes. No trainer of this build needs the section, so this is how
+// test/e2e_zero.sh checks it end to end on the CPU.
+static void save_checkpoint_as_bf16_build(const TrainRun *run, const TrainConfig *cfg, const Mesh *mesh,
+                                          const GPT2 *model, int step) {
+    GPT2 rounded = *model;
+    rounded.params_memory = (float *)mallocCheck(model->num_parameters * sizeof(float));
+    for (size_t i = 0; i < model->num_parameters; i++) {
+        uint32_t bits;
+        memcpy(&bits, &model->params_memory[i], sizeof(bits));
+        bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
+        memcpy(&rounded.params_memory[i], &bits, sizeof(bits));
+    }
+    save_checkpoint(run, cfg, mesh, &rounded, step, model->params_memory);
+    free(rounded.params_memory);
+}
+
 int main(int argc, char **argv) {
     train_runtime_init(&argc, &argv);
     TrainConfig cfg;
@@ -139,8 +161,8 @@ int main(int argc, char **argv) {
     train_run_start(&run, &model, &cfg, layout, mesh, &memory);
     GPT2Config c = model.config;
     // every rank built the same weights; rank 0's are broadcast all the same, so
-    // that ranks can never start apart
-    ranks.world->broadcast(ranks.world, model.params_memory, model.num_parameters * sizeof(float), 0);
+    // that ranks can never start apart (or a -z 1 resume's exact shards gathered)
+    zero_sync_parameters(run.params_from_shards, ranks.world, model.params_memory, model.num_parameters);
 
     Activations acts;
     activations_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
@@ -162,7 +184,10 @@ int main(int argc, char **argv) {
             logger_log_eval(&run.logger, step, accuracy);
         }
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
-        if (run_checkpoints(&run, &cfg, step, last_step)) { save_checkpoint(&run, &cfg, mesh, &model, step); }
+        if (run_checkpoints(&run, &cfg, step, last_step)) {
+            if (getenv("GPT2CP_TEST_BF16_MODEL_FILE")) { save_checkpoint_as_bf16_build(&run, &cfg, mesh, &model, step); }
+            else { save_checkpoint(&run, &cfg, mesh, &model, step, NULL); }
+        }
         if (last_step) { break; }
 
         double start = wall_seconds();
@@ -190,6 +215,7 @@ int main(int argc, char **argv) {
         float lr = learning_rate_at(&run.schedule, step);
         if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
             gpt2_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
+            zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
         }
         train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);
     }

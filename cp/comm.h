@@ -41,7 +41,9 @@ struct Comm {
     void *(*ring_start)(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes);
     void (*ring_wait)(Comm *comm, void *exchange);
     void (*all_reduce_sum)(Comm *comm, void *buf, size_t count, CommType type);
-    // recv_buf holds size * bytes_per_rank bytes, rank i's part at i * bytes_per_rank
+    // recv_buf holds size * bytes_per_rank bytes, rank i's part at i * bytes_per_rank;
+    // send_buf is either apart from recv_buf or exactly this rank's part of it (in place,
+    // as ZeRO-1 gathers the parameters: train/zero.h)
     void (*all_gather)(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank);
     // send_buf holds size * count elements, the part for rank i at i * count; recv_buf
     // (count elements, not overlapping send_buf) gets this rank's part of the elementwise

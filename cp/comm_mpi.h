@@ -238,8 +238,10 @@ static void comm_mpi_all_gather(Comm *comm, const void *send_buf, void *recv_buf
     if (bytes_per_rank > COMM_MPI_MAX_BYTES) {
         fatal("all_gather of %zu bytes per rank exceeds the MPI transport's limit", bytes_per_rank);
     }
-    MPI_Iallgather(send_buf, (int)bytes_per_rank, MPI_BYTE, recv_buf, (int)bytes_per_rank, MPI_BYTE,
-                   comm_mpi_handle(comm), comm_mpi_enter(comm));
+    // in place (send_buf is this rank's part of recv_buf): MPI needs MPI_IN_PLACE then
+    int in_place = send_buf == (const char *)recv_buf + (size_t)comm->rank * bytes_per_rank;
+    MPI_Iallgather(in_place ? MPI_IN_PLACE : send_buf, (int)bytes_per_rank, MPI_BYTE, recv_buf, (int)bytes_per_rank,
+                   MPI_BYTE, comm_mpi_handle(comm), comm_mpi_enter(comm));
     comm_mpi_finish(comm, "all_gather");
 }
 

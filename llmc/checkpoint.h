@@ -4,7 +4,9 @@ Checkpoints a run can trust after a crash.
 For step N (the optimizer steps done) the output directory holds
     model_N.bin       the weights, an llm.c fp32 checkpoint (written by rank 0)
     state_N_R.bin     rank R's training state: step, mesh, data position,
-                      sampling RNG, AdamW first and second moments
+                      sampling RNG, AdamW first and second moments (of all the
+                      parameters, or at -z 1 of the rank's shard), and optionally
+                      the rank's part of the fp32 master weights
     DONE_N            written by rank 0 only after every rank's files are complete
 (N printed as %08d, R as %05d.)
 
@@ -15,18 +17,24 @@ crash in the middle of writing step N leaves step N without its marker and the
 previous checkpoint in charge; leftover .tmp files are never read.
 
 State file: 256 int32 header
-    [0] 20241207 magic  [1] 2 version  [2] step  [3] rank  [4] world size
+    [0] 20241207 magic  [1] 3 version  [2] step  [3] rank  [4] world size
     [5] cp  [6] dp  [7] layout (CpLayoutKind)  [8] B  [9] T
-then 16 uint64: [0] number of parameters, [1] data shard, [2] data position
+then 32 uint64: [0] number of parameters, [1] data shard, [2] data position
 (tokens into the shard), [3] sampling RNG state, [4] padded row length the batches
 are padded to at least (the packed layout's, which grows with the data), [5] the
 train data's fingerprint, [6] its tokens, [7] its files, [8] the checksum of m and
 v, [9] train batches read since the start (a shuffled order replays them), [10] 1
-if the train data was shuffled (else 0), [11..14] 0, [15] the checksum of everything before it in the file and of the
--e text; then the -e text (256 bytes, NUL-padded); then m and v, fp32, one value
-per parameter each. Checksums: FNV-1a (llmc/checksum.h), so that one flipped bit
-anywhere is found at resume. (llm.c's own state files, magic 20240327, have
-another layout.)
+if the train data was shuffled (else 0), [11] the ZeRO stage (-z), [12, 13] the
+range [begin, end) of the flat parameter vector whose optimizer state the file
+holds (all of it at -z 0, the rank's shard at -z 1: train/zero.h), [14] 1 if the
+master-weights section follows the moments (else 0), [15] its checksum (else 0),
+[16..30] 0, [31] the checksum of everything before it in the file and of the -e
+text; then the -e text (256 bytes, NUL-padded); then m and v, fp32, one value per
+parameter of the range each; then, if [14] says so, the fp32 master weights of the
+range: written when the model file does not hold the weights exactly (a bf16
+model file), so that a resume takes them from here. Checksums: FNV-1a
+(llmc/checksum.h), so that one flipped bit anywhere is found at resume. (llm.c's
+own state files, magic 20240327, have another layout.)
 
 The model file carries the checksum of its parameters in llm.c's unused header
 slots [8..10] (checkpoint_put_checksum), so llm.c still reads it; a file without
@@ -49,8 +57,8 @@ it (written by llm.c) loads unchecked.
 #include "utils.h"
 
 #define STATE_MAGIC 20241207
-#define STATE_VERSION 2
-#define STATE_FIELDS 16
+#define STATE_VERSION 3
+#define STATE_FIELDS 32
 #define STATE_INIT_BYTES 256
 #define STATE_HEADER_BYTES (256 * sizeof(int) + STATE_FIELDS * sizeof(uint64_t) + STATE_INIT_BYTES)
 
@@ -68,6 +76,10 @@ typedef struct {
     uint64_t moments_checksum; // of m and v
     uint64_t data_batches;  // train batches read since the start (a shuffled order replays them)
     uint64_t data_shuffled; // 1: the train data was read shuffled (-sh 1)
+    uint64_t zero_stage;    // -z
+    uint64_t shard_begin, shard_end; // the parameters [begin, end) whose optimizer state the file holds
+    uint64_t has_master_weights;     // 1: the fp32 master weights of the range follow the moments
+    uint64_t master_checksum;        // of those master weights (0 without them)
     char init[STATE_INIT_BYTES]; // the run's -e
 } TrainState;
 
@@ -197,19 +209,29 @@ static void state_int_fields(TrainState *s, int *fields[STATE_INT_FIELDS]) {
     memcpy(fields, order, sizeof(order));
 }
 
-// the uint64 fields [0, 9) of a state, in file order
-#define STATE_U64_FIELDS 11
+// the uint64 fields [0, 16) of a state, in file order
+#define STATE_U64_FIELDS 16
 static void state_u64_fields(TrainState *s, uint64_t *fields[STATE_U64_FIELDS]) {
     uint64_t *order[STATE_U64_FIELDS] = {&s->num_parameters, &s->data_shard, &s->data_position, &s->rng_state,
                                          &s->padded_len, &s->data_fingerprint, &s->data_tokens, &s->data_files,
-                                         &s->moments_checksum, &s->data_batches, &s->data_shuffled};
+                                         &s->moments_checksum, &s->data_batches, &s->data_shuffled, &s->zero_stage,
+                                         &s->shard_begin, &s->shard_end, &s->has_master_weights,
+                                         &s->master_checksum};
     memcpy(fields, order, sizeof(order));
 }
 
 // the checksum of the optimizer moments, as the state file records it
-static uint64_t moments_checksum(const float *m, const float *v, uint64_t num_parameters) {
-    uint64_t sum = fnv1a(FNV_OFFSET, m, num_parameters * sizeof(float));
-    return fnv1a(sum, v, num_parameters * sizeof(float));
+static uint64_t moments_checksum(const float *m, const float *v, uint64_t count) {
+    uint64_t sum = fnv1a(FNV_OFFSET, m, count * sizeof(float));
+    return fnv1a(sum, v, count * sizeof(float));
+}
+
+// the parameters whose optimizer state (and master weights) a state file holds
+static uint64_t state_shard_count(const TrainState *s) { return s->shard_end - s->shard_begin; }
+
+// the bytes of a state file with header s
+static long state_file_bytes(const TrainState *s) {
+    return (long)STATE_HEADER_BYTES + (2 + (s->has_master_weights ? 1 : 0)) * (long)(state_shard_count(s) * sizeof(float));
 }
 
 // The header bytes of s (STATE_HEADER_BYTES), checksum included.
@@ -237,17 +259,23 @@ static void state_encode_header(const TrainState *s, unsigned char *bytes) {
     memcpy(bytes + sizeof(header), fields, sizeof(fields));
 }
 
-// m, v: s->num_parameters floats each; s->moments_checksum is computed here
-static void state_write(const char *path, const TrainState *s, const float *m, const float *v) {
+// m, v: the moments of the parameters [s->shard_begin, s->shard_end), one float
+// per parameter each; master: NULL, or the fp32 master weights of that range (the
+// section is then written and flagged). The checksums are computed here.
+static void state_write(const char *path, const TrainState *s, const float *m, const float *v, const float *master) {
     TrainState copy = *s;
-    copy.moments_checksum = moments_checksum(m, v, s->num_parameters);
+    uint64_t count = state_shard_count(s);
+    copy.moments_checksum = moments_checksum(m, v, count);
+    copy.has_master_weights = master != NULL;
+    copy.master_checksum = master != NULL ? fnv1a(FNV_OFFSET, master, count * sizeof(float)) : 0;
     unsigned char header[STATE_HEADER_BYTES];
     state_encode_header(&copy, header);
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, 1, sizeof(header), af.fp, af.tmp_path);
-    fwriteCheck(m, sizeof(float), s->num_parameters, af.fp, af.tmp_path);
-    fwriteCheck(v, sizeof(float), s->num_parameters, af.fp, af.tmp_path);
+    fwriteCheck(m, sizeof(float), count, af.fp, af.tmp_path);
+    fwriteCheck(v, sizeof(float), count, af.fp, af.tmp_path);
+    if (master != NULL) { fwriteCheck(master, sizeof(float), count, af.fp, af.tmp_path); }
     atomic_commit(&af);
 }
 
@@ -287,48 +315,81 @@ static int state_read_header(FILE *fp, long size, TrainState *s, uint64_t num_pa
     s->init[STATE_INIT_BYTES - 1] = '\0';
     if (s->step < 0 || s->rank < 0 || s->world_size < 1 || s->rank >= s->world_size || s->cp_size < 1 ||
         s->dp_size < 1 || (long)s->cp_size * s->dp_size != s->world_size || s->layout < 0 ||
-        s->B < 1 || s->T < 1 || s->padded_len < 1 || s->padded_len > (uint64_t)s->T * 2 * s->cp_size) {
+        s->B < 1 || s->T < 1 || s->padded_len < 1 || s->padded_len > (uint64_t)s->T * 2 * s->cp_size ||
+        s->zero_stage > 1 || s->shard_begin > s->shard_end || s->shard_end > s->num_parameters ||
+        s->has_master_weights > 1 || (s->zero_stage == 0 && (s->shard_begin != 0 || s->shard_end != s->num_parameters))) {
         return problem(why, why_size, "corrupt header (step %d, rank %d, world %d, cp %d, dp %d, layout %d, B %d, T %d, "
-                       "padded length %llu)", s->step, s->rank, s->world_size, s->cp_size, s->dp_size, s->layout,
-                       s->B, s->T, (unsigned long long)s->padded_len);
+                       "padded length %llu, -z %llu, parameters [%llu, %llu) of %llu, master weights %llu)", s->step,
+                       s->rank, s->world_size, s->cp_size, s->dp_size, s->layout, s->B, s->T,
+                       (unsigned long long)s->padded_len, (unsigned long long)s->zero_stage,
+                       (unsigned long long)s->shard_begin, (unsigned long long)s->shard_end,
+                       (unsigned long long)s->num_parameters, (unsigned long long)s->has_master_weights);
     }
     if (num_parameters == 0) { return 0; }
     if (s->num_parameters != num_parameters) {
         return problem(why, why_size, "optimizer state of %llu parameters, the model has %llu",
                        (unsigned long long)s->num_parameters, (unsigned long long)num_parameters);
     }
-    long expected = (long)STATE_HEADER_BYTES + 2 * (long)(num_parameters * sizeof(float));
+    long expected = state_file_bytes(s);
     if (size != expected) {
-        return problem(why, why_size, "%ld bytes, expected %ld for %llu parameters", size, expected,
-                       (unsigned long long)num_parameters);
+        return problem(why, why_size, "%ld bytes, expected %ld for %llu parameters%s", size, expected,
+                       (unsigned long long)state_shard_count(s), s->has_master_weights ? " and their master weights" : "");
     }
     return 0;
 }
 
-// Reads a state file: the header into s and, unless m is NULL (the header alone),
-// the moments into m and v (num_parameters each), checked against their checksum.
-// Returns 0, or -1 with the reason in why (the caller names the file).
-static int state_read(const char *path, TrainState *s, float *m, float *v, uint64_t num_parameters, char *why,
+// Where a state file's payload goes: the moments (and master weights) of the
+// parameters [begin, end), the range the reader holds.
+typedef struct {
+    float *m, *v;   // (end - begin) each
+    float *master;  // (end - begin): filled when the file has master weights; NULL: not wanted
+    uint64_t begin, end;
+} StateBuffers;
+
+// Reads a state file: the header into s and, unless buf is NULL (the header alone),
+// the payload into buf, whose range must be the file's; each part is checked
+// against its checksum. Returns 0, or -1 with the reason in why (the caller names
+// the file).
+static int state_read(const char *path, TrainState *s, const StateBuffers *buf, uint64_t num_parameters, char *why,
                       size_t why_size) {
     FILE *fp = open_input_file(path, why, why_size);
     if (fp == NULL) { return -1; }
     int status = state_read_header(fp, file_size_of(fp, path), s, num_parameters, why, why_size);
-    if (m == NULL) {
+    if (buf == NULL) {
         fclose(fp);
         return status;
     }
-    if (status == 0 && (fread(m, sizeof(float), num_parameters, fp) != num_parameters ||
-                        fread(v, sizeof(float), num_parameters, fp) != num_parameters)) {
+    if (status == 0 && (s->shard_begin != buf->begin || s->shard_end != buf->end)) {
+        status = problem(why, why_size, "holds the optimizer state of the parameters [%llu, %llu) (-z %llu), this rank "
+                         "holds [%llu, %llu)", (unsigned long long)s->shard_begin, (unsigned long long)s->shard_end,
+                         (unsigned long long)s->zero_stage, (unsigned long long)buf->begin,
+                         (unsigned long long)buf->end);
+    }
+    uint64_t n = buf->end - buf->begin;
+    if (status == 0 && (fread(buf->m, sizeof(float), n, fp) != n || fread(buf->v, sizeof(float), n, fp) != n)) {
         status = problem(why, why_size, "cannot read its optimizer moments");
     }
+    int master = status == 0 && s->has_master_weights && buf->master != NULL;
+    if (master && fread(buf->master, sizeof(float), n, fp) != n) {
+        status = problem(why, why_size, "cannot read its master weights");
+    }
     fclose(fp);
-    if (status == 0 && moments_checksum(m, v, num_parameters) != s->moments_checksum) {
+    if (status == 0 && moments_checksum(buf->m, buf->v, n) != s->moments_checksum) {
         status = problem(why, why_size, "its optimizer moments do not match their checksum: the file was damaged "
                          "after it was written");
     }
-    for (uint64_t i = 0; status == 0 && i < num_parameters; i++) {
-        if (!isfinite(m[i]) || !isfinite(v[i]) || v[i] < 0.0f) {
-            status = problem(why, why_size, "optimizer moment %llu is not a valid number", (unsigned long long)i);
+    if (status == 0 && master && fnv1a(FNV_OFFSET, buf->master, n * sizeof(float)) != s->master_checksum) {
+        status = problem(why, why_size, "its master weights do not match their checksum: the file was damaged "
+                         "after it was written");
+    }
+    for (uint64_t i = 0; status == 0 && i < n; i++) {
+        if (!isfinite(buf->m[i]) || !isfinite(buf->v[i]) || buf->v[i] < 0.0f) {
+            status = problem(why, why_size, "optimizer moment %llu is not a valid number",
+                             (unsigned long long)(buf->begin + i));
+        }
+        if (status == 0 && master && !isfinite(buf->master[i])) {
+            status = problem(why, why_size, "master weight %llu is not a finite number",
+                             (unsigned long long)(buf->begin + i));
         }
     }
     return status;
@@ -348,7 +409,7 @@ static int checkpoint_files_present(const char *dir, int step, char *why, size_t
     if (stat(path, &st) != 0) { return problem(why, why_size, "'%s' is missing", path); }
     TrainState s;
     // a header that does not read is damage, not absence: its reader reports it
-    if (state_read(path, &s, NULL, NULL, 0, reason, sizeof(reason)) != 0) { return 0; }
+    if (state_read(path, &s, NULL, 0, reason, sizeof(reason)) != 0) { return 0; }
     for (int r = 1; r < s.world_size; r++) {
         state_path(path, sizeof(path), dir, step, r);
         if (stat(path, &st) != 0) { return problem(why, why_size, "'%s' is missing", path); }

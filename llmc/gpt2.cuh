@@ -56,6 +56,12 @@ typedef struct {
     TokenBuckets wpe_buckets;
 } ActivationsCuda;
 
+// the bytes of each AdamW moment: the host model's optimizer range (all the
+// parameters, or the ZeRO-1 shard of gpt2_optimizer_range)
+static size_t gpt2_cuda_moment_bytes(const GPT2Cuda *model) {
+    return (model->host.opt_end - model->host.opt_begin) * sizeof(float);
+}
+
 // Takes over `host` (its parameters and AdamW moments are copied to the device;
 // host keeps them).
 static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
@@ -65,14 +71,15 @@ static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
     model->config = model->host.config;
     model->num_parameters = model->host.num_parameters;
     size_t bytes = model->num_parameters * sizeof(float);
+    size_t moment_bytes = gpt2_cuda_moment_bytes(model);
     model->params_memory = (float *)cudaMallocCheck(bytes);
     model->grads_memory = (float *)cudaMallocCheck(bytes);
-    model->m_memory = (float *)cudaMallocCheck(bytes);
-    model->v_memory = (float *)cudaMallocCheck(bytes);
+    model->m_memory = (float *)cudaMallocCheck(moment_bytes);
+    model->v_memory = (float *)cudaMallocCheck(moment_bytes);
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, bytes, cuda_ctx.stream));
     cuda_upload(model->params_memory, model->host.params_memory, bytes);
-    cuda_upload(model->m_memory, model->host.m_memory, bytes);
-    cuda_upload(model->v_memory, model->host.v_memory, bytes);
+    cuda_upload(model->m_memory, model->host.m_memory, moment_bytes);
+    cuda_upload(model->v_memory, model->host.v_memory, moment_bytes);
     point_parameters(&model->params, model->params_memory, model->host.param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->host.param_sizes);
     // the largest deterministic reduction's scratch: dbias of fcb (4C) and layernorm's two sums
@@ -95,8 +102,8 @@ static void gpt2_cuda_free(GPT2Cuda *model) {
 static void gpt2_cuda_to_host(GPT2Cuda *model) {
     size_t bytes = model->num_parameters * sizeof(float);
     cuda_download(model->host.params_memory, model->params_memory, bytes);
-    cuda_download(model->host.m_memory, model->m_memory, bytes);
-    cuda_download(model->host.v_memory, model->v_memory, bytes);
+    cuda_download(model->host.m_memory, model->m_memory, gpt2_cuda_moment_bytes(model));
+    cuda_download(model->host.v_memory, model->v_memory, gpt2_cuda_moment_bytes(model));
 }
 
 // Device bytes of a pass's buffers besides the activations (what
@@ -264,15 +271,16 @@ static void gpt2_cuda_backward(GPT2Cuda *model, ActivationsCuda *acts, const int
                           &acts->wpe_buckets);
 }
 
-// AdamW over every tensor, weight decay on the 2-D ones. t counts from 1.
+// AdamW over the parameters of the host model's optimizer range (all of them, or
+// a ZeRO-1 shard: the trainer then all-gathers the parameters, train/zero.h),
+// weight decay on the 2-D tensors' ones. t counts from 1.
 static void gpt2_cuda_update(GPT2Cuda *model, float lr, float weight_decay, float grad_scale, int t) {
-    size_t offset = 0;
+    size_t lo, hi, b = model->host.opt_begin;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t n = model->host.param_sizes[i];
+        if (!optimizer_part_of_tensor(model->host.param_sizes, b, model->host.opt_end, i, &lo, &hi)) { continue; }
         float wd = parameter_is_2d(i) ? weight_decay : 0.0f;
-        adamw_update_cuda(model->params_memory + offset, model->grads_memory + offset, model->m_memory + offset,
-                          model->v_memory + offset, n, lr, wd, grad_scale, t);
-        offset += n;
+        adamw_update_cuda(model->params_memory + lo, model->grads_memory + lo, model->m_memory + (lo - b),
+                          model->v_memory + (lo - b), hi - lo, lr, wd, grad_scale, t);
     }
 }
 

@@ -254,8 +254,12 @@ typedef struct {
     float *params_memory;
     ParameterTensors grads;
     float *grads_memory;
-    float *m_memory; // AdamW first moment
-    float *v_memory; // AdamW second moment
+    // the AdamW state of the parameters [opt_begin, opt_end) of the flat vector:
+    // all of them, or under ZeRO-1 (-z 1, train/zero.h) one rank's shard, which is
+    // all this model updates
+    size_t opt_begin, opt_end;
+    float *m_memory; // AdamW first moment, (opt_end - opt_begin)
+    float *v_memory; // AdamW second moment, (opt_end - opt_begin)
 } GPT2;
 
 // the number of parameters of a model of configuration c (fill_in_parameter_sizes)
@@ -274,10 +278,38 @@ static void gpt2_allocate(GPT2 *model, GPT2Config config) {
     size_t n = model->num_parameters;
     model->params_memory = (float *)callocCheck(n, sizeof(float));
     model->grads_memory = (float *)callocCheck(n, sizeof(float));
+    model->opt_begin = 0;
+    model->opt_end = n;
     model->m_memory = (float *)callocCheck(n, sizeof(float));
     model->v_memory = (float *)callocCheck(n, sizeof(float));
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+}
+
+// Keeps the AdamW state of the parameters [begin, end) only (zeroed): the rest
+// of the moments is freed before it was ever written, so it never becomes resident.
+static void gpt2_optimizer_range(GPT2 *model, size_t begin, size_t end) {
+    if (begin > end || end > model->num_parameters) {
+        fatal("the optimizer range [%zu, %zu) lies outside the model's %zu parameters", begin, end,
+              model->num_parameters);
+    }
+    free(model->m_memory);
+    free(model->v_memory);
+    model->opt_begin = begin;
+    model->opt_end = end;
+    model->m_memory = (float *)callocCheck(end - begin > 0 ? end - begin : 1, sizeof(float));
+    model->v_memory = (float *)callocCheck(end - begin > 0 ? end - begin : 1, sizeof(float));
+}
+
+// The part of parameter tensor i (llm.c's order) inside the model's optimizer
+// range, as [*lo, *hi) of the flat vector; returns 0 when it has none.
+static int optimizer_part_of_tensor(const size_t *param_sizes, size_t opt_begin, size_t opt_end, int i, size_t *lo,
+                                    size_t *hi) {
+    size_t start = 0;
+    for (int j = 0; j < i; j++) { start += param_sizes[j]; }
+    *lo = start > opt_begin ? start : opt_begin;
+    *hi = start + param_sizes[i] < opt_end ? start + param_sizes[i] : opt_end;
+    return *lo < *hi;
 }
 
 static void gpt2_free(GPT2 *model) {
@@ -616,15 +648,15 @@ static void gpt2_backward(GPT2 *model, Activations *acts, const int *inputs, con
     encoder_backward(g.wte, g.wpe, a.dresidual, inputs, positions, B, T, C);
 }
 
-// AdamW over every tensor, weight decay on the 2-D ones. t counts from 1.
+// AdamW over the parameters of the optimizer range (all of them, or a ZeRO-1
+// shard), weight decay on the 2-D tensors' ones. t counts from 1.
 static void gpt2_update(GPT2 *model, float lr, float weight_decay, float grad_scale, int t) {
-    size_t offset = 0;
+    size_t lo, hi, b = model->opt_begin;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        size_t n = model->param_sizes[i];
+        if (!optimizer_part_of_tensor(model->param_sizes, model->opt_begin, model->opt_end, i, &lo, &hi)) { continue; }
         float wd = parameter_is_2d(i) ? weight_decay : 0.0f;
-        adamw_update(model->params_memory + offset, model->grads_memory + offset, model->m_memory + offset,
-                     model->v_memory + offset, n, lr, wd, grad_scale, t);
-        offset += n;
+        adamw_update(model->params_memory + lo, model->grads_memory + lo, model->m_memory + (lo - b),
+                     model->v_memory + (lo - b), hi - lo, lr, wd, grad_scale, t);
     }
 }
 

@@ -297,6 +297,18 @@ expect_success resume_other_data_allowed 2 "${RESUME[@]}" -x 1 -i "$WORK/tokens_
 expect_note resume_other_data_allowed "^note: -yd 1: the checkpoint was written with other -i data"
 expect_error fresh_run_over_checkpoints 2 "-o .*resume_good holds the checkpoints of an earlier run \(the newest complete one: step 0\): -y 1 resumes it" \
     "${BASE[@]}" -cp 2 -e "$WORK/ckpt_good.bin" -o "$WORK/resume_good"
+# -z: a checkpoint resumes with its own ZeRO stage and, sharded (-z 1), its own
+# world size; a -z 1 state file of another rank (whole and sealed) is refused
+expect_error resume_other_zero_stage 2 "rank 0: state file '.*resume_good/$state0': was written at -z 0, this run has -z 1: resume with -z 0" \
+    "${RESUME[@]}" -z 1 -o "$WORK/resume_good"
+expect_success resume_z1_source 2 "${BASE[@]}" -cp 2 -sh 0 -e "$WORK/ckpt_good.bin" -x 0 -n 1 -z 1 -o "$WORK/resume_z1"
+expect_error resume_z1_at_z0 2 "rank 0: state file '.*resume_z1/$state0': was written at -z 1, this run has -z 0: resume with -z 1" \
+    "${RESUME[@]}" -o "$WORK/resume_z1"
+expect_error resume_z1_other_world 4 "rank 0: state file '.*resume_z1/$state0': holds a -z 1 optimizer state sharded over 2 ranks, this run has 4: resume it with mpirun -np 2" \
+    "${RESUME[@]}" -z 1 -o "$WORK/resume_z1"
+cp -r "$WORK/resume_z1" "$WORK/resume_z1_swapped"; cp "$WORK/resume_z1/$state0" "$WORK/resume_z1_swapped/$state1"
+expect_error resume_z1_swapped_shard 2 "rank 1: state file '.*resume_z1_swapped/$state1': holds the optimizer state of the parameters \[0, [0-9]+\) \(-z 1\), this rank holds \[[0-9]+, $params\)" \
+    "${RESUME[@]}" -z 1 -o "$WORK/resume_z1_swapped"
 # ranks whose moments differ (each file whole and sealed): two runs one step apart
 # in the learning rate, rank 1's state of the other
 # (the moments after step 1 do not depend on the learning rate; after step 2 they do)
@@ -559,6 +571,12 @@ expect_error hybrid_degree_not_dividing 4 "-ca hybrid needs -cu U, a Ulysses deg
     "${BASE[@]}" -cp 4 -ca hybrid -cu 3
 expect_error degree_without_hybrid 2 "-cu 2: the Ulysses degree applies to -ca hybrid only \(-ca ring\)" \
     "${BASE[@]}" -cp 2 -cu 2
+expect_error zero_stage_2 2 "-z 2: ZeRO stage 2 \(sharded gradients\) is not implemented here: -z 1 shards the AdamW state" \
+    "${BASE[@]}" -cp 2 -z 2
+expect_error zero_stage_3 2 "-z 3: ZeRO stage 3 \(sharded gradients and parameters\) is not implemented here" \
+    "${BASE[@]}" -cp 2 -z 3
+expect_error zero_stage_bogus 2 "-z 4: llm.c's ZeRO stages are 0 to 3" \
+    "${BASE[@]}" -cp 2 -z 4
 expect_error unknown_flag 2 "unknown flag '-zz'" \
     "${BASE[@]}" -cp 2 -zz 1
 if ! grep -q '^usage:' "$WORK/unknown_flag.err"; then

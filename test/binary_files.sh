@@ -37,11 +37,11 @@ put_u64() {
 }
 
 # state_reseal FILE: recomputes a state file's header checksum (llmc/checkpoint.h:
-# 1024 bytes of int32, 16 uint64, 256 bytes of -e; the checksum is uint64 [15],
+# 1024 bytes of int32, 32 uint64, 256 bytes of -e; the checksum is uint64 [31],
 # computed with itself 0), so that a test can craft header fields the checksum
 # would otherwise reject first
-STATE_HEADER_BYTES=$((1024 + 16 * 8 + 256))
+STATE_HEADER_BYTES=$((1024 + 32 * 8 + 256))
 state_reseal() {
-    put_u64 "$1" $((1024 + 15 * 8)) 0
-    put_u64 "$1" $((1024 + 15 * 8)) "$(fnv1a_file "$1" $STATE_HEADER_BYTES)"
+    put_u64 "$1" $((1024 + 31 * 8)) 0
+    put_u64 "$1" $((1024 + 31 * 8)) "$(fnv1a_file "$1" $STATE_HEADER_BYTES)"
 }

@@ -213,10 +213,10 @@ grep -q "^note: -h 1: no HellaSwag eval file at $WORK/no_such_file.bin" "$WORK/h
 echo
 echo "== llm.c's other flags"
 train accepted 2 -e d1 -b 1 -t 16 -x 1 -cp 2 -w 0 -ge 2 -z 1 -lg 5 -pn 2 -pg 8 -pi mpi -pm mpi -ps 10.0.0.1 -pf /tmp -pp /tmp
-for flag in "-w 0" "-ge 2" "-z 1" "-lg 5"; do
+for flag in "-w 0" "-ge 2" "-lg 5"; do
     grep -q "^note: $flag: " "$WORK/accepted.out" || fail "no note for $flag"
 done
-echo "ok   -w 0 -ge 2 -z 1 -lg 5 accepted, each with its note; -pn 2 -pg 8 -pi/-pm mpi -ps -pf/-pp fit np 2"
+echo "ok   -w 0 -ge 2 -lg 5 accepted, each with its note (-z 1 acts: test/e2e_zero.sh); -pn 2 -pg 8 -pi/-pm mpi -ps -pf/-pp fit np 2"
 
 # ---- 10. shuffled data
 echo

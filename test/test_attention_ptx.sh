@@ -15,7 +15,7 @@ if [[ -z $NVCC || ! -x $NVCC ]]; then
 fi
 mkdir -p "$WORK"
 PTX=$WORK/attention_gpu.ptx
-"$NVCC" -ptx -std=c++17 -arch=sm_$ARCH -DNO_BLAS -I. dev/bench/attention_gpu.cu -o "$PTX"
+"$NVCC" -ptx -std=c++17 -arch=sm_$ARCH -DENABLE_FP32 -DNO_BLAS -I. dev/bench/attention_gpu.cu -o "$PTX"
 # per kernel entry: its name and how many mma.sync.aligned.m16n8k8...tf32 it holds.
 # The mangled names carry the template arguments: AttnPrecision 1 is TF32, 0 fp32.
 awk '

@@ -121,7 +121,7 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-f", FLAG_INT, &cfg->tf32, "TF32 matmuls on the GPU (0/1)"},
         {"-w", FLAG_INT, &cfg->master_weights, "fp32 master weights (0/1; weights are fp32 here either way)"},
         {"-ge", FLAG_INT, &cfg->gelu_fusion, "llm.c's GELU fusion 0|1|2 (-1: 0); no effect here, same math"},
-        {"-z", FLAG_INT, &cfg->zero_stage, "ZeRO stage 0|1 (1 falls back to 0 here, with a note)"},
+        {"-z", FLAG_INT, &cfg->zero_stage, "ZeRO stage: 0 | 1 (AdamW state sharded over all ranks; results as 0)"},
         {"-r", FLAG_INT, &cfg->recompute, "recompute in the backward pass: 0 nothing, 1 GELU, 2 GELU + layernorms"},
         {"-lg", FLAG_INT, &cfg->log_gpu_every, "llm.c's GPU info every N steps (-1: off); not read here, noted"},
         {"-pn", FLAG_INT, &cfg->num_processes, "number of processes: must be mpirun's (0: mpirun's)"},
@@ -353,6 +353,11 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     }
     if (cfg->gelu_fusion < -1 || cfg->gelu_fusion > 2) { fatal_everywhere("-ge %d: llm.c's GELU fusion is -1, 0, 1 or 2", cfg->gelu_fusion); }
     if (cfg->zero_stage < 0 || cfg->zero_stage > 3) { fatal_everywhere("-z %d: llm.c's ZeRO stages are 0 to 3", cfg->zero_stage); }
+    if (cfg->zero_stage > 1) {
+        fatal_everywhere("-z %d: ZeRO stage %d (sharded gradients%s) is not implemented here: -z 1 "
+                         "shards the AdamW state over all ranks, -z 0 keeps it whole", cfg->zero_stage,
+                         cfg->zero_stage, cfg->zero_stage == 3 ? " and parameters" : "");
+    }
     if (strcmp(cfg->init_method, "mpi") != 0) {
         fatal_everywhere("-pi %s: this trainer's ranks start under mpirun (-pi mpi); llm.c's tcp and fs start-up, "
                          "one process per node told its -pr and -pn, is not here: run mpirun -np N instead",
@@ -420,10 +425,6 @@ static void print_flag_notes(const TrainConfig *cfg) {
     if (cfg->gelu_fusion > 0) {
         printf("note: -ge %d: llm.c's GELU fusion into cuBLASLt's epilogue is a speed choice; the GELU here is a kernel "
                "of its own, with the same result\n", cfg->gelu_fusion);
-    }
-    if (cfg->zero_stage > 0) {
-        printf("note: -z %d: the optimizer state is not sharded here; every rank keeps all of it, as -z 0 (llm.c too "
-               "falls back to 0 where it cannot shard); the results are those of -z 0\n", cfg->zero_stage);
     }
     if (cfg->log_gpu_every > 0) {
         printf("note: -lg %d: this trainer does not read NVML; watch the GPUs with nvidia-smi\n", cfg->log_gpu_every);

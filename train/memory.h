@@ -4,7 +4,8 @@ that the run fits: a run that cannot fit says so at start-up, on every rank,
 instead of dying in malloc or cudaMalloc halfway through.
 
 The estimate adds up the same sizes the code allocates with:
-    parameters, gradients, AdamW m and v   gpt2_num_parameters (fill_in_parameter_sizes)
+    parameters, gradients, AdamW m and v   gpt2_num_parameters (fill_in_parameter_sizes);
+                                           m and v at -z 1: the largest shard (train/zero.h)
     activations, classifier                fill_in_activation_sizes for B x T_local and -r
     attention                              the trainer's cp_attention_bytes (cp/attention.h,
                                            cp/attention.cuh), which its init checks
@@ -30,6 +31,7 @@ estimate is a floor that the measured peak exceeds by a constant, not by a facto
 #include "../llmc/gpt2.h"
 #include "agree.h"
 #include "config.h"
+#include "zero.h"
 
 // the bytes the trainer's attention holds per rank (cp_attention_bytes and its GPU twin)
 typedef size_t (*AttentionBytes)(CpAttentionKind kind, int cp, int U, int B, int T, int C, int NH);
@@ -68,7 +70,7 @@ static size_t activation_bytes(GPT2Config c, int B, int T, int recompute, size_t
 }
 
 // The estimated peak of one rank of a run of B rows of T tokens, local_T of them
-// per rank (the padded row / cp), dp replicas.
+// per rank (the padded row / cp), dp replicas (a world of dp x cp ranks).
 static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainConfig *cfg, GPT2Config c,
                                            int local_T, int dp, CpAttentionKind attention) {
     MemoryEstimate e;
@@ -77,7 +79,7 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     size_t param_bytes = gpt2_num_parameters(c) * sizeof(float);
     e.parameters = param_bytes;
     e.gradients = param_bytes;
-    e.adamw = 2 * param_bytes;
+    e.adamw = 2 * zero_largest_shard(cfg->zero_stage, gpt2_num_parameters(c), dp * cfg->cp_size) * sizeof(float);
     e.activations = activation_bytes(c, B, local_T, cfg->recompute, &e.classifier) - e.classifier;
     e.attention = tm->attention_bytes(attention, cfg->cp_size, cp_ulysses_degree(cfg), B, local_T, c.channels,
                                       c.num_heads);

@@ -75,6 +75,10 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     snprintf(layout, sizeof(layout), "%s%s, attention %s", cfg->layout,
              cfg->document_masking ? " (document masking)" : "", cfg->attention);
     printf("| %-21s | %-50s |\n", "layout", layout);
+    char zero[64];
+    snprintf(zero, sizeof(zero), cfg->zero_stage ? "1 (AdamW state sharded over %d ranks)" : "0 (AdamW state whole)",
+             f->world_size);
+    printf("| %-21s | %-50s |\n", "ZeRO stage (-z)", zero);
     int kind = cp_attention_from_name(cfg->attention);
     if (kind == CP_ATTENTION_ULYSSES || kind == CP_ATTENTION_HYBRID) {
         const Mesh *m = f->mesh;

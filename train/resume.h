@@ -80,10 +80,21 @@ static void describe_data(char *buf, size_t size, uint64_t files, uint64_t token
 // *other_data when the data differ and -yd 1 allows it.
 // more micro-batches per step than -d could ask for on any real run
 #define STATE_MAX_BATCHES_PER_STEP 65536
-static int check_state_fits_run(const TrainState *s, const TrainRun *run, const TrainConfig *cfg, int step,
-                                int *other_data, char *why, size_t why_size) {
+static int check_state_fits_run(const TrainState *s, const TrainRun *run, const TrainConfig *cfg, int world_size,
+                                int step, int *other_data, char *why, size_t why_size) {
     *other_data = 0;
     if (s->step != step) { return problem(why, why_size, "holds step %d, its name says %d", s->step, step); }
+    // -z: the optimizer state is all of it in every file (0) or one shard per rank
+    // (1); a checkpoint resumes with its own stage and, sharded, its own world size
+    if (s->zero_stage != (uint64_t)cfg->zero_stage) {
+        return problem(why, why_size, "was written at -z %llu, this run has -z %d: resume with -z %llu (the optimizer "
+                       "state is %s in that checkpoint)", (unsigned long long)s->zero_stage, cfg->zero_stage,
+                       (unsigned long long)s->zero_stage, s->zero_stage ? "sharded over its ranks" : "whole on every rank");
+    }
+    if (s->zero_stage == 1 && s->world_size != world_size) {
+        return problem(why, why_size, "holds a -z 1 optimizer state sharded over %d ranks, this run has %d: resume "
+                       "it with mpirun -np %d", s->world_size, world_size, s->world_size);
+    }
     if (s->layout >= CP_NUM_LAYOUTS) { return problem(why, why_size, "layout %d is not one of this trainer's", s->layout); }
     CpLayoutKind kind = (CpLayoutKind)s->layout;
     uint64_t least = (uint64_t)cp_padded_len(kind, s->T, s->cp_size);
@@ -136,6 +147,8 @@ static int check_state_matches_writer(const TrainState *s, const TrainState *wri
     a.rank = b.rank = 0;
     a.rng_state = b.rng_state = 0;
     a.moments_checksum = b.moments_checksum = 0; // compared across ranks once the moments are read
+    a.master_checksum = b.master_checksum = 0;
+    a.shard_begin = b.shard_begin = a.shard_end = b.shard_end = 0; // each rank's own at -z 1
     unsigned char ha[STATE_HEADER_BYTES], hb[STATE_HEADER_BYTES];
     state_encode_header(&a, ha);
     state_encode_header(&b, hb);
@@ -148,25 +161,32 @@ static int check_state_matches_writer(const TrainState *s, const TrainState *wri
     return 0;
 }
 
-// Every rank proves it resumed the same optimizer state: the moments are the same
-// on every rank (gradients are summed over all ranks), so their checksums are.
+// Every rank proves it resumed the same optimizer state: at -z 0 the moments are
+// the same on every rank (gradients are summed over all ranks), so their checksums
+// are. (At -z 1 each rank holds its own shard, checked against its file.)
 static void check_moments_agree(const GPT2 *model) {
     JobView view;
     memset(&view, 0, sizeof(view));
     view_add(&view, "the optimizer state", "checksum %016llx",
-             (unsigned long long)moments_checksum(model->m_memory, model->v_memory, model->num_parameters));
+             (unsigned long long)moments_checksum(model->m_memory, model->v_memory, model->opt_end - model->opt_begin));
     check_ranks_agree(&view, "every rank must resume the same optimizer state");
 }
 
 // Restores the training state of checkpoint `step` (its weights came with the
 // model file): the AdamW moments into model, the train loader's position and the
 // sampling RNG into run. Every rank reads its own state file, unless the checkpoint
-// was written in another shape (world size, cp, layout, B or T): then every rank
-// reads rank 0's. That holds because the moments are the same on every rank
+// was written at -z 0 in another shape (world size, cp, layout, B or T): then every
+// rank reads rank 0's. That holds because the moments are the same on every rank
 // (gradients are summed over all ranks) and the data position is a token offset.
-// Every field is checked against the run before it is used, and every rank's
-// moments against every other's. A bad file ends the job on every rank with one
-// line (fail_if_any_rank).
+// A -z 1 checkpoint holds one shard per rank: each rank reads its own (the world
+// size is the checkpoint's, checked). Where the state files hold master weights
+// (the model file's weights are not exact: see save_checkpoint), each rank's range
+// of them replaces the model file's in model's parameters, and
+// run->params_from_shards says whether every rank now holds only its own shard
+// exactly (-z 1: zero_sync_parameters gathers them). Every field is checked
+// against the run before it is used, and at -z 0 every rank's moments against
+// every other's. A bad file ends the job on every rank with one line
+// (fail_if_any_rank).
 static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, GPT2 *model, int step) {
     char path[4096], why[768], problem_line[sizeof(path) + sizeof(why) + 32];
     const char *problem_found = NULL;
@@ -174,16 +194,21 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
     memset(&s, 0, sizeof(s));
     state_path(path, sizeof(path), cfg->output_dir, step, 0);
     int other_data = 0;
-    int status = state_read(path, &s, NULL, NULL, model->num_parameters, why, sizeof(why));
-    if (status == 0) { status = check_state_fits_run(&s, run, cfg, step, &other_data, why, sizeof(why)); }
+    int status = state_read(path, &s, NULL, model->num_parameters, why, sizeof(why));
+    if (status == 0) {
+        status = check_state_fits_run(&s, run, cfg, mesh->world_size, step, &other_data, why, sizeof(why));
+    }
     int same_shape = status == 0 && s.world_size == mesh->world_size && s.cp_size == mesh->cp_size &&
                      s.layout == (int)run->layout && s.B == cfg->B && s.T == cfg->T;
+    int own_file = same_shape || (status == 0 && s.zero_stage == 1);
     TrainState writer = s; // rank 0's header: the shape the checkpoint was written in
     if (status == 0) {
-        if (same_shape) { state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank); }
-        status = state_read(path, &s, model->m_memory, model->v_memory, model->num_parameters, why, sizeof(why));
+        if (own_file) { state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank); }
+        StateBuffers buf = {model->m_memory, model->v_memory, model->params_memory + model->opt_begin,
+                            model->opt_begin, model->opt_end};
+        status = state_read(path, &s, &buf, model->num_parameters, why, sizeof(why));
     }
-    if (status == 0 && same_shape) { status = check_state_matches_writer(&s, &writer, mesh->world_rank, why, sizeof(why)); }
+    if (status == 0 && own_file) { status = check_state_matches_writer(&s, &writer, mesh->world_rank, why, sizeof(why)); }
     if (status == 0 && other_data) {
         status = dataloader_resume(&run->train_loader, 0, 0, why, sizeof(why)); // the other data from its start
     } else if (status == 0 && run->train_loader.shuffle) {
@@ -196,7 +221,8 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         problem_found = problem_line;
     }
     fail_if_any_rank(problem_found);
-    check_moments_agree(model);
+    if (cfg->zero_stage == 0) { check_moments_agree(model); }
+    run->params_from_shards = cfg->zero_stage == 1 && writer.has_master_weights;
     run->sample_rng.state = s.rng_state;
     if (same_shape && s.padded_len > (uint64_t)run->padded_T) {
         // the packed layout's buffers as the run left them: batches pad as they did
@@ -205,8 +231,9 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         run->local_T = run->padded_T / mesh->cp_size;
     }
     if (mesh->world_rank != 0) { return; }
-    printf("resuming from step %d: %s/model_%08d.bin and %s\n", step, cfg->output_dir, step,
-           same_shape ? "every rank's own state file" : "rank 0's state file on every rank");
+    printf("resuming from step %d: %s/model_%08d.bin and %s%s\n", step, cfg->output_dir, step,
+           own_file ? "every rank's own state file" : "rank 0's state file on every rank",
+           writer.has_master_weights ? " (with the fp32 master weights, which replace the model file's)" : "");
     if (other_data) {
         char was[128], now[128];
         describe_data(was, sizeof(was), writer.data_files, writer.data_tokens, writer.data_fingerprint);
@@ -220,8 +247,8 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         describe_shape(was, sizeof(was), writer.world_size, writer.cp_size, writer.layout, writer.B, writer.T);
         describe_shape(now, sizeof(now), mesh->world_size, mesh->cp_size, (int)run->layout, cfg->B, cfg->T);
         printf("note: the checkpoint was written by %s, this run has %s: the weights, the optimizer state "
-               "(rank 0's, the same on every rank) and the data position carry over; the losses will follow "
-               "the original run closely, not bit for bit\n", was, now);
+               "(%s) and the data position carry over; the losses will follow the original run closely, not bit "
+               "for bit\n", was, now, own_file ? "each rank's own -z 1 shard" : "rank 0's, the same on every rank");
     }
     if (writer.data_shuffled != (uint64_t)run->train_loader.shuffle) {
         printf("note: the checkpoint's run read its data %s, this one reads it %s: %s\n",
@@ -259,9 +286,13 @@ static void delete_old_checkpoint(const TrainConfig *cfg, const Mesh *mesh, int 
 // resume trust the checkpoint. A crash before the marker leaves the previous one
 // in charge. An earlier run's marker of the same step goes first (and a barrier
 // waits for that), so that a crash can never leave a marker over a mix of the two
-// runs' files. model: the host model holding the parameters and AdamW moments.
+// runs' files. model: the host model holding the parameters and AdamW moments (of
+// its optimizer range: all, or the rank's -z 1 shard). master_weights: NULL when
+// the model file holds the weights exactly (fp32), else the fp32 master weights
+// (num_parameters), whose optimizer range every rank then writes into its state
+// file for the resume to take (a bf16 model file rounds them).
 static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, const GPT2 *model,
-                            int step) {
+                            int step, const float *master_weights) {
     char path[4096];
     int master = mesh->world_rank == 0;
     if (master) { remove_done_marker(cfg->output_dir, step); }
@@ -291,9 +322,12 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     s.data_files = run->train_loader.files.gl_pathc;
     s.data_batches = dl->batches_read;
     s.data_shuffled = (uint64_t)dl->shuffle;
+    s.zero_stage = (uint64_t)cfg->zero_stage;
+    s.shard_begin = model->opt_begin;
+    s.shard_end = model->opt_end;
     snprintf(s.init, sizeof(s.init), "%s", cfg->init);
     state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
-    state_write(path, &s, model->m_memory, model->v_memory);
+    state_write(path, &s, model->m_memory, model->v_memory, master_weights ? master_weights + model->opt_begin : NULL);
     job_comm()->barrier(job_comm());
     if (master) {
         write_done_marker(cfg->output_dir, step);

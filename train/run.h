@@ -126,6 +126,8 @@ typedef struct {
     OutlierDetector loss_outliers, grad_norm_outliers; // -sl, -sg
     int start_step;         // 0, or the step of the checkpoint resumed from
     int resumed;
+    int params_from_shards; // resumed at -z 1 with master weights: each rank holds its own shard
+                            // of the weights exactly (zero_sync_parameters gathers them)
     double tokens_per_step;
     double total_step_seconds;
 } TrainRun;

@@ -97,4 +97,20 @@ grep -q '^resuming from step 1: ' "$WORK/gpu_resume2.out"
 diff "$WORK/gpu/main.log" "$WORK/gpu_resume/main.log"
 cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_resume/model_00000002.bin"
 echo "resume at step 1: main.log and the step-2 weights bit for bit"
+# -z 1 (ZeRO-1): each rank's AdamW shard updated on the device, the parameters
+# all-gathered over the world's device transport: -z 0's main.log, per-token losses
+# and weights bit for bit, state files of half the size, and its resume bit for bit
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -z 1 -o "$WORK/gpu_z1" -tl "$WORK/gpu_z1.tl" > "$WORK/gpu_z1.out"
+diff "$WORK/gpu/main.log" "$WORK/gpu_z1/main.log"
+cmp "$WORK/gpu.tl" "$WORK/gpu_z1.tl"
+cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_z1/model_00000002.bin"
+for r in 00000 00001; do
+    z0=$(stat -c %s "$WORK/gpu/state_00000002_$r.bin") z1=$(stat -c %s "$WORK/gpu_z1/state_00000002_$r.bin")
+    [[ $((2 * (z1 - 1536))) -eq $((z0 - 1536)) ]] || { echo "-z 1 state of rank $r: $z1 bytes, -z 0: $z0"; exit 1; }
+done
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -z 1 -x 1 -o "$WORK/gpu_z1_resume" > "$WORK/gpu_z1_resume1.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -cp 2 -ct mpi -z 1 -y 1 -o "$WORK/gpu_z1_resume" > "$WORK/gpu_z1_resume2.out"
+diff "$WORK/gpu/main.log" "$WORK/gpu_z1_resume/main.log"
+cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_z1_resume/model_00000002.bin"
+echo "-z 1: -z 0's main.log, per-token losses and weights bit for bit, state files halved, resume bit for bit"
 echo "emulation: $SECONDS s in all"

@@ -1,0 +1,153 @@
+/*
+The state file's payload (llmc/checkpoint.h, version 3): the moments of a range
+of the flat parameter vector (all of it at -z 0, a rank's shard at -z 1) and the
+optional section of the fp32 master weights of that range.
+
+    1. sizes: a file is exactly 1024 + 32 * 8 + 256 bytes of header plus 4 bytes
+       per parameter of the range for m, for v and, with the section, for the
+       master weights (the formula written out here, not the reader's)
+    2. round trip: the header's zero stage, range and section flag, and every
+       value of m, v and the master weights come back as written; a reader that
+       does not want the master weights (NULL) still reads the moments
+    3. what a resume must refuse, each with its reason: a range other than the
+       reader's, a flipped bit in the master weights (their checksum), a master
+       weight that is not finite, a file cut short, a range past the parameters
+*/
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "llmc/checkpoint.h"
+#include "test/test_utils.h"
+
+#define NUM_PARAMETERS 1000
+#define HEADER_BYTES (1024 + 32 * 8 + 256)
+
+static char dir[] = "/tmp/test_state_file_XXXXXX";
+
+static TrainState header(uint64_t stage, uint64_t begin, uint64_t end) {
+    TrainState s;
+    memset(&s, 0, sizeof(s));
+    s.step = 3;
+    s.rank = 1;
+    s.world_size = 4;
+    s.cp_size = 2;
+    s.dp_size = 2;
+    s.B = 2;
+    s.T = 16;
+    s.padded_len = 16;
+    s.num_parameters = NUM_PARAMETERS;
+    s.zero_stage = stage;
+    s.shard_begin = begin;
+    s.shard_end = end;
+    snprintf(s.init, sizeof(s.init), "d1");
+    return s;
+}
+
+static long size_of(const char *path) {
+    FILE *fp = fopen(path, "rb");
+    CHECK(fp != NULL, "cannot open %s", path);
+    fseek(fp, 0, SEEK_END);
+    long size = ftell(fp);
+    fclose(fp);
+    return size;
+}
+
+// state_read of path into buffers of [begin, end); returns its status, the reason in why
+static int read_into(const char *path, TrainState *s, float *m, float *v, float *master, uint64_t begin, uint64_t end,
+                     char *why) {
+    StateBuffers buf = {m, v, master, begin, end};
+    return state_read(path, s, &buf, NUM_PARAMETERS, why, 512);
+}
+
+static void expect_refused(const char *what, int status, const char *why, const char *reason) {
+    CHECK(status != 0, "%s: read without an error", what);
+    CHECK(strstr(why, reason) != NULL, "%s: the reason is '%s', expected it to say '%s'", what, why, reason);
+    printf("ok   %s refused: %s\n", what, why);
+}
+
+// flips one bit of the file at byte `offset`
+static void flip_bit(const char *path, long offset) {
+    FILE *fp = fopen(path, "r+b");
+    CHECK(fp != NULL, "cannot open %s", path);
+    fseek(fp, offset, SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, offset, SEEK_SET);
+    fputc(c ^ 0x10, fp);
+    fclose(fp);
+}
+
+int main(void) {
+    CHECK(mkdtemp(dir) != NULL, "cannot make a scratch directory");
+    CHECK(STATE_HEADER_BYTES == HEADER_BYTES, "the header is %zu bytes, expected %d", (size_t)STATE_HEADER_BYTES,
+          HEADER_BYTES);
+    Rng rng;
+    rng_seed(&rng, 5);
+    const uint64_t begin = 250, end = 500, count = end - begin; // rank 1 of 4 at -z 1
+    float m[NUM_PARAMETERS], v[NUM_PARAMETERS], master[NUM_PARAMETERS];
+    fill_uniform(&rng, m, count, -1.0f, 1.0f);
+    fill_uniform(&rng, v, count, 0.0f, 1.0f);
+    fill_uniform(&rng, master, count, -2.0f, 2.0f);
+    char plain[4096], with_master[4096], why[512];
+    snprintf(plain, sizeof(plain), "%s/plain.bin", dir);
+    snprintf(with_master, sizeof(with_master), "%s/master.bin", dir);
+    TrainState s = header(1, begin, end), got;
+    state_write(plain, &s, m, v, NULL);
+    state_write(with_master, &s, m, v, master);
+
+    // 1. sizes
+    CHECK(size_of(plain) == HEADER_BYTES + 2 * 4 * (long)count, "plain: %ld bytes", size_of(plain));
+    CHECK(size_of(with_master) == HEADER_BYTES + 3 * 4 * (long)count, "with master weights: %ld bytes",
+          size_of(with_master));
+    printf("ok   sizes: %ld bytes (moments of %llu parameters), %ld with the master weights\n", size_of(plain),
+           (unsigned long long)count, size_of(with_master));
+
+    // 2. round trip
+    float m2[NUM_PARAMETERS], v2[NUM_PARAMETERS], master2[NUM_PARAMETERS];
+    for (int pass = 0; pass < 2; pass++) {
+        const char *path = pass ? with_master : plain;
+        for (uint64_t i = 0; i < count; i++) { m2[i] = v2[i] = master2[i] = -7.0f; }
+        CHECK(read_into(path, &got, m2, v2, master2, begin, end, why) == 0, "%s: %s", path, why);
+        CHECK(got.zero_stage == 1 && got.shard_begin == begin && got.shard_end == end,
+              "%s: -z %llu, range [%llu, %llu)", path, (unsigned long long)got.zero_stage,
+              (unsigned long long)got.shard_begin, (unsigned long long)got.shard_end);
+        CHECK(got.has_master_weights == (uint64_t)pass, "%s: master-weights flag %llu", path,
+              (unsigned long long)got.has_master_weights);
+        CHECK(memcmp(m, m2, count * sizeof(float)) == 0 && memcmp(v, v2, count * sizeof(float)) == 0,
+              "%s: the moments differ from those written", path);
+        for (uint64_t i = 0; i < count; i++) {
+            CHECK(master2[i] == (pass ? master[i] : -7.0f), "%s: master weight %llu is %g", path,
+                  (unsigned long long)i, master2[i]);
+        }
+    }
+    CHECK(read_into(with_master, &got, m2, v2, NULL, begin, end, why) == 0, "master weights unwanted: %s", why);
+    printf("ok   round trip: header, moments, master weights (and the moments alone)\n");
+
+    // 3. refused
+    expect_refused("another rank's range", read_into(with_master, &got, m2, v2, master2, 0, count, why), why,
+                   "holds the optimizer state of the parameters [250, 500) (-z 1), this rank holds [0, 250)");
+    char damaged[4096];
+    snprintf(damaged, sizeof(damaged), "%s/damaged.bin", dir);
+    state_write(damaged, &s, m, v, master);
+    flip_bit(damaged, HEADER_BYTES + 2 * 4 * (long)count + 4 * 17);
+    expect_refused("a flipped master weight", read_into(damaged, &got, m2, v2, master2, begin, end, why), why,
+                   "its master weights do not match their checksum");
+    master[9] = INFINITY;
+    state_write(damaged, &s, m, v, master);
+    expect_refused("an infinite master weight", read_into(damaged, &got, m2, v2, master2, begin, end, why), why,
+                   "master weight 259 is not a finite number");
+    CHECK(truncate(with_master, HEADER_BYTES + 2 * 4 * (long)count) == 0, "cannot truncate");
+    expect_refused("a file without its flagged section", read_into(with_master, &got, m2, v2, master2, begin, end, why),
+                   why, "expected 4536 for 250 parameters and their master weights");
+    TrainState past = header(1, 900, NUM_PARAMETERS + 1);
+    state_write(damaged, &past, m, v, NULL);
+    expect_refused("a range past the parameters", read_into(damaged, &got, m2, v2, master2, 900, 1001, why), why,
+                   "corrupt header");
+    unlink(plain);
+    unlink(with_master);
+    unlink(damaged);
+    rmdir(dir);
+    printf("test_state_file: OK\n");
+    return 0;
+}
