@@ -25,7 +25,7 @@ read -r maxT V Vp L NH C < <(python3 test/llmc_files.py bf16_models "$FILES") ||
 echo "the script's files: maxT $maxT, V $V (Vp $Vp), L $L, NH $NH, C $C; its bf16 rounding matches the table"
 
 # ---- 1. loading
-COMMON=(-b 2 -t 32 -x 3 -v 0 -s 0)
+COMMON=(-b 2 -t 32 -x 3 -v 0 -s 0 -i "$FILES/tokens.bin")
 for f in exact_v3 exact_v5 exact_v5_llmc; do
     train "$f" 1 -e "$FILES/$f.bin" -o "$WORK/$f" -tl "$WORK/$f.tl"
 done

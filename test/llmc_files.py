@@ -33,6 +33,7 @@ two checkpoints.
                                        inputs first (ties, NaN, infinities,
                                        overflow, subnormals), then random patterns
           weights_v3.bin, weights_v5.bin   weights.f32 as the two versions store them
+          tokens.bin                   8192 random tokens of the model's vocabulary
 """
 import math
 import os
@@ -252,9 +253,10 @@ def check_bf16_table():
             sys.exit(f"FAIL: bf16 of {u:#010x} ({what}): this script gives {got:#06x}, the table {want:#06x}")
 
 
-# the model of the bf16 tests: maxT 64 (the trainer's default -g must fit), GPT-2's
-# vocabulary unpadded, 1 layer, 2 heads of 4 channels; llm.c's order of tensors
-BF16_MODEL = dict(maxT=64, V=50257, Vp=50257, L=1, NH=2, C=8)
+# the model of the bf16 tests: maxT 64 (the trainer's default -g must fit), a
+# vocabulary of 64 (its token file: tokens.bin), 1 layer, 1 head of 32 channels (the
+# GPU attention's smallest head size); llm.c's order of tensors
+BF16_MODEL = dict(maxT=64, V=64, Vp=64, L=1, NH=1, C=32)
 
 
 def num_parameters(maxT, V, Vp, L, NH, C):
@@ -302,6 +304,7 @@ def bf16_models(out):
         f.write(raw)
     write_model(os.path.join(out, "weights_v3.bin"), BF16_MODEL, 3, raw)
     write_model(os.path.join(out, "weights_v5.bin"), BF16_MODEL, 5, struct.pack(f"<{n}H", *map(bf16_round, arbitrary)))
+    write_tokens(os.path.join(out, "tokens.bin"), [rng.randrange(BF16_MODEL["V"]) for _ in range(8192)])
     c = BF16_MODEL
     print(f"{c['maxT']} {c['V']} {c['Vp']} {c['L']} {c['NH']} {c['C']}")
 

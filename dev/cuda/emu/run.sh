@@ -118,8 +118,8 @@ echo "-z 1: -z 0's main.log, per-token losses and weights bit for bit, state fil
 # loads it and trains as the CPU twin does from its fp32 twin (the same weights)
 mkdir -p "$WORK/bf16_files"
 python3 test/llmc_files.py bf16_models "$WORK/bf16_files" > /dev/null
-"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -e "$WORK/bf16_files/exact_v3.bin" -o "$WORK/cpu_v3" -tl "$WORK/cpu_v3.tl" > "$WORK/cpu_v3.out"
-"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -e "$WORK/bf16_files/exact_v5.bin" -cp 2 -ct mpi -o "$WORK/gpu_v5" -tl "$WORK/gpu_v5.tl" > "$WORK/gpu_v5.out"
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -e "$WORK/bf16_files/exact_v3.bin" -i "$WORK/bf16_files/tokens.bin" -o "$WORK/cpu_v3" -tl "$WORK/cpu_v3.tl" > "$WORK/cpu_v3.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -e "$WORK/bf16_files/exact_v5.bin" -i "$WORK/bf16_files/tokens.bin" -cp 2 -ct mpi -o "$WORK/gpu_v5" -tl "$WORK/gpu_v5.tl" > "$WORK/gpu_v5.out"
 compare cpu_v3 gpu_v5
 echo "-e a version 5 (bf16) file: the CPU twin's losses from its version 3 twin"
 echo "emulation: $SECONDS s in all"
