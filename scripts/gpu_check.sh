@@ -37,8 +37,8 @@
 #      steps, and tokens/s; exits non-zero if a test failed or a tolerance is
 #      exceeded. FP32 build vs the CPU twin (fp32 with TF32 off on both sides):
 #      step loss 1e-4 at step 1 and 1e-3 over 20 steps, per-token loss 1e-3 at
-#      step 1. BF16 build vs FP32 build: step loss BF16_TOLERANCE (0.05) at every
-#      step; per-token losses are shown, not held to a bound (bf16 moves single
+#      step 1. BF16 build vs FP32 build: step loss $BF16_TOLERANCE (default 0.05)
+#      at every step; per-token losses are shown, not held to a bound (bf16 moves single
 #      tokens' losses far more than their mean).
 # The full log goes to $OUT/gpu_check.log (or build/gpu_check/gpu_check.log).
 set -uo pipefail
@@ -100,7 +100,9 @@ STEPS=20
 B=4
 T=256
 COMMON=(-e d2 -b $B -t $T -x $STEPS -f 0 -l 1e-3 -v 0 -s 0)
-BF16_TOLERANCE=0.05 # per step, absolute: DESIGN section 5 names none yet for bf16 (issue 10)
+# BF16 vs FP32, per step, absolute: DESIGN section 5 names no bf16 tolerance yet (issue 10);
+# the environment's BF16_TOLERANCE, when set, replaces it
+BF16_TOLERANCE=${BF16_TOLERANCE:-0.05}
 # train NAME NP TRAINER FLAGS...: main.log in $WORK/NAME/, per-token losses in $WORK/NAME.tl
 train() {
     local name=$1 np=$2 trainer=$3
