@@ -173,7 +173,7 @@ V5=$WORK/bf16_written/model_00000002.bin
 # header_field FILE I: the int32 header[I] of a model file
 header_field() { od -An -t d4 -j $((4 * $2)) -N 4 "$1" | tr -d ' '; }
 if train bf16_written 1 "$BF16" -cp 1 -ct "$NCCL_CT" -x 2 -n 2 && [[ -f $V5 ]]; then
-    read -r maxT V L NH C Vp < <(for i in 2 3 4 5 6 7; do header_field "$V5" $i; done | tr '\n' ' ')
+    read -r maxT _ L _ C Vp < <(for i in 2 3 4 5 6 7; do header_field "$V5" $i; done | tr '\n' ' ')
     n=$((Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C))
     version=$(header_field "$V5" 1)
     size=$(stat -c %s "$V5")
