@@ -333,7 +333,8 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     job_comm()->barrier(job_comm());
     if (master) {
         write_done_marker(cfg->output_dir, step);
-        printf("wrote checkpoint %s/model_%08d.bin (+ state of %d rank(s), DONE_%08d)\n", cfg->output_dir, step,
+        printf("wrote checkpoint %s/model_%08d.bin (%s, version %d; + state of %d rank(s), DONE_%08d)\n",
+               cfg->output_dir, step, model_version == CHECKPOINT_VERSION_BF16 ? "bf16" : "fp32", model_version,
                mesh->world_size, step);
     }
     delete_old_checkpoint(cfg, mesh, step);
