@@ -38,6 +38,14 @@ tensor cores, -f 0 is full fp32 (the runs validated against the CPU twin).
 #include "llmc/gpt2.cuh"
 
 #define TRANSPORTS "transport: nccl | mpi"
+// The model files this build writes: llm.c's bf16 ones (version 5) from a BF16
+// build, as llm.c's bf16 trainer writes them, fp32 ones (version 3) from FP32.
+// Either loads in both trainers (llmc/checkpoint.h).
+#ifdef ENABLE_BF16
+#define MODEL_FILE_VERSION CHECKPOINT_VERSION_BF16
+#else
+#define MODEL_FILE_VERSION CHECKPOINT_VERSION_FP32
+#endif
 
 typedef struct {
     Mesh mesh;
@@ -288,7 +296,7 @@ int main(int argc, char **argv) {
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
         if (run_checkpoints(&run, &cfg, step, last_step)) {
             gpt2_cuda_to_host(&model);
-            save_checkpoint(&run, &cfg, mesh, &model.host, step, NULL);
+            save_checkpoint(&run, &cfg, mesh, &model.host, step, MODEL_FILE_VERSION);
         }
         if (last_step) { break; }
 

@@ -120,24 +120,14 @@ static void sample(const TrainConfig *cfg, GPT2 *model, Comm *self, TrainRun *ru
     activations_free(&s.acts);
 }
 
-// Test only: with GPT2CP_TEST_BF16_MODEL_FILE=1 in the environment, checkpoints are
-// written as the GPU trainer's BF16 build will write them: a model file of weights
-// rounded to bf16 (round to nearest even), so not exact, and the exact fp32 master
-// weights in the state files (llmc/checkpoint.h's optional section), which the
-// resume then takes. No trainer of this build needs the section, so this is how
-// test/e2e_zero.sh checks it end to end on the CPU.
-static void save_checkpoint_as_bf16_build(const TrainRun *run, const TrainConfig *cfg, const Mesh *mesh,
-                                          const GPT2 *model, int step) {
-    GPT2 rounded = *model;
-    rounded.params_memory = (float *)mallocCheck(model->num_parameters * sizeof(float));
-    for (size_t i = 0; i < model->num_parameters; i++) {
-        uint32_t bits;
-        memcpy(&bits, &model->params_memory[i], sizeof(bits));
-        bits = (bits + 0x7fffu + ((bits >> 16) & 1u)) & 0xffff0000u;
-        memcpy(&rounded.params_memory[i], &bits, sizeof(bits));
-    }
-    save_checkpoint(run, cfg, mesh, &rounded, step, model->params_memory);
-    free(rounded.params_memory);
+// The model files the twin writes: fp32 (version 3). Test only: with
+// GPT2CP_TEST_BF16_MODEL_FILE=1 in the environment, bf16 ones (version 5), as the GPU
+// trainer's BF16 build writes them: the weights rounded to bf16, so not exact, and
+// the exact fp32 master weights in the state files (llmc/checkpoint.h's optional
+// section), which the resume then takes. No trainer of this build needs the
+// section, so this is how test/e2e_zero.sh checks it end to end on the CPU.
+static int model_file_version(void) {
+    return getenv("GPT2CP_TEST_BF16_MODEL_FILE") ? CHECKPOINT_VERSION_BF16 : CHECKPOINT_VERSION_FP32;
 }
 
 int main(int argc, char **argv) {
@@ -185,8 +175,7 @@ int main(int argc, char **argv) {
         }
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
         if (run_checkpoints(&run, &cfg, step, last_step)) {
-            if (getenv("GPT2CP_TEST_BF16_MODEL_FILE")) { save_checkpoint_as_bf16_build(&run, &cfg, mesh, &model, step); }
-            else { save_checkpoint(&run, &cfg, mesh, &model, step, NULL); }
+            save_checkpoint(&run, &cfg, mesh, &model, step, model_file_version());
         }
         if (last_step) { break; }
 

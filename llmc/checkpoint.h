@@ -2,7 +2,7 @@
 Checkpoints a run can trust after a crash.
 
 For step N (the optimizer steps done) the output directory holds
-    model_N.bin       the weights, an llm.c fp32 checkpoint (written by rank 0)
+    model_N.bin       the weights, an llm.c model file (written by rank 0; below)
     state_N_R.bin     rank R's training state: step, mesh, data position,
                       sampling RNG, AdamW first and second moments (of all the
                       parameters, or at -z 1 of the rank's shard), and optionally
@@ -36,9 +36,15 @@ model file), so that a resume takes them from here. Checksums: FNV-1a
 (llmc/checksum.h), so that one flipped bit anywhere is found at resume. (llm.c's
 own state files, magic 20240327, have another layout.)
 
-The model file carries the checksum of its parameters in llm.c's unused header
-slots [8..10] (checkpoint_put_checksum), so llm.c still reads it; a file without
-it (written by llm.c) loads unchecked.
+Model file (llm.c's): 256 int32 header ([0] 20240326, [1] version, [2] maxT, [3] V,
+[4] L, [5] NH, [6] C, [7] Vp), then every parameter in llm.c's order, as float32
+(version 3) or bfloat16 (version 5: 2 bytes each, little endian, the upper half of
+the fp32 pattern, rounded to nearest even: llmc/bf16.h). Both load, widened exactly
+to fp32; a writer chooses the version (the GPU trainer's BF16 build writes 5, as
+llm.c's bf16 build does; every other build 3). The model file carries the checksum
+of its parameters as the file stores them (fp32 or bf16 bytes) in llm.c's unused
+header slots [8..10] (checkpoint_put_checksum), so llm.c still reads it; a file
+without it (written by llm.c) loads unchecked.
 */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -53,6 +59,7 @@ it (written by llm.c) loads unchecked.
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include "bf16.h"
 #include "checksum.h"
 #include "utils.h"
 
@@ -84,26 +91,87 @@ typedef struct {
 } TrainState;
 
 // ----------------------------------------------------------------------------
-// the model file's checksum, in llm.c's unused header slots
+// the model file's parameters and their checksum
 
+#define CHECKPOINT_MAGIC 20240326
+#define CHECKPOINT_VERSION_FP32 3
+#define CHECKPOINT_VERSION_BF16 5
 #define MODEL_CHECKSUM_SLOT 8
 #define MODEL_CHECKSUM_MARK 0x43534b31 // "1KSC": the slots hold a checksum
+#define MODEL_BF16_CHUNK 16384 // parameters converted at a time: a small buffer whatever the model
 
-static void checkpoint_put_checksum(int header[256], const float *params, size_t n) {
-    uint64_t sum = fnv1a(FNV_OFFSET, params, n * sizeof(float));
+// the bytes a model file of `version` (3 or 5) stores per parameter
+static size_t model_bytes_per_parameter(int version) {
+    return version == CHECKPOINT_VERSION_BF16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+// params[0, n) rounded to bf16 (n <= MODEL_BF16_CHUNK) into bits
+static void model_round_to_bf16(const float *params, size_t n, uint16_t *bits) {
+    for (size_t i = 0; i < n; i++) { bits[i] = bf16_from_float(params[i]); }
+}
+
+// The checksum of n parameters as a model file of `version` stores them (the
+// fp32 bytes, or those of their bf16 rounding): what its header records.
+static uint64_t model_params_checksum(const float *params, size_t n, int version) {
+    if (version != CHECKPOINT_VERSION_BF16) { return fnv1a(FNV_OFFSET, params, n * sizeof(float)); }
+    uint16_t bits[MODEL_BF16_CHUNK];
+    uint64_t sum = FNV_OFFSET;
+    for (size_t i = 0; i < n; i += MODEL_BF16_CHUNK) {
+        size_t m = n - i < MODEL_BF16_CHUNK ? n - i : MODEL_BF16_CHUNK;
+        model_round_to_bf16(params + i, m, bits);
+        sum = fnv1a(sum, bits, m * sizeof(uint16_t));
+    }
+    return sum;
+}
+
+// Writes n parameters to fp as a model file of `version` stores them.
+static void model_params_write(FILE *fp, const char *path, const float *params, size_t n, int version) {
+    if (version != CHECKPOINT_VERSION_BF16) {
+        fwriteCheck(params, sizeof(float), n, fp, path);
+        return;
+    }
+    uint16_t bits[MODEL_BF16_CHUNK];
+    for (size_t i = 0; i < n; i += MODEL_BF16_CHUNK) {
+        size_t m = n - i < MODEL_BF16_CHUNK ? n - i : MODEL_BF16_CHUNK;
+        model_round_to_bf16(params + i, m, bits);
+        fwriteCheck(bits, sizeof(uint16_t), m, fp, path);
+    }
+}
+
+// Reads n parameters stored as `version` from fp into params (bf16 widened to
+// fp32, exactly), and the checksum of the bytes read into *sum; 0, or -1 when
+// the file ends first.
+static int model_params_read(FILE *fp, float *params, size_t n, int version, uint64_t *sum) {
+    if (version != CHECKPOINT_VERSION_BF16) {
+        if (fread(params, sizeof(float), n, fp) != n) { return -1; }
+        *sum = fnv1a(FNV_OFFSET, params, n * sizeof(float));
+        return 0;
+    }
+    uint16_t bits[MODEL_BF16_CHUNK];
+    *sum = FNV_OFFSET;
+    for (size_t i = 0; i < n; i += MODEL_BF16_CHUNK) {
+        size_t m = n - i < MODEL_BF16_CHUNK ? n - i : MODEL_BF16_CHUNK;
+        if (fread(bits, sizeof(uint16_t), m, fp) != m) { return -1; }
+        *sum = fnv1a(*sum, bits, m * sizeof(uint16_t));
+        for (size_t j = 0; j < m; j++) { params[i + j] = bf16_to_float(bits[j]); }
+    }
+    return 0;
+}
+
+// records sum (model_params_checksum) in the header
+static void checkpoint_put_checksum(int header[256], uint64_t sum) {
     header[MODEL_CHECKSUM_SLOT] = MODEL_CHECKSUM_MARK;
     header[MODEL_CHECKSUM_SLOT + 1] = (int)(uint32_t)sum;
     header[MODEL_CHECKSUM_SLOT + 2] = (int)(uint32_t)(sum >> 32);
 }
 
-// 0 when the parameters match the header's checksum or the header has none (a
-// file written by llm.c); -1 with the reason in why otherwise.
-static int checkpoint_verify_checksum(const int header[256], const float *params, size_t n, char *why,
-                                      size_t why_size) {
+// 0 when sum, the checksum of the parameters as read (model_params_read), is the
+// header's, or the header has none (a file written by llm.c); -1 with the reason
+// in why otherwise.
+static int checkpoint_verify_checksum(const int header[256], uint64_t sum, char *why, size_t why_size) {
     if (header[MODEL_CHECKSUM_SLOT] != MODEL_CHECKSUM_MARK) { return 0; }
     uint64_t recorded = (uint64_t)(uint32_t)header[MODEL_CHECKSUM_SLOT + 1] |
                         (uint64_t)(uint32_t)header[MODEL_CHECKSUM_SLOT + 2] << 32;
-    uint64_t sum = fnv1a(FNV_OFFSET, params, n * sizeof(float));
     if (sum != recorded) {
         return problem(why, why_size, "its parameters do not match the checksum in its header (%016llx, the "
                        "parameters give %016llx): the file was damaged after it was written",

@@ -35,9 +35,6 @@ layernorms, instead of keeping them per layer.
 #include "residual.h"
 #include "utils.h"
 
-#define CHECKPOINT_MAGIC 20240326
-#define CHECKPOINT_VERSION_FP32 3
-#define CHECKPOINT_VERSION_BF16 5
 #define GPT2_EOT 50256
 
 typedef struct {
@@ -423,9 +420,10 @@ static int gpt2_config_check(GPT2Config c, char *why, size_t why_size) {
     return 0;
 }
 
-// Reads and checks the header of an llm.c fp32 checkpoint of `size` bytes from fp
-// into c: 256 int32 ([0] magic, [1] version, [2] maxT, [3] V, [4] L, [5] NH, [6] C,
-// [7] Vp), and that the file holds exactly the parameters it describes.
+// Reads and checks the header of an llm.c model file of `size` bytes from fp into
+// c: 256 int32 ([0] magic, [1] version 3 (fp32) or 5 (bf16), [2] maxT, [3] V, [4]
+// L, [5] NH, [6] C, [7] Vp), and that the file holds exactly the parameters it
+// describes, at the version's bytes per parameter (llmc/checkpoint.h).
 static int gpt2_read_checkpoint_header(GPT2Config *c, int header[256], FILE *fp, long size, char *why,
                                        size_t why_size) {
     if (size < (long)(256 * sizeof(int))) { return problem(why, why_size, "%ld bytes, shorter than its header", size); }
@@ -433,11 +431,10 @@ static int gpt2_read_checkpoint_header(GPT2Config *c, int header[256], FILE *fp,
     if (header[0] != CHECKPOINT_MAGIC) {
         return problem(why, why_size, "bad magic %d (expected %d)", header[0], CHECKPOINT_MAGIC);
     }
-    if (header[1] == CHECKPOINT_VERSION_BF16) {
-        return problem(why, why_size, "version 5 is bf16; this trainer reads fp32 checkpoints (version 3)");
-    }
-    if (header[1] != CHECKPOINT_VERSION_FP32) {
-        return problem(why, why_size, "version %d, only %d (fp32) is supported", header[1], CHECKPOINT_VERSION_FP32);
+    int version = header[1];
+    if (version != CHECKPOINT_VERSION_FP32 && version != CHECKPOINT_VERSION_BF16) {
+        return problem(why, why_size, "version %d, only %d (fp32) and %d (bf16) are supported", version,
+                       CHECKPOINT_VERSION_FP32, CHECKPOINT_VERSION_BF16);
     }
     c->max_seq_len = header[2];
     c->vocab_size = header[3];
@@ -447,24 +444,26 @@ static int gpt2_read_checkpoint_header(GPT2Config *c, int header[256], FILE *fp,
     c->padded_vocab_size = header[7];
     if (gpt2_config_check(*c, why, why_size) != 0) { return -1; }
     size_t n = gpt2_num_parameters(*c);
-    long expected = (long)(256 * sizeof(int)) + (long)(n * sizeof(float));
+    long expected = (long)(256 * sizeof(int)) + (long)(n * model_bytes_per_parameter(version));
     if (size != expected) {
-        return problem(why, why_size, "%ld bytes, but its header describes %zu parameters (%ld bytes)",
-                       size, n, expected);
+        return problem(why, why_size, "%ld bytes, but its header describes %zu parameters (%ld bytes as version %d, "
+                       "%s)", size, n, expected, version, version == CHECKPOINT_VERSION_BF16 ? "bf16" : "fp32");
     }
     return 0;
 }
 
-// Reads an llm.c fp32 checkpoint of `size` bytes from fp: the header
-// (gpt2_read_checkpoint_header), then the parameters in order, every one a finite
-// number. Allocates the model on success.
+// Reads an llm.c model file of `size` bytes from fp: the header
+// (gpt2_read_checkpoint_header), then the parameters in order (bf16 ones widened
+// to fp32), every one a finite number, against the header's checksum if it has
+// one. Allocates the model on success.
 static int gpt2_read_checkpoint(GPT2 *model, FILE *fp, long size, char *why, size_t why_size) {
     GPT2Config c;
     int header[256];
     if (gpt2_read_checkpoint_header(&c, header, fp, size, why, why_size) != 0) { return -1; }
     gpt2_allocate(model, c);
     size_t n = model->num_parameters;
-    if (fread(model->params_memory, sizeof(float), n, fp) != n) {
+    uint64_t sum;
+    if (model_params_read(fp, model->params_memory, n, header[1], &sum) != 0) {
         gpt2_free(model);
         return problem(why, why_size, "cannot read its %zu parameters", n);
     }
@@ -474,7 +473,7 @@ static int gpt2_read_checkpoint(GPT2 *model, FILE *fp, long size, char *why, siz
             return problem(why, why_size, "parameter %zu is not a finite number", i);
         }
     }
-    if (checkpoint_verify_checksum(header, model->params_memory, n, why, why_size) != 0) {
+    if (checkpoint_verify_checksum(header, sum, why, why_size) != 0) {
         gpt2_free(model);
         return -1;
     }
@@ -505,27 +504,34 @@ static void gpt2_load_checkpoint(GPT2 *model, const char *path) {
     if (status != 0) { fatal_everywhere("checkpoint '%s': %s", path, why); }
 }
 
-static void gpt2_write_checkpoint_header(const GPT2 *model, int header[256]) {
+static void gpt2_write_checkpoint_header(const GPT2 *model, int version, int header[256]) {
     memset(header, 0, 256 * sizeof(int));
     header[0] = CHECKPOINT_MAGIC;
-    header[1] = CHECKPOINT_VERSION_FP32;
+    header[1] = version;
     header[2] = model->config.max_seq_len;
     header[3] = model->config.vocab_size;
     header[4] = model->config.num_layers;
     header[5] = model->config.num_heads;
     header[6] = model->config.channels;
     header[7] = model->config.padded_vocab_size;
-    checkpoint_put_checksum(header, model->params_memory, model->num_parameters);
+    checkpoint_put_checksum(header, model_params_checksum(model->params_memory, model->num_parameters, version));
 }
 
-// Written atomically (llmc/utils.h): a crash mid-write leaves no half checkpoint.
-static void gpt2_save_checkpoint(const GPT2 *model, const char *path) {
+// Writes the model as an llm.c model file of `version`: CHECKPOINT_VERSION_FP32
+// (the fp32 parameters as they are) or CHECKPOINT_VERSION_BF16 (each rounded to
+// bf16, to nearest even: llmc/bf16.h). Written atomically (llmc/utils.h): a crash
+// mid-write leaves no half checkpoint.
+static void gpt2_save_checkpoint(const GPT2 *model, const char *path, int version) {
+    if (version != CHECKPOINT_VERSION_FP32 && version != CHECKPOINT_VERSION_BF16) {
+        fatal("model file version %d: only %d and %d can be written", version, CHECKPOINT_VERSION_FP32,
+              CHECKPOINT_VERSION_BF16);
+    }
     int header[256];
-    gpt2_write_checkpoint_header(model, header);
+    gpt2_write_checkpoint_header(model, version, header);
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, sizeof(int), 256, af.fp, af.tmp_path);
-    fwriteCheck(model->params_memory, sizeof(float), model->num_parameters, af.fp, af.tmp_path);
+    model_params_write(af.fp, af.tmp_path, model->params_memory, model->num_parameters, version);
     atomic_commit(&af);
 }
 

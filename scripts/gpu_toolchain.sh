@@ -7,6 +7,17 @@
 #   run NAME LIMIT CMD...   runs CMD with a timeout, its output to the log and to
 #                           $WORK/NAME.out; on failure shows its tail, returns 1
 #   tokens_per_s FILE       the mean tok/s of a trainer's progress lines after step 1
+#   build_gpu_precisions TARGET...
+#                           make TARGET... (the Makefile's names: train_gpt2cp,
+#                           build/gpu/test_gpu_kernels, ...) with PRECISION=FP32 and
+#                           with PRECISION=BF16 at once, each in its own copy of the
+#                           sources, $PRECISION_DIR/FP32 and $PRECISION_DIR/BF16 (both
+#                           builds write the same names, so two trees let them run
+#                           side by side; each tree stays up to date, so a second
+#                           script builds nothing again): the FP32 trainer is
+#                           $PRECISION_DIR/FP32/train_gpt2cp, the BF16 one
+#                           $PRECISION_DIR/BF16/train_gpt2cp; FP32_ONLY=(TARGET...)
+#                           adds targets that only the FP32 tree builds
 #
 # and the toolchain of the GPU machine:
 #
@@ -49,9 +60,26 @@ run() {
 tokens_per_s() { awk '/^step / && $2 !~ /^1\// { for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s") { s += $i; n++ } }
                       END { if (n) printf "%.0f", s / n; else print "-" }' "$1"; }
 
-for tool in make gcc python3 od awk timeout; do
-    command -v $tool > /dev/null || { say "error: this script needs '$tool'"; return 1; }
+for tool in make gcc python3 od awk timeout tar; do
+    command -v $tool > /dev/null || { say "error: this script needs '$tool', which is not on PATH"; return 1; }
 done
+
+PRECISION_DIR=$REPO/build/precision
+build_gpu_precisions() {
+    local p pids=() rc=0
+    for p in FP32 BF16; do
+        mkdir -p "$PRECISION_DIR/$p"
+        # the sources only (tar keeps their times: make rebuilds what changed)
+        tar -C "$REPO" --exclude=./build --exclude=./gpu_bundle --exclude=./dev/data --exclude=./.git -cf - . |
+            tar -C "$PRECISION_DIR/$p" -xf - || { say "error: cannot copy the sources to $PRECISION_DIR/$p"; return 1; }
+        local targets=("$@")
+        [[ $p == FP32 ]] && targets+=(${FP32_ONLY[@]+"${FP32_ONLY[@]}"})
+        run "build_$p" 900 make -C "$PRECISION_DIR/$p" -j 4 "${MAKE_FLAGS[@]}" PRECISION=$p "${targets[@]}" &
+        pids+=($!)
+    done
+    for p in "${pids[@]}"; do wait "$p" || rc=1; done
+    return $rc
+}
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [[ ! -x $CUDA_HOME/bin/nvcc ]]; then
     if command -v nvcc > /dev/null; then CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")"); else

@@ -179,20 +179,28 @@ expect_error val_tokens_bad_magic 2 "token file '.*tokens_magic\.bin': bad magic
 # maxT 64 (the default -g 64 must fit), V = Vp 50257, L 1, NH 1, C 4; llm.c's order
 maxT=64 V=50257 Vp=50257 L=1 NH=1 C=4
 params=$((Vp * C + maxT * C + L * (12 * C * C + 13 * C) + 2 * C))
-# make_checkpoint NAME [CHANNELS]: zero weights of the model above (C = CHANNELS)
+# make_checkpoint NAME [CHANNELS [VERSION]]: zero weights of the model above (C =
+# CHANNELS), fp32 (version 3, the default) or bf16 (version 5: 2 bytes a parameter)
 # (V and Vp may be set for one call: V=64 Vp=64 make_checkpoint ...)
 make_checkpoint() {
-    local f=$WORK/$1 c=${2:-$C}
-    head -c $((1024 + 4 * (Vp * c + maxT * c + L * (12 * c * c + 13 * c) + 2 * c))) /dev/zero >"$f"
+    local f=$WORK/$1 c=${2:-$C} version=${3:-3}
+    local bytes=$([[ $version -eq 5 ]] && echo 2 || echo 4)
+    head -c $((1024 + bytes * (Vp * c + maxT * c + L * (12 * c * c + 13 * c) + 2 * c))) /dev/zero >"$f"
     local i=0
-    for v in 20240326 3 $maxT $V $L $NH $c $Vp; do
+    for v in 20240326 "$version" $maxT $V $L $NH $c $Vp; do
         put_i32 "$f" $((4 * i)) "$v"
         i=$((i + 1))
     done
 }
 make_checkpoint ckpt_good.bin
 make_checkpoint ckpt_magic.bin;   put_i32 "$WORK/ckpt_magic.bin" 0 20240520
-make_checkpoint ckpt_bf16.bin;    put_i32 "$WORK/ckpt_bf16.bin" 4 5
+make_checkpoint ckpt_version.bin; put_i32 "$WORK/ckpt_version.bin" 4 4
+# bf16 (version 5): cut by one parameter; fp32-sized; a NaN (0x7fc0) and an infinity (0x7f80)
+make_checkpoint ckpt_bf16.bin $C 5
+make_checkpoint ckpt_bf16_cut.bin $C 5;  truncate -s -2 "$WORK/ckpt_bf16_cut.bin"
+make_checkpoint ckpt_bf16_fp32_size.bin; put_i32 "$WORK/ckpt_bf16_fp32_size.bin" 4 5
+make_checkpoint ckpt_bf16_nan.bin $C 5;  put_u16 "$WORK/ckpt_bf16_nan.bin" $((1024 + 2 * 1000)) 0x7fc0
+make_checkpoint ckpt_bf16_inf.bin $C 5;  put_u16 "$WORK/ckpt_bf16_inf.bin" $((1024 + 2 * 7)) 0xff80
 make_checkpoint ckpt_size.bin;    head -c 4 /dev/zero >>"$WORK/ckpt_size.bin"
 make_checkpoint ckpt_heads.bin;   put_i32 "$WORK/ckpt_heads.bin" 20 3
 make_checkpoint ckpt_nan.bin;     put_i32 "$WORK/ckpt_nan.bin" $((1024 + 4 * 1000)) 0x7fc00000
@@ -205,8 +213,17 @@ expect_error ckpt_missing_np2 2 "checkpoint '.*/no_such_checkpoint\.bin': cannot
     "${BASE[@]}" -cp 2 -e "$WORK/no_such_checkpoint.bin"
 expect_error ckpt_bad_magic 2 "checkpoint '.*ckpt_magic\.bin': bad magic 20240520" \
     "${BASE[@]}" -cp 2 -e "$WORK/ckpt_magic.bin"
-expect_error ckpt_bf16 2 "checkpoint '.*ckpt_bf16\.bin': version 5 is bf16" \
-    "${BASE[@]}" -cp 2 -e "$WORK/ckpt_bf16.bin"
+expect_error ckpt_version 2 "checkpoint '.*ckpt_version\.bin': version 4, only 3 \(fp32\) and 5 \(bf16\) are supported" \
+    "${BASE[@]}" -cp 2 -e "$WORK/ckpt_version.bin"
+expect_success ckpt_bf16_control 2 "${BASE[@]}" -cp 2 -e "$WORK/ckpt_bf16.bin"
+expect_error ckpt_bf16_truncated 2 "checkpoint '.*ckpt_bf16_cut\.bin': $((1022 + 2 * params)) bytes, but its header describes $params parameters \($((1024 + 2 * params)) bytes as version 5, bf16\)" \
+    "${BASE[@]}" -cp 2 -e "$WORK/ckpt_bf16_cut.bin"
+expect_error ckpt_bf16_fp32_size 2 "checkpoint '.*ckpt_bf16_fp32_size\.bin': $((1024 + 4 * params)) bytes, but its header describes $params parameters \($((1024 + 2 * params)) bytes as version 5, bf16\)" \
+    "${BASE[@]}" -cp 2 -e "$WORK/ckpt_bf16_fp32_size.bin"
+expect_error ckpt_bf16_nan 2 "checkpoint '.*ckpt_bf16_nan\.bin': parameter 1000 is not a finite number" \
+    "${BASE[@]}" -cp 2 -e "$WORK/ckpt_bf16_nan.bin"
+expect_error ckpt_bf16_inf 2 "checkpoint '.*ckpt_bf16_inf\.bin': parameter 7 is not a finite number" \
+    "${BASE[@]}" -cp 2 -e "$WORK/ckpt_bf16_inf.bin"
 expect_error ckpt_size 2 "checkpoint '.*ckpt_size\.bin': $((1028 + 4 * params)) bytes, but its header describes $params parameters" \
     "${BASE[@]}" -cp 2 -e "$WORK/ckpt_size.bin"
 expect_error ckpt_heads 2 "checkpoint '.*ckpt_heads\.bin'.*channels 4 are not divisible by heads 3" \

@@ -286,20 +286,20 @@ static void delete_old_checkpoint(const TrainConfig *cfg, const Mesh *mesh, int 
 // resume trust the checkpoint. A crash before the marker leaves the previous one
 // in charge. An earlier run's marker of the same step goes first (and a barrier
 // waits for that), so that a crash can never leave a marker over a mix of the two
-// runs' files. model: the host model holding the parameters and AdamW moments (of
-// its optimizer range: all, or the rank's -z 1 shard). master_weights: NULL when
-// the model file holds the weights exactly (fp32), else the fp32 master weights
-// (num_parameters), whose optimizer range every rank then writes into its state
-// file for the resume to take (a bf16 model file rounds them).
+// runs' files. model: the host model holding the fp32 parameters and AdamW moments
+// (of its optimizer range: all, or the rank's -z 1 shard). model_version: the model
+// file's, CHECKPOINT_VERSION_FP32 or _BF16 (the trainer's choice: llmc/checkpoint.h).
+// A bf16 model file rounds the weights, so then every rank also writes the fp32
+// master weights of its optimizer range into its state file, for the resume to take.
 static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, const GPT2 *model,
-                            int step, const float *master_weights) {
+                            int step, int model_version) {
     char path[4096];
     int master = mesh->world_rank == 0;
     if (master) { remove_done_marker(cfg->output_dir, step); }
     job_comm()->barrier(job_comm());
     if (master) {
         model_path(path, sizeof(path), cfg->output_dir, step);
-        gpt2_save_checkpoint(model, path);
+        gpt2_save_checkpoint(model, path, model_version);
     }
     TrainState s;
     memset(&s, 0, sizeof(s));
@@ -327,11 +327,14 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     s.shard_end = model->opt_end;
     snprintf(s.init, sizeof(s.init), "%s", cfg->init);
     state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
-    state_write(path, &s, model->m_memory, model->v_memory, master_weights ? master_weights + model->opt_begin : NULL);
+    const float *master_weights =
+        model_version == CHECKPOINT_VERSION_BF16 ? model->params_memory + model->opt_begin : NULL;
+    state_write(path, &s, model->m_memory, model->v_memory, master_weights);
     job_comm()->barrier(job_comm());
     if (master) {
         write_done_marker(cfg->output_dir, step);
-        printf("wrote checkpoint %s/model_%08d.bin (+ state of %d rank(s), DONE_%08d)\n", cfg->output_dir, step,
+        printf("wrote checkpoint %s/model_%08d.bin (%s, version %d; + state of %d rank(s), DONE_%08d)\n",
+               cfg->output_dir, step, model_version == CHECKPOINT_VERSION_BF16 ? "bf16" : "fp32", model_version,
                mesh->world_size, step);
     }
     delete_old_checkpoint(cfg, mesh, step);

@@ -1,30 +1,37 @@
 #!/usr/bin/env bash
-# The GPU benchmark: one command for a machine with an NVIDIA GPU (planned for one
-# H200; MPI, NCCL, torch and a package registry may each be missing). From the repo
-# root:
+# The GPU benchmark: one command for a machine with an NVIDIA GPU, planned to take
+# about 4 minutes on one H200 (after scripts/gpu_check.sh, whose builds it reuses:
+# both fit one 10-minute call). MPI (system or gpu_bundle/), nvcc, nvidia-smi and
+# torch must be there; a missing one stops it at the start. From the repo root:
 #
-#     bash dev/bench/gpu_bench.sh            (QUICK=1: T 1K and 4K only)
+#     bash dev/bench/gpu_bench.sh            (ATTENTION=0: skip part 2)
 #
 #   1. the toolchain as scripts/gpu_check.sh finds it (scripts/gpu_toolchain.sh);
-#      builds bench_attention_gpu (no MPI needed) and, with MPI, train_gpt2cp
+#      train_gpt2cp in both precisions (make PRECISION=FP32 and BF16, each in its
+#      copy of the sources under build/precision/: nothing to do after gpu_check.sh)
+#      and bench_attention_gpu (FP32)
 #   2. block attention (cp/attention_block.cuh) forward and backward, causal, B 1,
 #      12 heads of 64, at T_local 1K, 4K, 16K, TF32 (-f 1) and exact fp32 (-f 0),
 #      beside PyTorch's scaled_dot_product_attention on the same shapes and
-#      precision (dev/bench/torch_bench.py; skipped without torch)
-#   3. train_gpt2cp GPT-2 124M at T 1K (-e d12, B 8), 4K (B 2) and 16K (B 1, a
-#      d12 checkpoint with that max_seq_len written by torch_bench.py): cp 1 (NCCL
-#      where found, else -ct mpi), and cp 2 and 4 with the ranks sharing the GPU
-#      through -ct mpi (an overhead figure: one GPU does all the ranks' work), each
-#      -f 1 and -f 0; tok/s (mean over the steps after the first) and MFU
-#   4. PyTorch's GPT-2 124M training step on the same shapes (SDPA, AdamW), the
-#      anchor
-# Prints the table and writes it to $OUT/gpu_bench.txt (or build/gpu_bench/), the
-# full log beside it.
+#      precision (dev/bench/torch_bench.py)
+#   3. GPT-2 124M training on one GPU at T 1K, 4K, 16K with B 16, 4, 1: the same
+#      16,384 tokens per step at every T (a position table of T rows: -e d12 -mt T),
+#      cp 1, -x 6: train_gpt2cp FP32 (-f 1: TF32 matmuls), train_gpt2cp BF16, and
+#      PyTorch (dev/bench/gpt2_torch.py: the same model in plain torch, bf16 autocast,
+#      fp32 master weights, fused AdamW, SDPA; eager, the median of 5 steps after 2).
+#      tok/s: the trainers' mean over the steps after the first; MFU; peak device
+#      memory: nvidia-smi's memory.used sampled every 100 ms through the run, the
+#      most, less the reading before the run (so it includes the CUDA context and
+#      every library's workspace, alike for all three)
+# Writes the tables (markdown, as dev/bench/README.md's) to $OUT/gpu_bench.txt (or
+# build/gpu_bench/), the full log beside it.
 #
-# MFU counts 6 N + 6 L C T flops per token (N = 124M parameters; the causal
-# attention's Q K^T and P V, forward and backward) against the H200's dense peak:
-# 494.7 TFLOP/s TF32 for -f 1, 66.9 TFLOP/s fp32 for -f 0 (the datasheet's H100
-# SXM rates, which the H200 shares).
+# MFU = tok/s x (6 N + 6 L C T) / peak: N = 124,475,904 (d12's parameters with
+# llm.c's 1024 positions; the longer position tables do no matmul work), 6 L C T
+# the causal attention's Q K^T and P V, forward and backward (half of the 12 L C T
+# of a full T x T). Peak: the H200's dense rates, the H100 SXM datasheet's: 989.4
+# TFLOP/s bf16 for the BF16 build and PyTorch, 494.7 TF32 for the FP32 build
+# (-f 1); 66.9 fp32 for -f 0 (attention only).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 REPO=$(pwd)
@@ -32,73 +39,100 @@ REPO=$(pwd)
 GPU_SCRIPT=gpu_bench
 # shellcheck source=scripts/gpu_toolchain.sh
 source scripts/gpu_toolchain.sh || exit 1
-run build_bench 900 make "${MAKE_FLAGS[@]}" bench_attention_gpu || { fail "building bench_attention_gpu"; exit 1; }
-if [[ $HAVE_MPI -eq 1 ]]; then
-    run build_trainer 900 make "${MAKE_FLAGS[@]}" train_gpt2cp || fail "building train_gpt2cp"
-fi
+[[ $HAVE_MPI -eq 1 ]] || { say "error: the benchmark needs MPI (the trainer is an MPI program)"; exit 1; }
+command -v nvidia-smi > /dev/null || { say "error: the benchmark needs nvidia-smi (peak device memory)"; exit 1; }
+python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null ||
+    { say "error: the benchmark needs python3 with torch and a GPU it sees (the PyTorch anchor)"; exit 1; }
+FP32_ONLY=()
+[[ ${ATTENTION:-1} == 1 ]] && FP32_ONLY=(bench_attention_gpu)
+build_gpu_precisions train_gpt2cp || { fail "the build failed"; exit 1; }
 CT1=$([[ $HAVE_NCCL -eq 1 ]] && echo nccl || echo mpi)
 LENGTHS=(1024 4096 16384)
-[[ ${QUICK:-0} == 1 ]] && LENGTHS=(1024 4096)
-declare -A BATCH=([1024]=8 [4096]=2 [16384]=1)
+TOKENS_PER_STEP=16384
+GPU_NAME=$(nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -n 1)
 
-{
-    printf "GPU benchmark (%s)\n" "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
-    printf "\nblock attention, causal, B 1, NH 12, HS 64: forward / backward ms (TFLOP/s)\n"
-    printf "%-7s %-5s %26s %26s %26s %26s\n" T prec "ours forward" "ours backward" "sdpa forward" "sdpa backward"
-} > "$TABLE"
-# "forward X ms (Y TFLOP/s), backward ..." -> "X (Y)" for forward or backward
-field() { sed -n "s/.*$2 \([0-9.]*\) ms (\([0-9.]*\) TFLOP\/s).*/\1 (\2)/p" "$1" | head -n 1; }
+# run_measured NAME LIMIT CMD...: run, with nvidia-smi sampling the memory in use on
+# the GPU every 100 ms; sets PEAK_MIB (the most, less the reading before; "-" if
+# no sample came)
+run_measured() {
+    local name=$1
+    shift
+    local query=(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0)
+    local base
+    base=$("${query[@]}" | head -n 1)
+    "${query[@]}" -lms 100 > "$WORK/$name.mem" 2> /dev/null &
+    local sampler=$!
+    run "$name" "$@"
+    local rc=$?
+    kill "$sampler" 2> /dev/null
+    wait "$sampler" 2> /dev/null
+    PEAK_MIB=$(awk -v base="$base" '$1 ~ /^[0-9]+$/ { if ($1 > m) m = $1; n++ }
+                                    END { if (n) print m - base; else print "-" }' "$WORK/$name.mem")
+    return $rc
+}
+# mfu TOKS_PER_S T PEAK_FLOPS: the model flops utilisation, in percent
+mfu() { awk -v tps="$1" -v T="$2" -v peak="$3" 'BEGIN { if (tps !~ /^[0-9.]+$/) { print "-"; exit }
+                                                    printf "%.1f%%", 100 * tps * (6 * 124475904 + 6 * 12 * 768 * T) / peak }'; }
+
+echo "# GPU benchmark ($GPU_NAME), $(date -u +%Y-%m-%d)" > "$TABLE"
 
 # ---- 2. block attention beside SDPA
-for T in "${LENGTHS[@]}"; do
-    for f in 1 0; do
-        prec=$([[ $f -eq 1 ]] && echo tf32 || echo fp32)
-        run "attn_${T}_$prec" 300 ./bench_attention_gpu -t "$T" -b 1 -nh 12 -hs 64 -f "$f" || fail "bench_attention_gpu T $T $prec"
-        run "sdpa_${T}_$prec" 300 python3 dev/bench/torch_bench.py attention -t "$T" -b 1 -nh 12 -hs 64 -f "$f" ||
-            fail "torch sdpa T $T $prec"
-        a=$WORK/attn_${T}_$prec.out s=$WORK/sdpa_${T}_$prec.out
-        printf "%-7s %-5s %26s %26s %26s %26s\n" "$T" "$prec" "$(field "$a" forward)" "$(field "$a" backward)" \
-            "$(field "$s" forward || true)" "$(field "$s" backward || true)" >> "$TABLE"
-        grep -q skipped "$s" && say "$(cat "$s")"
+if [[ ${ATTENTION:-1} == 1 ]]; then
+    {
+        printf "\nBlock attention, causal, B 1, NH 12, HS 64: ms (TFLOP/s)\n\n"
+        printf "| T | precision | ours forward | ours backward | SDPA forward | SDPA backward |\n"
+        printf "| ---: | --- | ---: | ---: | ---: | ---: |\n"
+    } >> "$TABLE"
+    # "forward X ms (Y TFLOP/s), backward ..." -> "X (Y)" for forward or backward
+    field() { sed -n "s/.*$2 \([0-9.]*\) ms (\([0-9.]*\) TFLOP\/s).*/\1 (\2)/p" "$1" | head -n 1; }
+    for T in "${LENGTHS[@]}"; do
+        for f in 1 0; do
+            prec=$([[ $f -eq 1 ]] && echo tf32 || echo fp32)
+            run "attn_${T}_$prec" 120 "$PRECISION_DIR/FP32/bench_attention_gpu" -t "$T" -b 1 -nh 12 -hs 64 -f "$f" ||
+                fail "bench_attention_gpu T $T $prec"
+            run "sdpa_${T}_$prec" 120 python3 dev/bench/torch_bench.py -t "$T" -b 1 -nh 12 -hs 64 -f "$f" ||
+                fail "torch sdpa T $T $prec"
+            a=$WORK/attn_${T}_$prec.out s=$WORK/sdpa_${T}_$prec.out
+            printf "| %s | %s | %s | %s | %s | %s |\n" "$T" "$prec" "$(field "$a" forward)" "$(field "$a" backward)" \
+                "$(field "$s" forward)" "$(field "$s" backward)" >> "$TABLE"
+        done
     done
-done
+fi
 
-# ---- 3. and 4. GPT-2 124M training
-mfu() { awk -v tps="$1" -v T="$2" -v f="$3" 'BEGIN { if (tps == "-" || tps == "") { print "-"; exit }
-                                                  flops = 6 * 124475904 + 6 * 12 * 768 * T; peak = f ? 494.7e12 : 66.9e12
-                                                  printf "%.1f%%", 100 * tps * flops / peak }'; }
+# ---- 3. GPT-2 124M training: FP32 build, BF16 build, PyTorch bf16
 {
-    printf "\nGPT-2 124M training (-e d12), tok/s (MFU): train_gpt2cp -x 6, PyTorch one step (SDPA, AdamW)\n"
-    printf "%-7s %-3s %-5s %16s %16s %16s %16s\n" T B prec "cp 1 ($CT1)" "cp 2 (mpi)" "cp 4 (mpi)" "pytorch"
+    printf "\nGPT-2 124M training on one GPU (-e d12 -mt T, cp 1, -ct %s), %d tokens per step; MFU of the\n" "$CT1" \
+        "$TOKENS_PER_STEP"
+    printf "precision's dense peak (TF32 494.7, bf16 989.4 TFLOP/s); peak device memory from nvidia-smi\n\n"
+    printf "| T | B | trainer | precision | tok/s | MFU | peak device memory (MiB) |\n"
+    printf "| ---: | ---: | --- | --- | ---: | ---: | ---: |\n"
 } >> "$TABLE"
 for T in "${LENGTHS[@]}"; do
-    B=${BATCH[$T]}
-    init=d12
-    if [[ $T -gt 1024 ]]; then # d12's max_seq_len is 1024: a checkpoint with room for T
-        init=$WORK/d12_T$T.bin
-        run "checkpoint_$T" 300 python3 dev/bench/torch_bench.py checkpoint -t "$T" -o "$init" || fail "checkpoint T $T"
-    fi
-    for f in 1 0; do
-        prec=$([[ $f -eq 1 ]] && echo tf32 || echo fp32)
-        cells=()
-        for cp in 1 2 4; do
-            name=d12_T${T}_${prec}_cp$cp
-            ct=$([[ $cp -eq 1 ]] && echo "$CT1" || echo mpi)
-            if [[ $HAVE_MPI -eq 1 && -x ./train_gpt2cp ]]; then
-                run "$name" 900 "${MPIRUN[@]}" -np "$cp" ./train_gpt2cp -e "$init" -b "$B" -t "$T" -x 6 -f "$f" -v 0 -s 0 \
-                    -cp "$cp" -cl "$([[ $cp -eq 1 ]] && echo identity || echo round_robin)" -ct "$ct" -o "$WORK/$name" ||
-                    fail "$name"
-                tps=$(tokens_per_s "$WORK/$name.out")
-                cells+=("$tps ($(mfu "$tps" "$T" "$f"))")
-            else
-                cells+=("- (no MPI)")
-            fi
-        done
-        run "torch_gpt2_T${T}_$prec" 600 python3 dev/bench/torch_bench.py gpt2 -t "$T" -b "$B" -f "$f" || fail "torch gpt2 T $T $prec"
-        ttps=$(sed -n 's/.* \([0-9]*\) tok\/s$/\1/p' "$WORK/torch_gpt2_T${T}_$prec.out")
-        tcell=$([[ -n $ttps ]] && echo "$ttps ($(mfu "$ttps" "$T" "$f"))" || echo "- (no torch)")
-        printf "%-7s %-3s %-5s %16s %16s %16s %16s\n" "$T" "$B" "$prec" "${cells[@]}" "$tcell" >> "$TABLE"
+    B=$((TOKENS_PER_STEP / T))
+    for p in FP32 BF16; do
+        name=d12_T${T}_$p
+        if run_measured "$name" 300 "${MPIRUN[@]}" -np 1 "$PRECISION_DIR/$p/train_gpt2cp" -e d12 -mt "$T" -b "$B" -t "$T" \
+            -x 6 -f 1 -v 0 -s 0 -cp 1 -ct "$CT1" -o "$WORK/$name"; then
+            tps=$(tokens_per_s "$WORK/$name.out")
+        else
+            fail "$name"
+            tps=-
+        fi
+        prec=$([[ $p == FP32 ]] && echo "fp32, TF32 matmuls" || echo "bf16, fp32 master weights")
+        peak=$([[ $p == FP32 ]] && echo 494.7e12 || echo 989.4e12)
+        printf "| %s | %s | train_gpt2cp %s | %s | %s | %s | %s |\n" "$T" "$B" "$p" "$prec" "$tps" \
+            "$(mfu "$tps" "$T" "$peak")" "$PEAK_MIB" >> "$TABLE"
     done
+    name=torch_T$T
+    if run_measured "$name" 300 python3 dev/bench/gpt2_torch.py -t "$T" -b "$B" -p bf16 -x 5; then
+        tps=$(sed -n 's/.* \([0-9]*\) tok\/s.*/\1/p' "$WORK/$name.out" | head -n 1)
+    else
+        fail "$name"
+        tps=-
+    fi
+    printf "| %s | %s | PyTorch %s (eager) | bf16 autocast, fp32 master weights | %s | %s | %s |\n" "$T" "$B" \
+        "$(python3 -c 'import torch; print(torch.__version__)' 2> /dev/null)" "${tps:--}" \
+        "$(mfu "${tps:--}" "$T" 989.4e12)" "$PEAK_MIB" >> "$TABLE"
 done
 printf "\n%d failure(s); %d s in all\n" "$failures" "$((SECONDS - START))" >> "$TABLE"
 echo

@@ -31,6 +31,11 @@ checkpoint)
     put_i32 "$f" 8 2; put_i32 "$f" 12 3; put_i32 "$f" 16 1; put_i32 "$f" 20 1; put_i32 "$f" 24 2; put_i32 "$f" 28 4
     head -c 360 /dev/zero >>"$f"
     put_i32 "$f" 1028 1065353216 # 1.0f
+    # the same model as llm.c's bf16 file (version 5): 2 bytes a parameter
+    f=$work/corpus/valid_bf16.bin; header "$f" 20240326 5
+    put_i32 "$f" 8 2; put_i32 "$f" 12 3; put_i32 "$f" 16 1; put_i32 "$f" 20 1; put_i32 "$f" 24 2; put_i32 "$f" 28 4
+    head -c 180 /dev/zero >>"$f"
+    put_u16 "$f" 1026 16256 # 1.0 in bf16 (0x3f80)
     ;;
 tokenizer)
     # V 3, EOT 2: "a", "bc", "<|e|>"

@@ -5,7 +5,8 @@
 #
 #     bash dev/cuda/emu/run.sh            the GPU tests, 1 to 4 ranks
 #     bash dev/cuda/emu/run.sh trainer    also train_gpt2cp (-ct mpi; ring, all-gather, Ulysses)
-#                                         vs the CPU twin, -r 0/1/2, and its resume
+#                                         vs the CPU twin, -r 0/1/2, its resume, and -e
+#                                         an llm.c bf16 model file
 #
 # Slow (every thread is a fiber): small sizes only. NCCL is not emulated.
 set -euo pipefail
@@ -113,4 +114,12 @@ done
 diff "$WORK/gpu/main.log" "$WORK/gpu_z1_resume/main.log"
 cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_z1_resume/model_00000002.bin"
 echo "-z 1: -z 0's main.log, per-token losses and weights bit for bit, state files halved, resume bit for bit"
+# llm.c's bf16 model file (version 5, written by test/llmc_files.py): the trainer
+# loads it and trains as the CPU twin does from its fp32 twin (the same weights)
+mkdir -p "$WORK/bf16_files"
+python3 test/llmc_files.py bf16_models "$WORK/bf16_files" > /dev/null
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -e "$WORK/bf16_files/exact_v3.bin" -i "$WORK/bf16_files/tokens.bin" -o "$WORK/cpu_v3" -tl "$WORK/cpu_v3.tl" > "$WORK/cpu_v3.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp" "${ARGS[@]}" -e "$WORK/bf16_files/exact_v5.bin" -i "$WORK/bf16_files/tokens.bin" -cp 2 -ct mpi -o "$WORK/gpu_v5" -tl "$WORK/gpu_v5.tl" > "$WORK/gpu_v5.out"
+compare cpu_v3 gpu_v5
+echo "-e a version 5 (bf16) file: the CPU twin's losses from its version 3 twin"
 echo "emulation: $SECONDS s in all"
