@@ -80,7 +80,8 @@ static AttnPrecision attention_precision(int tf32) {
 #endif
 }
 
-// fp32 rows the FP32 build merges into out and dqkv themselves; the BF16 build in a buffer
+// whether the sums over blocks (output, dQ) go straight into out and dqkv (the FP32
+// build), or into an fp32 buffer written to them once (the BF16 build)
 static constexpr bool attention_sums_in_place = sizeof(floatX) == sizeof(float);
 
 // The head sizes the kernels are built for, and their tile rows.
@@ -92,10 +93,10 @@ template <AttnPrecision P, int HS> struct AttnTile {
     static constexpr int WARPS = ROWS / 16;         // one warp per 16 rows
     static constexpr int THREADS = WARPS * WARP_SIZE;
     // Row strides in shared memory (floats), padded so that a warp's fragment loads
-    // hit distinct banks. TF32 and fp32 read one float per element: lane (g, t) at
-    // g ld + t wants ld = 4 mod 32, at t ld + g ld = 8. bf16 reads A and B_NK as
-    // pairs (8 bytes, half a warp at a time) at g ld + 2t: ld = 8 mod 32; B_KN as
-    // single floats at 2t ld + g: ld = 4.
+    // hit distinct banks. TF32 and fp32 read one float per element: lane (g, t)
+    // reading g ld + t wants ld = 4 mod 32, reading t ld + g wants ld = 8. bf16
+    // reads A and B_NK as pairs (8 bytes, half a warp at a time) at g ld + 2t,
+    // which wants ld = 8 mod 32, and B_KN as single floats at 2t ld + g, ld = 4.
     static constexpr int PAD_PAIRS = P == ATTN_BF16 ? 8 : 4;
     static constexpr int LD_NK = HS + PAD_PAIRS;               // read as A, or as B with (k, n) at [n][k]
     static constexpr int LD_KN = HS + (P == ATTN_BF16 ? 4 : 8); // read as B with (k, n) at [k][n]

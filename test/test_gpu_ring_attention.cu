@@ -98,8 +98,7 @@ __global__ static void mma_probe_kernel(float *d, const float *a, const float *b
     for (int i = 0; i < 4; i++) { d[rows[i] * 8 + cols[i]] = df[i]; }
 }
 
-// The same through the bf16 m16n8k16 wrapper: a: (16, 16), b: (16, 16) as (k, n),
-// of which the first 8 columns are used; c, d: (16, 8)
+// The same through the bf16 m16n8k16 wrapper: a: (16, 16), b: (16, 8) as (k, n)
 __global__ static void mma_bf16_probe_kernel(float *d, const float *a, const float *b, const float *c) {
     int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
     uint32_t af[4], bf[2];
@@ -109,7 +108,7 @@ __global__ static void mma_bf16_probe_kernel(float *d, const float *a, const flo
     }
     for (int i = 0; i < 2; i++) {
         int k = 2 * t + 8 * i;
-        bf[i] = bf16x2_from_floats(b[k * 16 + g], b[(k + 1) * 16 + g]);
+        bf[i] = bf16x2_from_floats(b[k * 8 + g], b[(k + 1) * 8 + g]);
     }
     int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
     float cf[4], df[4];
@@ -130,78 +129,49 @@ static float tf32_round(float x) {
     return x;
 }
 
-// The tensor-core instruction against a plain product: on values TF32 holds exactly
-// (multiples of 1/8 in [-2, 2], every sum exact in fp32) bit for bit, which checks
-// the fragment layout; on U(-1, 1) values within 1e-6 of the product of their TF32
-// roundings, which checks the rounding (truncation instead would be ~1e-4 off).
-static void test_mma(void) {
-    Rng rng;
-    rng_seed(&rng, 4242);
-    float a[128], b[64], c[128], ref[128];
-    float *d_a = (float *)cudaMallocCheck(sizeof(a)), *d_b = (float *)cudaMallocCheck(sizeof(b));
-    float *d_c = (float *)cudaMallocCheck(sizeof(c)), *d_d = (float *)cudaMallocCheck(sizeof(c));
-    for (int exact = 1; exact >= 0; exact--) {
-        float *xs[3] = {a, b, c};
-        int ns[3] = {128, 64, 128};
-        for (int m = 0; m < 3; m++) {
-            for (int i = 0; i < ns[m]; i++) {
-                xs[m][i] = exact ? (float)(rand_below(&rng, 33) - 16) / 8.0f : 2.0f * rng_uniform(&rng) - 1.0f;
-            }
-        }
-        for (int r = 0; r < 16; r++) {
-            for (int n = 0; n < 8; n++) {
-                double sum = c[r * 8 + n];
-                for (int k = 0; k < 8; k++) { sum += (double)tf32_round(a[r * 8 + k]) * tf32_round(b[k * 8 + n]); }
-                ref[r * 8 + n] = (float)sum;
-            }
-        }
-        cuda_upload(d_a, a, sizeof(a));
-        cuda_upload(d_b, b, sizeof(b));
-        cuda_upload(d_c, c, sizeof(c));
-        poison_device(d_d, sizeof(c));
-        mma_probe_kernel<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_d, d_a, d_b, d_c);
-        cudaCheckLaunch();
-        check_rel_device(exact ? "mma m16n8k8 tf32: exact values" : "mma m16n8k8 tf32: rounded values", d_d, ref, 128,
-                         exact ? 0.0 : 1e-6);
-    }
-    cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_c)); cudaCheck(cudaFree(d_d));
-}
+typedef void (*MmaProbe)(float *d, const float *a, const float *b, const float *c);
 
-// The bf16 instruction likewise: multiples of 1/8 in [-2, 2] are exact in bf16, so
-// those give the plain product bit for bit (the fragment layout, the pairs' halves);
-// on U(-1, 1) values the products of their bf16 roundings within 1e-6 (truncation
-// instead of round-to-nearest would be ~1e-3 off).
-static void test_mma_bf16(void) {
+// A tensor-core instruction (probe: D (16, 8) = A (16, K) B (K, 8) + C) against a
+// plain product: on values its inputs hold exactly (multiples of 1/8 in [-2, 2],
+// exact in TF32 and bf16, every sum exact in fp32) bit for bit, which checks the
+// fragment layout (and the halves of bf16 pairs); on U(-1, 1) values within 1e-6
+// of the product of their roundings (`round`), which checks the rounding
+// (truncation instead would be ~1e-4 off in TF32, ~1e-3 in bf16).
+static void test_mma(const char *name, MmaProbe probe, int K, float (*round)(float), uint64_t seed) {
     Rng rng;
-    rng_seed(&rng, 4243);
-    float a[256], b[256], c[128], ref[128];
-    float *d_a = (float *)cudaMallocCheck(sizeof(a)), *d_b = (float *)cudaMallocCheck(sizeof(b));
-    float *d_c = (float *)cudaMallocCheck(sizeof(c)), *d_d = (float *)cudaMallocCheck(sizeof(c));
+    rng_seed(&rng, seed);
+    size_t na = 16 * (size_t)K, nb = (size_t)K * 8, nc = 16 * 8;
+    float *a = (float *)mallocCheck(na * sizeof(float)), *b = (float *)mallocCheck(nb * sizeof(float));
+    float *c = (float *)mallocCheck(nc * sizeof(float)), *ref = (float *)mallocCheck(nc * sizeof(float));
+    float *d_a = (float *)cudaMallocCheck(na * sizeof(float)), *d_b = (float *)cudaMallocCheck(nb * sizeof(float));
+    float *d_c = (float *)cudaMallocCheck(nc * sizeof(float)), *d_d = (float *)cudaMallocCheck(nc * sizeof(float));
     for (int exact = 1; exact >= 0; exact--) {
         float *xs[3] = {a, b, c};
-        int ns[3] = {256, 256, 128};
+        size_t ns[3] = {na, nb, nc};
         for (int m = 0; m < 3; m++) {
-            for (int i = 0; i < ns[m]; i++) {
+            for (size_t i = 0; i < ns[m]; i++) {
                 xs[m][i] = exact ? (float)(rand_below(&rng, 33) - 16) / 8.0f : 2.0f * rng_uniform(&rng) - 1.0f;
             }
         }
         for (int r = 0; r < 16; r++) {
             for (int n = 0; n < 8; n++) {
                 double sum = c[r * 8 + n];
-                for (int k = 0; k < 16; k++) { sum += (double)bf16_round(a[r * 16 + k]) * bf16_round(b[k * 16 + n]); }
+                for (int k = 0; k < K; k++) { sum += (double)round(a[r * K + k]) * round(b[k * 8 + n]); }
                 ref[r * 8 + n] = (float)sum;
             }
         }
-        cuda_upload(d_a, a, sizeof(a));
-        cuda_upload(d_b, b, sizeof(b));
-        cuda_upload(d_c, c, sizeof(c));
-        poison_device(d_d, sizeof(c));
-        mma_bf16_probe_kernel<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_d, d_a, d_b, d_c);
+        cuda_upload(d_a, a, na * sizeof(float));
+        cuda_upload(d_b, b, nb * sizeof(float));
+        cuda_upload(d_c, c, nc * sizeof(float));
+        poison_device(d_d, nc * sizeof(float));
+        probe<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_d, d_a, d_b, d_c);
         cudaCheckLaunch();
-        check_rel_device(exact ? "mma m16n8k16 bf16: exact values" : "mma m16n8k16 bf16: rounded values", d_d, ref,
-                         128, exact ? 0.0 : 1e-6);
+        char what[80];
+        snprintf(what, sizeof(what), "mma %s: %s values", name, exact ? "exact" : "rounded");
+        check_rel_device(what, d_d, ref, nc, exact ? 0.0 : 1e-6);
     }
     cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_c)); cudaCheck(cudaFree(d_d));
+    free(a); free(b); free(c); free(ref);
 }
 
 // The tensors checked, and the GPU's tolerance for each per precision (relative
@@ -523,8 +493,8 @@ int main(int argc, char **argv) {
     Comm *dev_comm = comm_mpi_staged_create(dev_mc, cuda_ctx.stream);
     test_transport(dev_comm);
     if (host_comm->rank == 0) {
-        test_mma();
-        test_mma_bf16();
+        test_mma("m16n8k8 tf32", mma_probe_kernel, 8, tf32_round, 4242);
+        test_mma("m16n8k16 bf16", mma_bf16_probe_kernel, 16, bf16_round, 4243);
     }
     int np = host_comm->size;
     ulysses_groups_init(host_comm->rank, np);
