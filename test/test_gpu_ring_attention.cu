@@ -325,6 +325,9 @@ static void check_ulysses(int i, const char *label, const ShardLayout *layout, c
     UlyssesAttentionCuda gpu;
     ulysses_attention_cuda_init(&gpu, g->dev_group[i], g->host_group[i], g->dev_ring[i], B, Tl, C, NH);
     ulysses_attention_cuda_bind(&gpu, layout);
+    CHECK(gpu.bytes == ulysses_attention_cuda_bytes(g->U[i], g->dev_ring[i]->size, B, Tl, C, NH),
+          "%s: Ulysses allocated %zu device bytes, ulysses_attention_cuda_bytes counts %zu", label, gpu.bytes,
+          ulysses_attention_cuda_bytes(g->U[i], g->dev_ring[i]->size, B, Tl, C, NH));
     check_algorithm(label, i == 0 ? "ulysses" : "hybrid", ulysses_attention_verbs(&cpu),
                     ulysses_attention_cuda_verbs(&gpu), &gpu.ring.queries, qkv, dout, B * Tl, C, NH);
     ulysses_attention_cuda_free(&gpu);
@@ -378,6 +381,10 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     RingAttentionCuda ring_gpu;
     ring_attention_cuda_init(&ring_gpu, dev_comm, B, Tl, C, NH);
     ring_attention_cuda_set_layout(&ring_gpu, &sh.layout);
+    // what the memory estimate counts is what is held (in the build's precision)
+    CHECK(ring_gpu.bytes == ring_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH),
+          "%s: the ring allocated %zu device bytes, ring_attention_cuda_bytes counts %zu", label, ring_gpu.bytes,
+          ring_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH));
     check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu),
                     &ring_gpu.queries, qkv, dout, B * Tl, C, NH);
     ring_attention_cuda_free(&ring_gpu);
@@ -388,6 +395,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     AllgatherAttentionCuda ag_gpu;
     allgather_attention_cuda_init(&ag_gpu, dev_comm, B, Tl, C, NH);
     allgather_attention_cuda_set_layout(&ag_gpu, &sh.layout);
+    CHECK(ag_gpu.bytes == allgather_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH),
+          "%s: all-gather allocated %zu device bytes, allgather_attention_cuda_bytes counts %zu", label, ag_gpu.bytes,
+          allgather_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH));
     check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu),
                     &ag_gpu.queries, qkv, dout, B * Tl, C, NH);
     allgather_attention_cuda_free(&ag_gpu);
