@@ -139,7 +139,7 @@ bench_long_fit: dev/bench/long_context_fit.cu $(CUDA_DEPS)
 # dev benchmark: the GPU block attention, forward and backward, on one GPU without MPI
 # (dev/bench/README.md, dev/bench/gpu_bench.sh)
 bench_attention_gpu: dev/bench/attention_gpu.cu $(CUDA_DEPS)
-	$(NVCC) $(NVCC_FLAGS) -I. $< -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas
+	$(NVCC) $(NVCC_FLAGS) -I. $< -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt
 
 clean:
 	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu $(BUILD_DIR)

@@ -6,10 +6,17 @@ repeat it once per block they meet: cp/ring_attention.cuh passes the blocks arou
 a ring, cp/allgather_attention.cuh gathers them all at once.
 
 Data, all token-major (no head <-> token permutes): token t of batch row b is row
-b * T + t of its tensor and head h its columns [h HS, (h + 1) HS). q is read with
+b * T + t of its tensor and head h its columns [h HS, (h + 1) HS). q, k, v and dO
+are in the build's storage precision (floatX, llmc/precision.cuh): q is read with
 stride 3C from the qkv activation, the visiting block's k and v with their own
-stride (3C for this rank's own block, read from qkv; C in a travelling buffer),
-the output is merged in place into out (B, T, C) and dQ written into dqkv.
+stride (3C for this rank's own block, read from qkv; C in a travelling buffer).
+What is summed over blocks stays fp32: the output is merged in place into fp32
+rows (B, T, C), dQ summed into fp32 rows, and each block's dK, dV written in fp32
+(or straight into the floatX dqkv where the block is the only one, cp 1). In the
+FP32 build those fp32 rows are out and dqkv themselves; in the BF16 build an fp32
+(B, T, C) buffer (AttentionQueriesCuda.acc) holds them until the pass writes the
+floatX result once (attention_forward_end_cuda, attention_backward_end_cuda).
+The tiles are converted to fp32 as they are loaded into shared memory.
 
 Tiles: R rows of queries or keys (R = 64; 32 at HS 128, for registers and shared
 memory), one warp per 16 rows. Visibility is decided per (query tile, key tile)
@@ -34,12 +41,19 @@ Kernels (grid: tiles x NH x B, HS and the precision are template parameters):
                where no query sees it), so the output needs no zeroing.
 
 Products: every matrix product is one warp's C (16 x 8n) += A (16 x k) B (k x 8n)
-from shared memory (warp_mma), in the fragment layout of the m16n8k8 mma:
-  ATTN_TF32  (-f 1) the tensor cores: mma.sync m16n8k8 with TF32 inputs, fp32
-             accumulation (llmc/mma.cuh);
-  ATTN_FP32  (-f 0) the same tiling and fragments, each lane summing its own
-             elements' products with fp32 FMAs in k order: exact fp32, the mode
-             validated against the CPU twin.
+from shared memory (warp_mma), in the accumulator layout of the m16n8k8 and
+m16n8k16 mma (the same for both):
+  ATTN_TF32  (FP32 build, -f 1) the tensor cores: mma.sync m16n8k8 with TF32
+             inputs, fp32 accumulation (llmc/mma.cuh);
+  ATTN_FP32  (FP32 build, -f 0) the same tiling and fragments, each lane summing
+             its own elements' products with fp32 FMAs in k order: exact fp32,
+             the mode validated against the CPU twin;
+  ATTN_BF16  (BF16 build) the tensor cores: mma.sync m16n8k16 with bf16 inputs,
+             fp32 accumulation. Q, K, V and dO are bf16 already (exact in the
+             fragments); P and dS, computed in fp32, are rounded to bf16 as the A
+             operand of P V, dS K, P^T dO and dS^T Q, as flash-attention does.
+Softmax, the running max and sum, lse, D = rowsum(dO * O) and the (o, lse) merge
+are fp32 in every mode.
 Each output element is computed by one lane in a fixed order: no atomics, the
 same bits every run.
 */
@@ -53,20 +67,40 @@ same bits every run.
 #include "../llmc/cuda_common.cuh"
 #include "../llmc/mma.cuh"
 
-typedef enum { ATTN_FP32 = 0, ATTN_TF32 = 1 } AttnPrecision;
+typedef enum { ATTN_FP32 = 0, ATTN_TF32 = 1, ATTN_BF16 = 2 } AttnPrecision;
+
+// the products' precision of a run: bf16 tensor cores in the BF16 build; TF32 (-f 1)
+// or exact fp32 (-f 0) in the FP32 build
+static AttnPrecision attention_precision(int tf32) {
+#ifdef ENABLE_BF16
+    (void)tf32;
+    return ATTN_BF16;
+#else
+    return tf32 ? ATTN_TF32 : ATTN_FP32;
+#endif
+}
+
+// whether the sums over blocks (output, dQ) go straight into out and dqkv (the FP32
+// build), or into an fp32 buffer written to them once (the BF16 build)
+static constexpr bool attention_sums_in_place = sizeof(floatX) == sizeof(float);
 
 // The head sizes the kernels are built for, and their tile rows.
 static int attention_head_size_supported(int HS) { return HS == 32 || HS == 64 || HS == 128; }
 static int attention_tile_rows(int HS) { return HS <= 64 ? 64 : 32; }
 
-template <int HS> struct AttnTile {
+template <AttnPrecision P, int HS> struct AttnTile {
     static constexpr int ROWS = HS <= 64 ? 64 : 32; // rows of a query or key tile
     static constexpr int WARPS = ROWS / 16;         // one warp per 16 rows
     static constexpr int THREADS = WARPS * WARP_SIZE;
-    // row strides in shared memory, padded so that a fragment load hits 32 banks:
-    static constexpr int LD_NK = HS + 4;   // read as A, or as B with (k, n) at [n][k]
-    static constexpr int LD_KN = HS + 8;   // read as B with (k, n) at [k][n]
-    static constexpr int LD_P = ROWS + 4;  // a warp's 16 rows of probabilities
+    // Row strides in shared memory (floats), padded so that a warp's fragment loads
+    // hit distinct banks. TF32 and fp32 read one float per element: lane (g, t)
+    // reading g ld + t wants ld = 4 mod 32, reading t ld + g wants ld = 8. bf16
+    // reads A and B_NK as pairs (8 bytes, half a warp at a time) at g ld + 2t,
+    // which wants ld = 8 mod 32, and B_KN as single floats at 2t ld + g, ld = 4.
+    static constexpr int PAD_PAIRS = P == ATTN_BF16 ? 8 : 4;
+    static constexpr int LD_NK = HS + PAD_PAIRS;               // read as A, or as B with (k, n) at [n][k]
+    static constexpr int LD_KN = HS + (P == ATTN_BF16 ? 4 : 8); // read as B with (k, n) at [k][n]
+    static constexpr int LD_P = ROWS + PAD_PAIRS;              // a warp's 16 rows of probabilities
 };
 
 // ----------------------------------------------------------------------------
@@ -185,14 +219,17 @@ static void attention_layout_cuda_prepare(AttentionLayoutCuda *al, Comm *comm, c
 // What stays on this rank while the K/V blocks come by (device).
 typedef struct {
     int B, T, C, NH;           // T = local tokens per row
-    AttnPrecision precision;   // TF32 tensor cores (-f 1) or exact fp32 (-f 0)
+    AttnPrecision precision;   // bf16 (BF16 build); TF32 (-f 1) or exact fp32 (-f 0) (FP32 build)
     float *drow;               // (B, NH, T) D = rowsum(dO * O)
+    float *acc;                // (B, T, C) BF16 build: the fp32 running output (forward), dQ summed
+                               // over the blocks (backward); NULL in the FP32 build (out, dqkv)
     AttentionLayoutCuda layout;
 } AttentionQueriesCuda;
 
 // bytes attention_queries_cuda_init allocates for a group of cp ranks
 static size_t attention_queries_cuda_bytes(int cp, int B, int T, int C, int NH) {
-    return (size_t)B * NH * T * sizeof(float) + attention_layout_cuda_bytes(cp, B, T, C / NH);
+    size_t acc = attention_sums_in_place ? 0 : (size_t)B * T * C * sizeof(float);
+    return (size_t)B * NH * T * sizeof(float) + acc + attention_layout_cuda_bytes(cp, B, T, C / NH);
 }
 
 static void attention_queries_cuda_init(AttentionQueriesCuda *aq, Comm *comm, int B, int T, int C, int NH,
@@ -204,56 +241,74 @@ static void attention_queries_cuda_init(AttentionQueriesCuda *aq, Comm *comm, in
     }
     memset(aq, 0, sizeof(*aq));
     aq->B = B; aq->T = T; aq->C = C; aq->NH = NH;
-    aq->precision = cuda_ctx.tf32 ? ATTN_TF32 : ATTN_FP32;
+    aq->precision = attention_precision(cuda_ctx.tf32);
     aq->drow = (float *)attention_cuda_alloc(bytes, (size_t)B * NH * T * sizeof(float));
+    if (!attention_sums_in_place) { aq->acc = (float *)attention_cuda_alloc(bytes, (size_t)B * T * C * sizeof(float)); }
     attention_layout_cuda_init(&aq->layout, comm->size, comm->rank, B, T, C / NH, bytes);
 }
 
 static void attention_queries_cuda_free(AttentionQueriesCuda *aq) {
     cudaCheck(cudaFree(aq->drow));
+    if (aq->acc) { cudaCheck(cudaFree(aq->acc)); }
     attention_layout_cuda_free(&aq->layout);
     memset(aq, 0, sizeof(*aq));
 }
 
 // A K/V block as the kernels read it: rows (B, T, stride), head h at columns h HS.
 typedef struct {
-    const float *k, *v;
+    const floatX *k, *v;
     int stride;
     int rank; // whose tokens: the coordinates and visibility to use
 } KVBlockCuda;
 
-// bytes of a travelling K/V block, k then v, (B, T, C) each; dK | dV likewise
-static size_t kv_block_cuda_bytes(int B, int T, int C) { return 2 * (size_t)B * T * C * sizeof(float); }
+// bytes of a travelling K/V block, k then v, (B, T, C) each, in the storage precision
+static size_t kv_block_cuda_bytes(int B, int T, int C) { return 2 * (size_t)B * T * C * sizeof(floatX); }
+// bytes of a block's dK | dV, (B, T, C) each: fp32 in every build, so that the sum
+// over the ranks (around the ring, or reduce-scattered) loses nothing
+static size_t dkv_block_cuda_bytes(int B, int T, int C) { return 2 * (size_t)B * T * C * sizeof(float); }
 
-static KVBlockCuda kv_block_cuda_view(const float *buf, int B, int T, int C, int rank) {
+static KVBlockCuda kv_block_cuda_view(const floatX *buf, int B, int T, int C, int rank) {
     KVBlockCuda blk = {buf, buf + (size_t)B * T * C, C, rank};
     return blk;
 }
 
 // this rank's own block, read where the qkv projection left it
-static KVBlockCuda kv_block_cuda_own(const float *qkv, int C, int rank) {
+static KVBlockCuda kv_block_cuda_own(const floatX *qkv, int C, int rank) {
     KVBlockCuda blk = {qkv + C, qkv + 2 * C, 3 * C, rank};
     return blk;
 }
 
-// rows x cols floats from src (row stride src_stride) to dst (row stride dst_stride)
-static void copy_columns_cuda(float *dst, int dst_stride, const float *src, int src_stride, size_t rows, int cols) {
-    cudaCheck(cudaMemcpy2DAsync(dst, (size_t)dst_stride * sizeof(float), src, (size_t)src_stride * sizeof(float),
-                                (size_t)cols * sizeof(float), rows, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
-}
-
 // this rank's K/V block into a travelling buffer: k, v (B, T, C) <- qkv (B, T, 3C)
-static void kv_block_cuda_fill(float *buf, const float *qkv, int B, int T, int C) {
-    size_t rows = (size_t)B * T;
-    copy_columns_cuda(buf, C, qkv + C, 3 * C, rows, C);
-    copy_columns_cuda(buf + rows * C, C, qkv + 2 * C, 3 * C, rows, C);
+static void kv_block_cuda_fill(floatX *buf, const floatX *qkv, int B, int T, int C) {
+    size_t rows = (size_t)B * T, width = (size_t)C * sizeof(floatX), pitch = 3 * width;
+    cudaCheck(cudaMemcpy2DAsync(buf, width, qkv + C, pitch, width, rows, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+    cudaCheck(cudaMemcpy2DAsync(buf + rows * C, width, qkv + 2 * C, pitch, width, rows, cudaMemcpyDeviceToDevice,
+                                cuda_ctx.stream));
 }
 
-// dqkv's dK | dV columns <- a block's dK, dV (B, T, C) each
-static void dkv_to_dqkv_cuda(float *dqkv, const float *dkv, int B, int T, int C) {
+// dst[r][c] = src[r][c] in the storage precision, rows x cols
+// dst: (rows, dst_stride) floatX   src: (rows, src_stride) fp32
+__global__ static void columns_to_floatx_kernel(floatX *dst, int dst_stride, const float *src, int src_stride,
+                                                size_t rows, int cols) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * cols) { return; }
+    size_t r = idx / cols, c = idx % cols;
+    dst[r * dst_stride + c] = to_floatX(src[r * src_stride + c]);
+}
+
+static void columns_to_floatx_cuda(floatX *dst, int dst_stride, const float *src, int src_stride, size_t rows,
+                                   int cols) {
+    size_t n = rows * cols;
+    columns_to_floatx_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(dst, dst_stride, src, src_stride, rows,
+                                                                            cols);
+    cudaCheckLaunch();
+}
+
+// dqkv's dK | dV columns <- a block's fp32 dK, dV (B, T, C) each
+static void dkv_to_dqkv_cuda(floatX *dqkv, const float *dkv, int B, int T, int C) {
     size_t rows = (size_t)B * T;
-    copy_columns_cuda(dqkv + C, 3 * C, dkv, C, rows, C);
-    copy_columns_cuda(dqkv + 2 * C, 3 * C, dkv + rows * C, C, rows, C);
+    columns_to_floatx_cuda(dqkv + C, 3 * C, dkv, C, rows, C);
+    columns_to_floatx_cuda(dqkv + 2 * C, 3 * C, dkv + rows * C, C, rows, C);
 }
 
 // ----------------------------------------------------------------------------
@@ -265,6 +320,23 @@ enum { B_NK = 0, B_KN = 1 };
 
 template <int BL> __device__ static __forceinline__ float b_at(const float *b, int ldb, int k, int n) {
     return BL == B_NK ? b[n * ldb + k] : b[k * ldb + n];
+}
+
+// elements (k, n) and (k + 1, n) of B (k even), as one bf16 pair: B_NK has them side
+// by side (one 8-byte load), B_KN in two rows
+template <int BL> __device__ static __forceinline__ uint32_t b_pair_bf16(const float *b, int ldb, int k, int n) {
+    if constexpr (BL == B_NK) {
+        float2 x = *(const float2 *)&b[n * ldb + k];
+        return bf16x2_from_floats(x.x, x.y);
+    } else {
+        return bf16x2_from_floats(b[k * ldb + n], b[(k + 1) * ldb + n]);
+    }
+}
+
+// elements (r, k) and (r, k + 1) of a row-major A (k even), as one bf16 pair
+__device__ static __forceinline__ uint32_t a_pair_bf16(const float *a, int lda, int r, int k) {
+    float2 x = *(const float2 *)&a[r * lda + k];
+    return bf16x2_from_floats(x.x, x.y);
 }
 
 // C (16 x 8 NT) += A (16 x K) B (K x 8 NT) for one warp; A row-major in shared
@@ -284,6 +356,18 @@ __device__ static __forceinline__ void warp_mma(float c[NT][4], const float *a, 
                 uint32_t bf[2] = {tf32_from_float(b_at<BL>(b, ldb, k0 + t, 8 * n + g)),
                                   tf32_from_float(b_at<BL>(b, ldb, k0 + t + 4, 8 * n + g))};
                 mma_m16n8k8_tf32(c[n], af, bf, c[n]);
+            }
+        }
+    } else if constexpr (P == ATTN_BF16) {
+        #pragma unroll
+        for (int k0 = 0; k0 < K; k0 += 16) {
+            uint32_t af[4] = {a_pair_bf16(a, lda, g, k0 + 2 * t), a_pair_bf16(a, lda, g + 8, k0 + 2 * t),
+                              a_pair_bf16(a, lda, g, k0 + 2 * t + 8), a_pair_bf16(a, lda, g + 8, k0 + 2 * t + 8)};
+            #pragma unroll
+            for (int n = 0; n < NT; n++) {
+                uint32_t bf[2] = {b_pair_bf16<BL>(b, ldb, k0 + 2 * t, 8 * n + g),
+                                  b_pair_bf16<BL>(b, ldb, k0 + 2 * t + 8, 8 * n + g)};
+                mma_m16n8k16_bf16(c[n], af, bf, c[n]);
             }
         }
     } else {
@@ -318,16 +402,16 @@ template <int NT> __device__ static __forceinline__ void fragments_store(float *
     }
 }
 
-// shared (R, ld) <- rows [row0, row0 + R) of a token-major tensor (rows of `stride`
-// floats from src, head columns from col0), consecutive threads on consecutive
-// floats of a row (coalesced; the activations are only 4-byte aligned, so no
-// wider loads); rows at or past T are zeros.
+// shared (R, ld) fp32 <- rows [row0, row0 + R) of a token-major floatX tensor (rows
+// of `stride` elements from src, which points at the head's first column),
+// consecutive threads on consecutive elements of a row (coalesced; the activations
+// are only element-aligned, so no wider loads); rows at or past T are zeros.
 template <int HS, int R, int THREADS>
-__device__ static __forceinline__ void tile_load(float *tile, int ld, const float *src, size_t stride, int row0,
+__device__ static __forceinline__ void tile_load(float *tile, int ld, const floatX *src, size_t stride, int row0,
                                                  int T) {
     for (int idx = threadIdx.x; idx < R * HS; idx += THREADS) {
         int r = idx / HS, c = idx % HS;
-        tile[r * ld + c] = row0 + r < T ? src[(size_t)(row0 + r) * stride + c] : 0.0f;
+        tile[r * ld + c] = row0 + r < T ? to_float(src[(size_t)(row0 + r) * stride + c]) : 0.0f;
     }
 }
 
@@ -343,15 +427,23 @@ __device__ static __forceinline__ void coords_load(int *dst, const int *index, c
 
 // What one launch of a block kernel reads and writes: rows (B, T, stride), token t
 // of batch row b at row b T + t, head h at columns [h HS, (h + 1) HS).
+// The block's dK and dV rows (row stride `stride`), written in fp32 (f: summed over
+// the ranks afterwards) or in the storage precision (x: the only block, cp 1).
 typedef struct {
-    const float *q; int q_stride;       // the queries: qkv, stride 3C
-    const float *k, *v; int kv_stride;  // the visiting block's keys and values
-    float *o;                           // (B, T, C) the running output (forward)
+    float *dk_f, *dv_f;
+    floatX *dk_x, *dv_x;
+    int stride;
+} DkvRowsCuda;
+
+typedef struct {
+    const floatX *q; int q_stride;      // the queries: qkv, stride 3C
+    const floatX *k, *v; int kv_stride; // the visiting block's keys and values
+    float *o;                           // (B, T, C) the fp32 running output (forward)
     float *lse;                         // (B, NH, T) running (forward) or final (backward) log-sum-exp
-    const float *dout;                  // (B, T, C) output gradient
+    const floatX *dout;                 // (B, T, C) output gradient
     const float *drow;                  // (B, NH, T) D = rowsum(dO * O)
-    float *dq; int dq_stride; int dq_add; // dQ rows: written (dq_add 0) or added to
-    float *dk, *dv; int dkv_stride;     // the block's dK, dV contribution, written
+    float *dq; int dq_stride; int dq_add; // fp32 dQ rows: written (dq_add 0) or added to
+    DkvRowsCuda dkv;                    // the block's dK, dV contribution, written
     const int *q_index, *q_doc;         // (B, T) coordinates of the queries
     const int *k_index, *k_doc;         // (B, T) of the block's keys
     const unsigned char *vis;           // (B, tiles, tiles) [query tile][key tile]
@@ -379,16 +471,16 @@ __device__ static __forceinline__ float row_sum4(float v) {
 // ----------------------------------------------------------------------------
 // the kernels
 
-template <int HS> static constexpr size_t forward_shared_floats() {
-    using Tl = AttnTile<HS>;
+template <AttnPrecision P, int HS> static constexpr size_t forward_shared_floats() {
+    using Tl = AttnTile<P, HS>;
     // q, k (LD_NK), v (LD_KN), a warp's P per warp, 4 R coordinates
     return (size_t)Tl::ROWS * (2 * Tl::LD_NK + Tl::LD_KN) + Tl::WARPS * 16 * Tl::LD_P + 4 * Tl::ROWS;
 }
 
 // One query tile of (b, h) against the visiting block, merged into (o, lse).
 template <AttnPrecision P, int HS>
-__global__ static void __launch_bounds__(AttnTile<HS>::THREADS) attend_forward_kernel(AttnBlockArgs p) {
-    using Tl = AttnTile<HS>;
+__global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forward_kernel(AttnBlockArgs p) {
+    using Tl = AttnTile<P, HS>;
     constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
     extern __shared__ float shared[];
     float *qs = shared;                    // (R, LD_NK)
@@ -493,8 +585,8 @@ __global__ static void __launch_bounds__(AttnTile<HS>::THREADS) attend_forward_k
     }
 }
 
-template <int HS> static constexpr size_t backward_shared_floats() {
-    using Tl = AttnTile<HS>;
+template <AttnPrecision P, int HS> static constexpr size_t backward_shared_floats() {
+    using Tl = AttnTile<P, HS>;
     // two tiles read as A or B_NK, two read as B_KN as well (LD_KN), a warp's P,
     // 4 R coordinates, lse and D of R rows
     return (size_t)Tl::ROWS * (2 * Tl::LD_NK + 2 * Tl::LD_KN) + Tl::WARPS * 16 * Tl::LD_P + 6 * Tl::ROWS;
@@ -502,8 +594,8 @@ template <int HS> static constexpr size_t backward_shared_floats() {
 
 // dQ of one query tile of (b, h) from the visiting block.
 template <AttnPrecision P, int HS>
-__global__ static void __launch_bounds__(AttnTile<HS>::THREADS) attend_backward_dq_kernel(AttnBlockArgs p) {
-    using Tl = AttnTile<HS>;
+__global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backward_dq_kernel(AttnBlockArgs p) {
+    using Tl = AttnTile<P, HS>;
     constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
     extern __shared__ float shared[];
     float *qs = shared;                    // (R, LD_NK) queries
@@ -581,8 +673,8 @@ __global__ static void __launch_bounds__(AttnTile<HS>::THREADS) attend_backward_
 
 // dK and dV of one key tile of the visiting block, (b, h), from this rank's queries.
 template <AttnPrecision P, int HS>
-__global__ static void __launch_bounds__(AttnTile<HS>::THREADS) attend_backward_dkv_kernel(AttnBlockArgs p) {
-    using Tl = AttnTile<HS>;
+__global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backward_dkv_kernel(AttnBlockArgs p) {
+    using Tl = AttnTile<P, HS>;
     constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
     extern __shared__ float shared[];
     float *ks = shared;                    // (R, LD_NK) keys of the tile
@@ -652,29 +744,35 @@ __global__ static void __launch_bounds__(AttnTile<HS>::THREADS) attend_backward_
     for (int r = 0; r < 2; r++) {
         int j = k0 + warp * 16 + g + 8 * r;
         if (j >= T) { continue; }
-        float *dkrow = p.dk + (brow + j) * p.dkv_stride + h * HS;
-        float *dvrow = p.dv + (brow + j) * p.dkv_stride + h * HS;
+        size_t at = (brow + j) * p.dkv.stride + h * HS;
         #pragma unroll
         for (int d = 0; d < DT; d++) {
             #pragma unroll
             for (int e = 0; e < 2; e++) {
-                dkrow[8 * d + 2 * t + e] = acc_dk[d][2 * r + e];
-                dvrow[8 * d + 2 * t + e] = acc_dv[d][2 * r + e];
+                size_t c = at + 8 * d + 2 * t + e;
+                if (p.dkv.dk_f) { // uniform over the launch
+                    p.dkv.dk_f[c] = acc_dk[d][2 * r + e];
+                    p.dkv.dv_f[c] = acc_dv[d][2 * r + e];
+                } else {
+                    p.dkv.dk_x[c] = to_floatX(acc_dk[d][2 * r + e]);
+                    p.dkv.dv_x[c] = to_floatX(acc_dv[d][2 * r + e]);
+                }
             }
         }
     }
 }
 
-// drow[(b, h, t)] = dout . o over head h of token t, one thread per row, in the CPU's order
+// drow[(b, h, t)] = dout . o over head h of token t in fp32, one thread per row, in the
+// CPU's order (o as stored: in the BF16 build the bf16 output the next layer read)
 // drow: (B, NH, T)   dout, o: (B, T, C)
-__global__ static void row_dot_kernel(float *drow, const float *dout, const float *o, int B, int T, int C, int NH) {
+__global__ static void row_dot_kernel(float *drow, const floatX *dout, const floatX *o, int B, int T, int C, int NH) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)B * NH * T) { return; }
     int t = (int)(idx % T), h = (int)((idx / T) % NH), HS = C / NH;
     size_t b = idx / ((size_t)T * NH);
-    const float *x = dout + (b * T + t) * C + h * HS, *y = o + (b * T + t) * C + h * HS;
+    const floatX *x = dout + (b * T + t) * C + h * HS, *y = o + (b * T + t) * C + h * HS;
     float sum = 0.0f;
-    for (int d = 0; d < HS; d++) { sum += x[d] * y[d]; }
+    for (int d = 0; d < HS; d++) { sum += to_float(x[d]) * to_float(y[d]); }
     drow[idx] = sum;
 }
 
@@ -699,13 +797,20 @@ template <AttnPrecision P, typename F> static void attention_dispatch_hs(int HS,
     default: fatal("head size %d: the GPU attention is built for head sizes 32, 64 and 128", HS);
     }
 }
+// the kernels of the build's precisions only: BF16, or TF32 and exact fp32
 template <typename F> static void attention_dispatch(AttnPrecision precision, int HS, F f) {
+#ifdef ENABLE_BF16
+    if (precision != ATTN_BF16) { fatal("attention: precision %d in the BF16 build", (int)precision); }
+    attention_dispatch_hs<ATTN_BF16>(HS, f);
+#else
     if (precision == ATTN_TF32) { attention_dispatch_hs<ATTN_TF32>(HS, f); }
-    else { attention_dispatch_hs<ATTN_FP32>(HS, f); }
+    else if (precision == ATTN_FP32) { attention_dispatch_hs<ATTN_FP32>(HS, f); }
+    else { fatal("attention: bf16 products in the FP32 build"); }
+#endif
 }
 
 // the arguments every block kernel shares: queries, the block, its coordinates
-static AttnBlockArgs attention_block_args(const AttentionQueriesCuda *aq, const float *qkv, KVBlockCuda blk) {
+static AttnBlockArgs attention_block_args(const AttentionQueriesCuda *aq, const floatX *qkv, KVBlockCuda blk) {
     const AttentionLayoutCuda *al = &aq->layout;
     int C = aq->C, HS = aq->C / aq->NH;
     AttnBlockArgs a;
@@ -727,44 +832,45 @@ template <typename K> static size_t attention_shared(K kernel, size_t floats) {
     return bytes;
 }
 
-// Attends the local queries to one K/V block and merges into (out, lse).
-// out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void attend_block_forward_cuda(AttentionQueriesCuda *aq, const float *qkv, KVBlockCuda blk, float *out,
+// Attends the local queries to one K/V block and merges into the fp32 running (o, lse).
+// o: (B, T, C) fp32 (attention_forward_begin_cuda's)   lse: (B, NH, T)   qkv: (B, T, 3C)
+static void attend_block_forward_cuda(AttentionQueriesCuda *aq, const floatX *qkv, KVBlockCuda blk, float *o,
                                       float *lse) {
     AttnBlockArgs a = attention_block_args(aq, qkv, blk);
-    a.o = out;
+    a.o = o;
     a.lse = lse;
     dim3 grid(a.tiles, aq->NH, aq->B);
     attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
         constexpr AttnPrecision P = decltype(kernel)::P;
         constexpr int HS = decltype(kernel)::HS;
-        size_t shared = attention_shared(attend_forward_kernel<P, HS>, forward_shared_floats<HS>());
-        attend_forward_kernel<P, HS><<<grid, AttnTile<HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        size_t shared = attention_shared(attend_forward_kernel<P, HS>, forward_shared_floats<P, HS>());
+        attend_forward_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
         cudaCheckLaunch();
     });
 }
 
-// One block's share of the backward pass: dQ written (dq_add 0) or added to, with
-// row stride dq_stride; the block's dK, dV contribution written (row stride dkv_stride).
+// One block's share of the backward pass: fp32 dQ written (dq_add 0) or added to,
+// with row stride dq_stride (attention_dq_rows_cuda's); the block's dK, dV
+// contribution written where dkv says.
 // dout: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const float *qkv, KVBlockCuda blk,
-                                       const float *dout, const float *lse, float *dq, int dq_stride, int dq_add,
-                                       float *dk, float *dv, int dkv_stride) {
+static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const floatX *qkv, KVBlockCuda blk,
+                                       const floatX *dout, const float *lse, float *dq, int dq_stride, int dq_add,
+                                       DkvRowsCuda dkv) {
     AttnBlockArgs a = attention_block_args(aq, qkv, blk);
     a.lse = (float *)lse;
     a.dout = dout;
     a.drow = aq->drow;
     a.dq = dq; a.dq_stride = dq_stride; a.dq_add = dq_add;
-    a.dk = dk; a.dv = dv; a.dkv_stride = dkv_stride;
+    a.dkv = dkv;
     dim3 grid(a.tiles, aq->NH, aq->B);
     attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
         constexpr AttnPrecision P = decltype(kernel)::P;
         constexpr int HS = decltype(kernel)::HS;
-        size_t shared = attention_shared(attend_backward_dq_kernel<P, HS>, backward_shared_floats<HS>());
-        attend_backward_dq_kernel<P, HS><<<grid, AttnTile<HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        size_t shared = attention_shared(attend_backward_dq_kernel<P, HS>, backward_shared_floats<P, HS>());
+        attend_backward_dq_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
         cudaCheckLaunch();
-        shared = attention_shared(attend_backward_dkv_kernel<P, HS>, backward_shared_floats<HS>());
-        attend_backward_dkv_kernel<P, HS><<<grid, AttnTile<HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        shared = attention_shared(attend_backward_dkv_kernel<P, HS>, backward_shared_floats<P, HS>());
+        attend_backward_dkv_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
         cudaCheckLaunch();
     });
 }
@@ -772,19 +878,64 @@ static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const float *qk
 // ----------------------------------------------------------------------------
 // the steps every algorithm takes
 
-// The empty state: no block seen yet.   lse: (B, NH, T)
-static void attention_forward_begin_cuda(AttentionQueriesCuda *aq, float *lse) {
+// The empty state, no block seen yet: lse -inf. Returns the fp32 rows (B, T, C) the
+// blocks merge the output into: out itself in the FP32 build, aq->acc in the BF16 one.
+// out: (B, T, C)   lse: (B, NH, T)
+static float *attention_forward_begin_cuda(AttentionQueriesCuda *aq, floatX *out, float *lse) {
     size_t rows = (size_t)aq->B * aq->NH * aq->T;
     fill_kernel<<<grid_for(rows, 256), 256, 0, cuda_ctx.stream>>>(lse, -INFINITY, rows);
     cudaCheckLaunch();
+#ifdef ENABLE_FP32
+    return out;
+#else
+    (void)out;
+    return aq->acc;
+#endif
+}
+
+// out <- the merged fp32 output, once, in the storage precision (nothing to do in the FP32 build)
+static void attention_forward_end_cuda(AttentionQueriesCuda *aq, floatX *out) {
+    if (attention_sums_in_place) { return; }
+    columns_to_floatx_cuda(out, aq->C, aq->acc, aq->C, (size_t)aq->B * aq->T, aq->C);
 }
 
 // What backward needs of the forward's result: D = rowsum(dO * O).   dout, out: (B, T, C)
-static void attention_backward_begin_cuda(AttentionQueriesCuda *aq, const float *dout, const float *out) {
+static void attention_backward_begin_cuda(AttentionQueriesCuda *aq, const floatX *dout, const floatX *out) {
     size_t rows = (size_t)aq->B * aq->NH * aq->T;
     row_dot_kernel<<<grid_for(rows, 256), 256, 0, cuda_ctx.stream>>>(aq->drow, dout, out, aq->B, aq->T, aq->C,
                                                                      aq->NH);
     cudaCheckLaunch();
+}
+
+// The fp32 rows the blocks sum dQ into, and their stride: dqkv's dQ columns in the
+// FP32 build, aq->acc (B, T, C) in the BF16 one.   dqkv: (B, T, 3C)
+static float *attention_dq_rows_cuda(AttentionQueriesCuda *aq, floatX *dqkv, int *stride) {
+#ifdef ENABLE_FP32
+    *stride = 3 * aq->C;
+    return dqkv;
+#else
+    (void)dqkv;
+    *stride = aq->C;
+    return aq->acc;
+#endif
+}
+
+// dqkv's dQ columns <- the summed fp32 dQ, once (nothing to do in the FP32 build)
+static void attention_backward_end_cuda(AttentionQueriesCuda *aq, floatX *dqkv) {
+    if (attention_sums_in_place) { return; }
+    columns_to_floatx_cuda(dqkv, 3 * aq->C, aq->acc, aq->C, (size_t)aq->B * aq->T, aq->C);
+}
+
+// fp32 dK | dV rows of a block, (B, T, C) each, from dkv
+static DkvRowsCuda dkv_rows_fp32(float *dkv, int B, int T, int C) {
+    DkvRowsCuda r = {dkv, dkv + (size_t)B * T * C, NULL, NULL, C};
+    return r;
+}
+
+// the only block's dK | dV straight into dqkv's columns (cp 1)
+static DkvRowsCuda dkv_rows_dqkv(floatX *dqkv, int C) {
+    DkvRowsCuda r = {NULL, NULL, dqkv + C, dqkv + 2 * C, 3 * C};
+    return r;
 }
 
 #endif // CP_ATTENTION_BLOCK_CUH

@@ -7,10 +7,14 @@ The ring is the CPU's: at step s rank r holds the block that started on rank
 current block is computed, so that the transport's stream moves it while the
 compute stream attends (double buffering; cp/comm_cuda.cuh orders the two streams
 with events). Step 0 reads the own block where the qkv projection left it; the
-travelling copy (k, v token-major, (B, T, C) each) is made once per pass. dQ is
-accumulated straight into dqkv, and the dK | dV accumulator that came home is
-copied into it at the end. At cp 1 nothing travels: no buffers, no copies, the
-kernels read qkv and write dqkv.
+travelling copy (k, v token-major, (B, T, C) each) is made once per pass, in the
+storage precision (floatX: bf16 in the BF16 build, half the bytes of fp32). The
+dK | dV accumulators travel in fp32, so that the sum around the ring loses
+nothing; the running output and dQ are summed in fp32 rows (cp/attention_block.cuh:
+out and dqkv themselves in the FP32 build, the queries' fp32 buffer in the BF16
+one), and the dK | dV accumulator that came home is written into dqkv at the end.
+At cp 1 nothing travels: no K/V or dK | dV buffers, the kernels read qkv and write
+dK, dV into dqkv.
 
 The step's coordinates and tile visibility (ring_attention_cuda_set_layout, once
 per step) serve every layer's forward and backward.
@@ -27,9 +31,10 @@ per step) serve every layer's forward and backward.
 typedef struct {
     Comm *comm;                   // the CP group, on device memory
     int B, T, C, NH;              // T = local tokens per row; buffers fit these sizes
-    size_t kv_bytes;              // bytes of one travelling K/V block, k and v (B, T, C) each
-    float *kv_buf[2];             // double-buffered K/V blocks (device)
-    float *dkv_buf[2];            // double-buffered dK | dV accumulators, (B, T, C) each
+    size_t kv_bytes;              // bytes of one travelling K/V block, k and v (B, T, C) each, floatX
+    size_t dkv_bytes;             // bytes of one dK | dV block, (B, T, C) each, fp32
+    floatX *kv_buf[2];            // double-buffered K/V blocks (device)
+    float *dkv_buf[2];            // double-buffered dK | dV accumulators
     float *dkv_step;              // this step's dK | dV contribution
     AttentionQueriesCuda queries; // the local queries' state and the step's coordinates
     size_t bytes;                 // device memory init allocated
@@ -38,7 +43,8 @@ typedef struct {
 // device bytes ring_attention_cuda_init allocates on a ring of cp ranks: the queries,
 // and past cp 1 two K/V blocks and three dK | dV blocks (2 travelling, 1 per step)
 static size_t ring_attention_cuda_bytes(int cp, int B, int T, int C, int NH) {
-    return attention_queries_cuda_bytes(cp, B, T, C, NH) + (cp > 1 ? 5 * kv_block_cuda_bytes(B, T, C) : 0);
+    size_t blocks = 2 * kv_block_cuda_bytes(B, T, C) + 3 * dkv_block_cuda_bytes(B, T, C);
+    return attention_queries_cuda_bytes(cp, B, T, C, NH) + (cp > 1 ? blocks : 0);
 }
 
 static void ring_attention_cuda_init(RingAttentionCuda *ra, Comm *comm, int B, int T, int C, int NH) {
@@ -47,12 +53,13 @@ static void ring_attention_cuda_init(RingAttentionCuda *ra, Comm *comm, int B, i
     ra->comm = comm;
     ra->B = B; ra->T = T; ra->C = C; ra->NH = NH;
     ra->kv_bytes = kv_block_cuda_bytes(B, T, C);
+    ra->dkv_bytes = dkv_block_cuda_bytes(B, T, C);
     if (comm->size > 1) { // at cp 1 nothing travels: the kernels read qkv and write dqkv
         for (int i = 0; i < 2; i++) {
-            ra->kv_buf[i] = (float *)attention_cuda_alloc(&ra->bytes, ra->kv_bytes);
-            ra->dkv_buf[i] = (float *)attention_cuda_alloc(&ra->bytes, ra->kv_bytes);
+            ra->kv_buf[i] = (floatX *)attention_cuda_alloc(&ra->bytes, ra->kv_bytes);
+            ra->dkv_buf[i] = (float *)attention_cuda_alloc(&ra->bytes, ra->dkv_bytes);
         }
-        ra->dkv_step = (float *)attention_cuda_alloc(&ra->bytes, ra->kv_bytes);
+        ra->dkv_step = (float *)attention_cuda_alloc(&ra->bytes, ra->dkv_bytes);
     }
 }
 
@@ -77,16 +84,16 @@ __global__ static void add_inplace_kernel(float *dst, const float *src, size_t n
 }
 
 // the block that started on rank (r - step) mod cp, which rank r holds at `step`
-static KVBlockCuda ring_block(const RingAttentionCuda *ra, const float *qkv, const float *buf, int step) {
+static KVBlockCuda ring_block(const RingAttentionCuda *ra, const floatX *qkv, const floatX *buf, int step) {
     Comm *comm = ra->comm;
     if (step == 0) { return kv_block_cuda_own(qkv, ra->C, comm->rank); }
     return kv_block_cuda_view(buf, ra->B, ra->T, ra->C, (comm->rank - step + comm->size) % comm->size);
 }
 
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void ring_attention_cuda_forward(RingAttentionCuda *ra, float *out, float *lse, const float *qkv) {
+static void ring_attention_cuda_forward(RingAttentionCuda *ra, floatX *out, float *lse, const floatX *qkv) {
     int cp = ra->comm->size;
-    attention_forward_begin_cuda(&ra->queries, lse);
+    float *o = attention_forward_begin_cuda(&ra->queries, out, lse);
     if (cp > 1) { kv_block_cuda_fill(ra->kv_buf[0], qkv, ra->B, ra->T, ra->C); }
     int cur = 0;
     for (int step = 0; step < cp; step++) {
@@ -95,26 +102,30 @@ static void ring_attention_cuda_forward(RingAttentionCuda *ra, float *out, float
             // post the hand-off of this block before computing on it
             exchange = ra->comm->ring_start(ra->comm, ra->kv_buf[cur], ra->kv_buf[1 - cur], ra->kv_bytes);
         }
-        attend_block_forward_cuda(&ra->queries, qkv, ring_block(ra, qkv, ra->kv_buf[cur], step), out, lse);
+        attend_block_forward_cuda(&ra->queries, qkv, ring_block(ra, qkv, ra->kv_buf[cur], step), o, lse);
         if (exchange) {
             ra->comm->ring_wait(ra->comm, exchange);
             cur = 1 - cur;
         }
     }
+    attention_forward_end_cuda(&ra->queries, out);
 }
 
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void ring_attention_cuda_backward(RingAttentionCuda *ra, float *dqkv, const float *dout, const float *qkv,
-                                         const float *out, const float *lse) {
+static void ring_attention_cuda_backward(RingAttentionCuda *ra, floatX *dqkv, const floatX *dout,
+                                         const floatX *qkv, const floatX *out, const float *lse) {
     int B = ra->B, T = ra->T, C = ra->C;
     int cp = ra->comm->size;
-    size_t n = (size_t)B * T * C;
     attention_backward_begin_cuda(&ra->queries, dout, out);
-    if (cp == 1) { // one block, at home: dQ, dK, dV straight into dqkv
-        attend_block_backward_cuda(&ra->queries, qkv, ring_block(ra, qkv, NULL, 0), dout, lse, dqkv, 3 * C, 0,
-                                   dqkv + C, dqkv + 2 * C, 3 * C);
+    int dq_stride;
+    float *dq = attention_dq_rows_cuda(&ra->queries, dqkv, &dq_stride);
+    if (cp == 1) { // one block, at home: dK, dV straight into dqkv
+        attend_block_backward_cuda(&ra->queries, qkv, ring_block(ra, qkv, NULL, 0), dout, lse, dq, dq_stride, 0,
+                                   dkv_rows_dqkv(dqkv, C));
+        attention_backward_end_cuda(&ra->queries, dqkv);
         return;
     }
+    size_t n = (size_t)B * T * C;
     kv_block_cuda_fill(ra->kv_buf[0], qkv, B, T, C);
     int cur = 0;            // K/V buffer in use
     int acc = 0;            // accumulator buffer that belongs to the current block
@@ -124,20 +135,20 @@ static void ring_attention_cuda_backward(RingAttentionCuda *ra, float *dqkv, con
         if (step < cp - 1) {
             kv_exchange = ra->comm->ring_start(ra->comm, ra->kv_buf[cur], ra->kv_buf[1 - cur], ra->kv_bytes);
         }
-        // dQ into dqkv (written at the first step, added to after); all of dkv_step written
-        attend_block_backward_cuda(&ra->queries, qkv, ring_block(ra, qkv, ra->kv_buf[cur], step), dout, lse, dqkv,
-                                   3 * C, step > 0, ra->dkv_step, ra->dkv_step + n, C);
+        // dQ written at the first step, added to after; all of dkv_step written
+        attend_block_backward_cuda(&ra->queries, qkv, ring_block(ra, qkv, ra->kv_buf[cur], step), dout, lse, dq,
+                                   dq_stride, step > 0, dkv_rows_fp32(ra->dkv_step, B, T, C));
         if (dkv_exchange) {
             // the accumulator of this block, from the rank that held it last step
             ra->comm->ring_wait(ra->comm, dkv_exchange);
             add_inplace_kernel<<<grid_for(2 * n, 256), 256, 0, cuda_ctx.stream>>>(ra->dkv_buf[acc], ra->dkv_step, 2 * n);
             cudaCheckLaunch();
         } else {
-            cudaCheck(cudaMemcpyAsync(ra->dkv_buf[acc], ra->dkv_step, ra->kv_bytes, cudaMemcpyDeviceToDevice,
+            cudaCheck(cudaMemcpyAsync(ra->dkv_buf[acc], ra->dkv_step, ra->dkv_bytes, cudaMemcpyDeviceToDevice,
                                       cuda_ctx.stream));
         }
         // pass it on: to the next holder of this block, or home after the last step
-        dkv_exchange = ra->comm->ring_start(ra->comm, ra->dkv_buf[acc], ra->dkv_buf[1 - acc], ra->kv_bytes);
+        dkv_exchange = ra->comm->ring_start(ra->comm, ra->dkv_buf[acc], ra->dkv_buf[1 - acc], ra->dkv_bytes);
         acc = 1 - acc;
         if (kv_exchange) {
             ra->comm->ring_wait(ra->comm, kv_exchange);
@@ -147,14 +158,15 @@ static void ring_attention_cuda_backward(RingAttentionCuda *ra, float *dqkv, con
     ra->comm->ring_wait(ra->comm, dkv_exchange);
     // dkv_buf[acc] now holds the complete dK | dV of this rank's own block
     dkv_to_dqkv_cuda(dqkv, ra->dkv_buf[acc], B, T, C);
+    attention_backward_end_cuda(&ra->queries, dqkv);
 }
 
-static void ring_attention_cuda_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
+static void ring_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
     ring_attention_cuda_forward((RingAttentionCuda *)ctx, out, lse, qkv);
 }
 
-static void ring_attention_cuda_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                              const float *out, const float *lse) {
+static void ring_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                              const floatX *out, const float *lse) {
     ring_attention_cuda_backward((RingAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
 }
 

@@ -4,7 +4,10 @@ step for step, with the tensors in device memory. The all-to-alls go through the
 device transport's all_to_all (NCCL: grouped send/recv; -ct mpi: staged through
 the host); one kernel moves the elements of an exchange into and out of the
 all-to-all buffer, each thread one element, by the rule of cp/ulysses_exchange.h
-that the CPU loops follow too. The attention over the group's row is the GPU ring
+that the CPU loops follow too. The group's row is held in the storage precision
+(floatX) and the log-sum-exp in fp32; the all-to-all buffer is fp32 (bf16 elements
+widened exactly, so the exchange rounds nothing, at twice the bytes bf16 would
+need). The attention over the group's row is the GPU ring
 (cp/ring_attention.cuh) over the R groups, a ring of one at -ca ulysses.
 
 The group's coordinates (cp/ulysses_layout.h) are built on the host once per step
@@ -31,9 +34,9 @@ typedef struct {
     int B, T, C, NH, U;        // T = local tokens per row; buffers fit these sizes
     UlyssesLayout coords;      // the group's row (host)
     int *slot;                 // (U, B, T) coords.slot on the device
-    float *send, *recv;        // all-to-all buffers (device), U parts each, sized for the largest exchange
-    float *qkv, *dqkv;         // (B, U*T, 3C/U) the group's row, this rank's heads (device)
-    float *out, *dout;         // (B, U*T, C/U)
+    float *send, *recv;        // fp32 all-to-all buffers (device), U parts each, sized for the largest exchange
+    floatX *qkv, *dqkv;        // (B, U*T, 3C/U) the group's row, this rank's heads (device)
+    floatX *out, *dout;        // (B, U*T, C/U)
     float *lse;                // (B, NH/U, U*T)
     RingAttentionCuda ring;    // over the R groups, at (B, U*T, C/U, NH/U)
     size_t bytes;              // device memory init allocated
@@ -45,7 +48,8 @@ typedef struct {
 static size_t ulysses_attention_cuda_bytes(int U, int R, int B, int T, int C, int NH) {
     size_t bt = (size_t)B * T;
     return (size_t)U * bt * sizeof(int) + 2 * ulysses_buffer_floats(B, T, C, NH) * sizeof(float) +
-           bt * (8 * (size_t)C + NH) * sizeof(float) + ring_attention_cuda_bytes(R, B, U * T, C / U, NH / U);
+           bt * 8 * (size_t)C * sizeof(floatX) + bt * NH * sizeof(float) +
+           ring_attention_cuda_bytes(R, B, U * T, C / U, NH / U);
 }
 
 static void ulysses_attention_cuda_init(UlyssesAttentionCuda *ua, Comm *group, Comm *group_host, Comm *ring, int B,
@@ -62,10 +66,10 @@ static void ulysses_attention_cuda_init(UlyssesAttentionCuda *ua, Comm *group, C
     ua->slot = (int *)attention_cuda_alloc(&ua->bytes, (size_t)U * bt * sizeof(int));
     ua->send = (float *)attention_cuda_alloc(&ua->bytes, buffer * sizeof(float));
     ua->recv = (float *)attention_cuda_alloc(&ua->bytes, buffer * sizeof(float));
-    ua->qkv = (float *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(float));
-    ua->dqkv = (float *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(float));
-    ua->out = (float *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(float));
-    ua->dout = (float *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(float));
+    ua->qkv = (floatX *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(floatX));
+    ua->dqkv = (floatX *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(floatX));
+    ua->out = (floatX *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(floatX));
+    ua->dout = (floatX *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(floatX));
     ua->lse = (float *)attention_cuda_alloc(&ua->bytes, bt * NH * sizeof(float));
     ring_attention_cuda_init(&ua->ring, ring, B, U * T, C / U, NH / U);
     ua->bytes += ua->ring.bytes;
@@ -94,8 +98,16 @@ __global__ static void ulysses_move_kernel(UlyssesExchange x, float *buf, const 
                                            size_t n) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
-    float *p = ulysses_element(&x, slot, i, side);
-    if (into_buffer) { buf[i] = *p; } else { *p = buf[i]; }
+    int k;
+    size_t at = ulysses_element_at(&x, slot, i, side, &k);
+    void *base = side == ULYSSES_LOCAL ? x.local[k] : x.group[k];
+    if (x.bytes[k] == (int)sizeof(float)) {
+        float *p = (float *)base + at;
+        if (into_buffer) { buf[i] = *p; } else { *p = buf[i]; }
+    } else { // floatX: exact in fp32, and buf holds only what was floatX
+        floatX *p = (floatX *)base + at;
+        if (into_buffer) { buf[i] = to_float(*p); } else { *p = to_floatX(buf[i]); }
+    }
 }
 
 static void ulysses_move_cuda(const UlyssesExchange *x, float *buf, const int *slot, int side, int into_buffer) {
@@ -112,40 +124,46 @@ static void ulysses_exchange_run_cuda(UlyssesAttentionCuda *ua, const UlyssesExc
 }
 
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void ulysses_attention_cuda_forward(UlyssesAttentionCuda *ua, float *out, float *lse, const float *qkv) {
+// a floatX tensor of an exchange
+static void ulysses_exchange_add_floatx(UlyssesExchange *x, const floatX *local, floatX *group, int fields,
+                                        int width) {
+    ulysses_exchange_add_sized(x, (void *)local, group, (int)sizeof(floatX), fields, width, 0);
+}
+
+static void ulysses_attention_cuda_forward(UlyssesAttentionCuda *ua, floatX *out, float *lse, const floatX *qkv) {
     int C = ua->C, NH = ua->NH;
     UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
-    ulysses_exchange_add(&in, (float *)qkv, ua->qkv, 3, C, 0);
+    ulysses_exchange_add_floatx(&in, qkv, ua->qkv, 3, C);
     ulysses_exchange_run_cuda(ua, &in, ULYSSES_LOCAL);
     ring_attention_cuda_forward(&ua->ring, ua->out, ua->lse, ua->qkv);
     UlyssesExchange back = ulysses_exchange(ua->U, ua->B, ua->T);
-    ulysses_exchange_add(&back, out, ua->out, 1, C, 0);
+    ulysses_exchange_add_floatx(&back, out, ua->out, 1, C);
     ulysses_exchange_add(&back, lse, ua->lse, 1, NH, 1);
     ulysses_exchange_run_cuda(ua, &back, ULYSSES_GROUP);
 }
 
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void ulysses_attention_cuda_backward(UlyssesAttentionCuda *ua, float *dqkv, const float *dout,
-                                            const float *qkv, const float *out, const float *lse) {
+static void ulysses_attention_cuda_backward(UlyssesAttentionCuda *ua, floatX *dqkv, const floatX *dout,
+                                            const floatX *qkv, const floatX *out, const float *lse) {
     int C = ua->C, NH = ua->NH;
     UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
-    ulysses_exchange_add(&in, (float *)qkv, ua->qkv, 3, C, 0);
-    ulysses_exchange_add(&in, (float *)out, ua->out, 1, C, 0);
-    ulysses_exchange_add(&in, (float *)dout, ua->dout, 1, C, 0);
+    ulysses_exchange_add_floatx(&in, qkv, ua->qkv, 3, C);
+    ulysses_exchange_add_floatx(&in, out, ua->out, 1, C);
+    ulysses_exchange_add_floatx(&in, dout, ua->dout, 1, C);
     ulysses_exchange_add(&in, (float *)lse, ua->lse, 1, NH, 1);
     ulysses_exchange_run_cuda(ua, &in, ULYSSES_LOCAL);
     ring_attention_cuda_backward(&ua->ring, ua->dqkv, ua->dout, ua->qkv, ua->out, ua->lse);
     UlyssesExchange back = ulysses_exchange(ua->U, ua->B, ua->T);
-    ulysses_exchange_add(&back, dqkv, ua->dqkv, 3, C, 0);
+    ulysses_exchange_add_floatx(&back, dqkv, ua->dqkv, 3, C);
     ulysses_exchange_run_cuda(ua, &back, ULYSSES_GROUP);
 }
 
-static void ulysses_attention_cuda_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
+static void ulysses_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
     ulysses_attention_cuda_forward((UlyssesAttentionCuda *)ctx, out, lse, qkv);
 }
 
-static void ulysses_attention_cuda_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                                 const float *out, const float *lse) {
+static void ulysses_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout,
+                                                 const floatX *qkv, const floatX *out, const float *lse) {
     ulysses_attention_cuda_backward((UlyssesAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
 }
 

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # The GPU attention runs on the tensor cores: nvcc's PTX of the block attention
 # kernels (cp/attention_block.cuh, built through dev/bench/attention_gpu.cu, which
-# launches all of them) holds mma.sync m16n8k8 TF32 in each TF32 kernel, and none in
-# the exact fp32 ones (-f 0, validated against the CPU twin).
+# launches all of them), in both builds of llmc/precision.cuh:
+#   FP32 build: mma.sync m16n8k8 TF32 in each TF32 kernel, no mma in the exact fp32
+#               ones (-f 0, validated against the CPU twin);
+#   BF16 build: mma.sync m16n8k16 bf16 (fp32 accumulation) in every kernel, and
+#               no TF32 mma.
 #
 #     bash test/test_attention_ptx.sh NVCC WORKDIR [GPU_ARCH]     exits 77 without nvcc
 set -euo pipefail
@@ -14,32 +17,41 @@ if [[ -z $NVCC || ! -x $NVCC ]]; then
     exit 77
 fi
 mkdir -p "$WORK"
-PTX=$WORK/attention_gpu.ptx
-"$NVCC" -ptx -std=c++17 -arch=sm_$ARCH -DENABLE_FP32 -DNO_BLAS -I. dev/bench/attention_gpu.cu -o "$PTX"
-# per kernel entry: its name and how many mma.sync.aligned.m16n8k8...tf32 it holds.
-# The mangled names carry the template arguments: AttnPrecision 1 is TF32, 0 fp32.
-awk '
-    /^\.(visible )?\.entry / || /^\.entry / { name = $NF; sub(/\(.*/, "", name); names[++n] = name; mma[name] = 0 }
-    /mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32/ { if (n) mma[names[n]]++ }
-    END { for (i = 1; i <= n; i++) print names[i], mma[names[i]] }
-' "$PTX" > "$WORK/attention_gpu.mma"
+TF32_MMA='mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32'
+BF16_MMA='mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32'
 status=0
-tf32=0
-fp32=0
-while read -r name count; do
-    case $name in
-        *attend_*kernel*AttnPrecision1*)
-            tf32=$((tf32 + 1))
-            if [[ $count -eq 0 ]]; then echo "FAIL: TF32 kernel $name holds no mma"; status=1; else echo "ok   $name: $count mma"; fi ;;
-        *attend_*kernel*AttnPrecision0*)
-            fp32=$((fp32 + 1))
-            if [[ $count -ne 0 ]]; then echo "FAIL: fp32 kernel $name holds $count mma"; status=1; else echo "ok   $name: exact fp32, no mma"; fi ;;
-    esac
-done < "$WORK/attention_gpu.mma"
-# 3 kernels (forward, dQ, dKV) x 3 head sizes in each precision
-if [[ $tf32 -ne 9 || $fp32 -ne 9 ]]; then
-    echo "FAIL: expected 9 TF32 and 9 fp32 attention kernels in the PTX, found $tf32 and $fp32"
-    status=1
-fi
-[[ $status -eq 0 ]] && echo "PASS: the PTX of $tf32 TF32 attention kernels holds mma.sync m16n8k8 TF32"
+for prec in FP32 BF16; do
+    PTX=$WORK/attention_gpu_$prec.ptx
+    "$NVCC" -ptx -std=c++17 -arch=sm_$ARCH -DENABLE_$prec -DNO_BLAS -I. dev/bench/attention_gpu.cu -o "$PTX"
+    # per kernel entry: its name and how many TF32 and bf16 mma it holds. The mangled
+    # names carry the template arguments: AttnPrecision 0 is fp32, 1 TF32, 2 bf16.
+    awk -v tf32="$TF32_MMA" -v bf16="$BF16_MMA" '
+        /^\.(visible )?\.entry / || /^\.entry / { name = $NF; sub(/\(.*/, "", name); names[++n] = name; t[name] = 0; b[name] = 0 }
+        $0 ~ tf32 { if (n) t[names[n]]++ }
+        $0 ~ bf16 { if (n) b[names[n]]++ }
+        END { for (i = 1; i <= n; i++) print names[i], t[names[i]], b[names[i]] }
+    ' "$PTX" > "$WORK/attention_gpu_$prec.mma"
+    declare -A kernels=([0]=0 [1]=0 [2]=0)
+    while read -r name tf32 bf16; do
+        [[ $name =~ attend_.*kernel.*AttnPrecision([0-9]) ]] || continue
+        p=${BASH_REMATCH[1]}
+        kernels[$p]=$((kernels[$p] + 1))
+        case $p in
+            0) want="exact fp32, no mma"; ok=$((tf32 == 0 && bf16 == 0)) ;;
+            1) want="$tf32 TF32 mma"; ok=$((tf32 > 0 && bf16 == 0)) ;;
+            2) want="$bf16 bf16 mma"; ok=$((bf16 > 0 && tf32 == 0)) ;;
+        esac
+        if [[ $ok -eq 1 ]]; then echo "ok   $prec $name: $want"; else
+            echo "FAIL: $prec kernel $name holds $tf32 TF32 and $bf16 bf16 mma"; status=1; fi
+    done < "$WORK/attention_gpu_$prec.mma"
+    # 3 kernels (forward, dQ, dKV) x 3 head sizes in each of the build's precisions
+    if [[ $prec == FP32 ]]; then expected="9 9 0"; else expected="0 0 9"; fi
+    found="${kernels[0]} ${kernels[1]} ${kernels[2]}"
+    if [[ $found != "$expected" ]]; then
+        echo "FAIL: $prec build: expected $expected fp32, TF32 and bf16 attention kernels in the PTX, found $found"
+        status=1
+    fi
+    unset kernels
+done
+[[ $status -eq 0 ]] && echo "PASS: the TF32 kernels of the FP32 build hold mma.sync m16n8k8 TF32, the BF16 build's mma.sync m16n8k16 bf16"
 exit $status

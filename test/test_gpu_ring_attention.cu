@@ -10,8 +10,11 @@ transport's verbs.
 On every rank of the CP group the same local Q, K, V and dO go through each
 algorithm on the CPU over MPI on host memory (cp/comm_mpi.h), then on the GPU over
 the staged MPI transport on device memory (cp/comm_mpi_staged.cuh, so that several
-ranks can share one GPU) in both precisions of the block kernels, all through the
-AttentionVerbs the trainers call. Each rank compares its own outputs O, LSE and
+ranks can share one GPU) in the build's precisions of the block kernels (FP32
+build: exact fp32 and TF32; BF16 build: bf16), all through the AttentionVerbs the
+trainers call. In the BF16 build Q, K, V and dO are rounded to bf16 first, and the
+CPU (plain fp32) computes from the same rounded values, so that what is measured
+is the error of the bf16 kernels, not that of the inputs' rounding. Each rank compares its own outputs O, LSE and
 dQ | dK | dV: with the K/V blocks travelling the ring or all-gathered, and dK/dV
 sent home, every rank's outputs depend on every other rank's data. Cases: layouts
 identity (np 1), contiguous and round_robin; T = 7, 37, 150, 300 (most pad); with
@@ -36,6 +39,24 @@ Tolerances, relative 2-norm error:
       on one rank, 2.9e-3 for dK of a rank holding 2 keys (contiguous T 7, np 4:
       few terms, no averaging). 1e-2 is 20 u, while a wrong fragment row or column
       gives errors of order 1.
+  bf16 (BF16 build), per tensor. With the inputs the same on both sides, the bf16
+      kernels round in three places only: P and dS as the A operand of their
+      products, and the outputs O, dQ, dK, dV as they are stored; bf16 keeps 8
+      significant bits, u = 2^-9 = 2.0e-3 per rounding (RMS about u / sqrt(3) =
+      1.1e-3). Q K^T, dO V^T (products of bf16 exact in fp32, fp32 sums), the
+      softmax and lse stay fp32: LSE is held to the exact mode's 1e-5 (seen at most
+      5.6e-8). O = P V and dV = P^T dO carry P's rounding (each weight off by its
+      own relative error, so the sum is off by about u / sqrt(3) relative whatever
+      the number of terms) and the output's: about 1.6e-3; BF16_TOL = 1e-2 = 5 u
+      (seen at most 2.4e-3 for O, 2.6e-3 for dV). dQ = dS K and dK = dS^T Q carry
+      dS's and the output's rounding, and D = rowsum(dO O) from the stored bf16 O
+      enters dS = P (dP - D): where dP - D is far smaller than D (a query that sees
+      2 keys: dP_1 - D = p_2 (dP_1 - dP_2)), D's error u |D| / sqrt(3) is large
+      against it, and few terms average nothing: about 2.5e-3 on long rows, seen
+      at most 8.9e-3 (dQ) and 1.25e-2 (dK) on the rank holding 2 keys (contiguous
+      T 7, np 4), as TF32's worst case was there (6 of its u, 6 of bf16's u are
+      1.2e-2). BF16_GRAD_TOL = 2e-2 = 10 u. A wrong fragment row or column, or a
+      product in the wrong precision, gives errors of order 1.
 
 Also the transport: all_reduce_sum (float, double), all_gather, reduce_scatter_sum
 (float, double), all_to_all and broadcast on device memory against the values
@@ -59,6 +80,8 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #define DOC_TOKEN 3
 #define FP32_TOL 1e-5
 #define TF32_TOL 1e-2
+#define BF16_TOL 1e-2      // O, dV
+#define BF16_GRAD_TOL 2e-2 // dQ, dK
 
 // D = A B + C through llmc/mma.cuh's wrapper, each lane loading its fragments as
 // the PTX ISA lays them out for m16n8k8 TF32. a: (16, 8), b: (8, 8) as (k, n), c, d:
@@ -75,6 +98,28 @@ __global__ static void mma_probe_kernel(float *d, const float *a, const float *b
     for (int i = 0; i < 4; i++) { d[rows[i] * 8 + cols[i]] = df[i]; }
 }
 
+// The same through the bf16 m16n8k16 wrapper: a: (16, 16), b: (16, 8) as (k, n)
+__global__ static void mma_bf16_probe_kernel(float *d, const float *a, const float *b, const float *c) {
+    int lane = threadIdx.x, g = lane >> 2, t = lane & 3;
+    uint32_t af[4], bf[2];
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+        af[i] = bf16x2_from_floats(a[row * 16 + col], a[row * 16 + col + 1]);
+    }
+    for (int i = 0; i < 2; i++) {
+        int k = 2 * t + 8 * i;
+        bf[i] = bf16x2_from_floats(b[k * 8 + g], b[(k + 1) * 8 + g]);
+    }
+    int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+    float cf[4], df[4];
+    for (int i = 0; i < 4; i++) { cf[i] = c[rows[i] * 8 + cols[i]]; }
+    mma_m16n8k16_bf16(df, af, bf, cf);
+    for (int i = 0; i < 4; i++) { d[rows[i] * 8 + cols[i]] = df[i]; }
+}
+
+// x rounded to bf16 as cvt.rn.bf16.f32 does (8 significant bits, ties to even)
+static float bf16_round(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
 // x rounded to TF32 as cvt.rna.tf32.f32 does (10 mantissa bits, ties away from zero)
 static float tf32_round(float x) {
     uint32_t u;
@@ -84,73 +129,109 @@ static float tf32_round(float x) {
     return x;
 }
 
-// The tensor-core instruction against a plain product: on values TF32 holds exactly
-// (multiples of 1/8 in [-2, 2], every sum exact in fp32) bit for bit, which checks
-// the fragment layout; on U(-1, 1) values within 1e-6 of the product of their TF32
-// roundings, which checks the rounding (truncation instead would be ~1e-4 off).
-static void test_mma(void) {
+typedef void (*MmaProbe)(float *d, const float *a, const float *b, const float *c);
+
+// A tensor-core instruction (probe: D (16, 8) = A (16, K) B (K, 8) + C) against a
+// plain product: on values its inputs hold exactly (multiples of 1/8 in [-2, 2],
+// exact in TF32 and bf16, every sum exact in fp32) bit for bit, which checks the
+// fragment layout (and the halves of bf16 pairs); on U(-1, 1) values within 1e-6
+// of the product of their roundings (`round`), which checks the rounding
+// (truncation instead would be ~1e-4 off in TF32, ~1e-3 in bf16).
+static void test_mma(const char *name, MmaProbe probe, int K, float (*round)(float), uint64_t seed) {
     Rng rng;
-    rng_seed(&rng, 4242);
-    float a[128], b[64], c[128], ref[128];
-    float *d_a = (float *)cudaMallocCheck(sizeof(a)), *d_b = (float *)cudaMallocCheck(sizeof(b));
-    float *d_c = (float *)cudaMallocCheck(sizeof(c)), *d_d = (float *)cudaMallocCheck(sizeof(c));
+    rng_seed(&rng, seed);
+    size_t na = 16 * (size_t)K, nb = (size_t)K * 8, nc = 16 * 8;
+    float *a = (float *)mallocCheck(na * sizeof(float)), *b = (float *)mallocCheck(nb * sizeof(float));
+    float *c = (float *)mallocCheck(nc * sizeof(float)), *ref = (float *)mallocCheck(nc * sizeof(float));
+    float *d_a = (float *)cudaMallocCheck(na * sizeof(float)), *d_b = (float *)cudaMallocCheck(nb * sizeof(float));
+    float *d_c = (float *)cudaMallocCheck(nc * sizeof(float)), *d_d = (float *)cudaMallocCheck(nc * sizeof(float));
     for (int exact = 1; exact >= 0; exact--) {
         float *xs[3] = {a, b, c};
-        int ns[3] = {128, 64, 128};
+        size_t ns[3] = {na, nb, nc};
         for (int m = 0; m < 3; m++) {
-            for (int i = 0; i < ns[m]; i++) {
+            for (size_t i = 0; i < ns[m]; i++) {
                 xs[m][i] = exact ? (float)(rand_below(&rng, 33) - 16) / 8.0f : 2.0f * rng_uniform(&rng) - 1.0f;
             }
         }
         for (int r = 0; r < 16; r++) {
             for (int n = 0; n < 8; n++) {
                 double sum = c[r * 8 + n];
-                for (int k = 0; k < 8; k++) { sum += (double)tf32_round(a[r * 8 + k]) * tf32_round(b[k * 8 + n]); }
+                for (int k = 0; k < K; k++) { sum += (double)round(a[r * K + k]) * round(b[k * 8 + n]); }
                 ref[r * 8 + n] = (float)sum;
             }
         }
-        cuda_upload(d_a, a, sizeof(a));
-        cuda_upload(d_b, b, sizeof(b));
-        cuda_upload(d_c, c, sizeof(c));
-        poison_device(d_d, sizeof(c));
-        mma_probe_kernel<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_d, d_a, d_b, d_c);
+        cuda_upload(d_a, a, na * sizeof(float));
+        cuda_upload(d_b, b, nb * sizeof(float));
+        cuda_upload(d_c, c, nc * sizeof(float));
+        poison_device(d_d, nc * sizeof(float));
+        probe<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_d, d_a, d_b, d_c);
         cudaCheckLaunch();
-        check_rel_device(exact ? "mma m16n8k8 tf32: exact values" : "mma m16n8k8 tf32: rounded values", d_d, ref, 128,
-                         exact ? 0.0 : 1e-6);
+        char what[80];
+        snprintf(what, sizeof(what), "mma %s: %s values", name, exact ? "exact" : "rounded");
+        check_rel_device(what, d_d, ref, nc, exact ? 0.0 : 1e-6);
     }
     cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_c)); cudaCheck(cudaFree(d_d));
+    free(a); free(b); free(c); free(ref);
 }
 
-// the GPU's tolerance per precision (relative 2-norm error, the header says why)
-static double precision_tolerance(AttnPrecision precision) { return precision == ATTN_TF32 ? TF32_TOL : FP32_TOL; }
-static const char *precision_name(AttnPrecision precision) { return precision == ATTN_TF32 ? "tf32" : "fp32"; }
+// The tensors checked, and the GPU's tolerance for each per precision (relative
+// 2-norm error, the header says why)
+enum { T_O, T_LSE, T_DQ, T_DK, T_DV };
+static const char *tensor_names[] = {"O", "LSE", "dQ", "dK", "dV"};
+static double tolerance(AttnPrecision precision, int tensor) {
+    if (precision == ATTN_TF32) { return TF32_TOL; }
+    if (precision == ATTN_FP32 || tensor == T_LSE) { return FP32_TOL; }
+    return tensor == T_DQ || tensor == T_DK ? BF16_GRAD_TOL : BF16_TOL;
+}
+static const char *precision_name(AttnPrecision precision) {
+    return precision == ATTN_TF32 ? "tf32" : precision == ATTN_BF16 ? "bf16" : "fp32";
+}
+
+// the build's storage precision on the device, from and to host fp32 (values floatX holds)
+static floatX *device_copy_floatx(const float *host, size_t n) {
+    floatX *x = (floatX *)mallocCheck(n * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) { x[i] = to_floatX(host[i]); }
+    floatX *d = (floatX *)cudaMallocCheck(n * sizeof(floatX));
+    cuda_upload(d, x, n * sizeof(floatX));
+    free(x);
+    return d;
+}
+static float *host_copy_floatx(const floatX *device, size_t n) {
+    floatX *x = (floatX *)mallocCheck(n * sizeof(floatX));
+    cuda_download(x, device, n * sizeof(floatX));
+    float *h = (float *)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { h[i] = to_float(x[i]); }
+    free(x);
+    return h;
+}
 
 // One algorithm's forward and backward on the GPU against the CPU's results, from
-// the same local data, in the precision the GPU queries are set to.
+// the same local data (already in values floatX holds), in the precision the GPU
+// queries are set to.
 // qkv: (BT, 3C)   dout: (BT, C)   out: (BT, C)   lse: (BT, NH)   dqkv: (BT, 3C), host; BT = B * local tokens
 static void check_gpu(const char *what_base, AttnPrecision precision, AttentionVerbsCuda gpu, const float *qkv,
                       const float *dout, const float *out, const float *lse, const float *dqkv, int BT, int C,
                       int NH) {
     size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;
-    double tol = precision_tolerance(precision);
-    float *d_qkv = device_copy(qkv, nqkv), *d_dout = device_copy(dout, nout);
-    float *d_out = (float *)cudaMallocCheck(nout * sizeof(float));
+    floatX *d_qkv = device_copy_floatx(qkv, nqkv), *d_dout = device_copy_floatx(dout, nout);
+    floatX *d_out = (floatX *)cudaMallocCheck(nout * sizeof(floatX));
     float *d_lse = (float *)cudaMallocCheck(nlse * sizeof(float));
-    float *d_dqkv = (float *)cudaMallocCheck(nqkv * sizeof(float));
-    poison_device(d_out, nout * sizeof(float));
+    floatX *d_dqkv = (floatX *)cudaMallocCheck(nqkv * sizeof(floatX));
+    poison_device(d_out, nout * sizeof(floatX)); // 0xffff is a bf16 NaN too
     poison_device(d_lse, nlse * sizeof(float));
-    poison_device(d_dqkv, nqkv * sizeof(float));
+    poison_device(d_dqkv, nqkv * sizeof(floatX));
     gpu.forward(gpu.ctx, d_out, d_lse, d_qkv);
     gpu.backward(gpu.ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse);
     char what[200];
     snprintf(what, sizeof(what), "%s %s: O", what_base, precision_name(precision));
-    check_rel_device(what, d_out, out, nout, tol);
+    float *got_out = host_copy_floatx(d_out, nout);
+    check_rel(what, got_out, out, nout, tolerance(precision, T_O));
+    free(got_out);
     snprintf(what, sizeof(what), "%s %s: LSE", what_base, precision_name(precision));
-    check_rel_device(what, d_lse, lse, nlse, tol);
+    check_rel_device(what, d_lse, lse, nlse, tolerance(precision, T_LSE));
     // dqkv holds dQ | dK | dV in each token's 3C: split them to name the one that differs
-    float *got = host_copy(d_dqkv, nqkv);
+    float *got = host_copy_floatx(d_dqkv, nqkv);
     float *part = (float *)mallocCheck(nout * sizeof(float)), *part_ref = (float *)mallocCheck(nout * sizeof(float));
-    const char *names[3] = {"dQ", "dK", "dV"};
     for (int which = 0; which < 3; which++) {
         for (size_t bt = 0; bt < (size_t)BT; bt++) {
             for (int c = 0; c < C; c++) {
@@ -158,13 +239,13 @@ static void check_gpu(const char *what_base, AttnPrecision precision, AttentionV
                 part_ref[bt * C + c] = dqkv[bt * 3 * C + which * C + c];
             }
         }
-        snprintf(what, sizeof(what), "%s %s: %s", what_base, precision_name(precision), names[which]);
-        check_rel(what, part, part_ref, nout, tol);
+        snprintf(what, sizeof(what), "%s %s: %s", what_base, precision_name(precision), tensor_names[T_DQ + which]);
+        check_rel(what, part, part_ref, nout, tolerance(precision, T_DQ + which));
     }
     // determinism: the backward pass again, the same bits
-    poison_device(d_dqkv, nqkv * sizeof(float));
+    poison_device(d_dqkv, nqkv * sizeof(floatX));
     gpu.backward(gpu.ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse);
-    float *again = host_copy(d_dqkv, nqkv);
+    float *again = host_copy_floatx(d_dqkv, nqkv);
     CHECK(memcmp(got, again, nqkv * sizeof(float)) == 0, "%s %s: two GPU backward passes differ", what_base,
           precision_name(precision));
     cudaCheck(cudaFree(d_qkv)); cudaCheck(cudaFree(d_dout)); cudaCheck(cudaFree(d_out));
@@ -172,7 +253,7 @@ static void check_gpu(const char *what_base, AttnPrecision precision, AttentionV
     free(got); free(again); free(part); free(part_ref);
 }
 
-// The CPU algorithm's forward and backward, then the GPU's in exact fp32 and in TF32.
+// The CPU algorithm's forward and backward, then the GPU's in the build's precisions.
 static void check_algorithm(const char *label, const char *algorithm, AttentionVerbs cpu, AttentionVerbsCuda gpu,
                             AttentionQueriesCuda *gpu_queries, const float *qkv, const float *dout, int BT, int C,
                             int NH) {
@@ -184,8 +265,12 @@ static void check_algorithm(const char *label, const char *algorithm, AttentionV
     cpu.backward(cpu.ctx, dqkv, dout, qkv, out, lse);
     char what[200];
     snprintf(what, sizeof(what), "%s %s", algorithm, label);
-    AttnPrecision precisions[2] = {ATTN_FP32, ATTN_TF32};
-    for (int p = 0; p < 2; p++) {
+#ifdef ENABLE_BF16
+    AttnPrecision precisions[] = {ATTN_BF16};
+#else
+    AttnPrecision precisions[] = {ATTN_FP32, ATTN_TF32};
+#endif
+    for (size_t p = 0; p < sizeof(precisions) / sizeof(precisions[0]); p++) {
         gpu_queries->precision = precisions[p];
         check_gpu(what, precisions[p], gpu, qkv, dout, out, lse, dqkv, BT, C, NH);
     }
@@ -240,6 +325,9 @@ static void check_ulysses(int i, const char *label, const ShardLayout *layout, c
     UlyssesAttentionCuda gpu;
     ulysses_attention_cuda_init(&gpu, g->dev_group[i], g->host_group[i], g->dev_ring[i], B, Tl, C, NH);
     ulysses_attention_cuda_bind(&gpu, layout);
+    CHECK(gpu.bytes == ulysses_attention_cuda_bytes(g->U[i], g->dev_ring[i]->size, B, Tl, C, NH),
+          "%s: Ulysses allocated %zu device bytes, ulysses_attention_cuda_bytes counts %zu", label, gpu.bytes,
+          ulysses_attention_cuda_bytes(g->U[i], g->dev_ring[i]->size, B, Tl, C, NH));
     check_algorithm(label, i == 0 ? "ulysses" : "hybrid", ulysses_attention_verbs(&cpu),
                     ulysses_attention_cuda_verbs(&gpu), &gpu.ring.queries, qkv, dout, B * Tl, C, NH);
     ulysses_attention_cuda_free(&gpu);
@@ -277,6 +365,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     float *dout = (float *)mallocCheck(nout * sizeof(float));
     fill_uniform(&rng, qkv, nqkv, -1.0f, 1.0f);
     fill_uniform(&rng, dout, nout, -1.0f, 1.0f);
+    // the values the GPU holds (bf16 in the BF16 build), for the CPU too
+    for (size_t i = 0; i < nqkv; i++) { qkv[i] = to_float(to_floatX(qkv[i])); }
+    for (size_t i = 0; i < nout; i++) { dout[i] = to_float(to_floatX(dout[i])); }
 
     if (ulysses) {
         for (int i = 0; i < 2; i++) { check_ulysses(i, label, &sh.layout, qkv, dout, C, NH); }
@@ -290,6 +381,10 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     RingAttentionCuda ring_gpu;
     ring_attention_cuda_init(&ring_gpu, dev_comm, B, Tl, C, NH);
     ring_attention_cuda_set_layout(&ring_gpu, &sh.layout);
+    // what the memory estimate counts is what is held (in the build's precision)
+    CHECK(ring_gpu.bytes == ring_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH),
+          "%s: the ring allocated %zu device bytes, ring_attention_cuda_bytes counts %zu", label, ring_gpu.bytes,
+          ring_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH));
     check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu),
                     &ring_gpu.queries, qkv, dout, B * Tl, C, NH);
     ring_attention_cuda_free(&ring_gpu);
@@ -300,6 +395,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     AllgatherAttentionCuda ag_gpu;
     allgather_attention_cuda_init(&ag_gpu, dev_comm, B, Tl, C, NH);
     allgather_attention_cuda_set_layout(&ag_gpu, &sh.layout);
+    CHECK(ag_gpu.bytes == allgather_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH),
+          "%s: all-gather allocated %zu device bytes, allgather_attention_cuda_bytes counts %zu", label, ag_gpu.bytes,
+          allgather_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH));
     check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu),
                     &ag_gpu.queries, qkv, dout, B * Tl, C, NH);
     allgather_attention_cuda_free(&ag_gpu);
@@ -404,7 +502,10 @@ int main(int argc, char **argv) {
     Comm *host_comm = comm_mpi_create(host_mc);
     Comm *dev_comm = comm_mpi_staged_create(dev_mc, cuda_ctx.stream);
     test_transport(dev_comm);
-    if (host_comm->rank == 0) { test_mma(); }
+    if (host_comm->rank == 0) {
+        test_mma("m16n8k8 tf32", mma_probe_kernel, 8, tf32_round, 4242);
+        test_mma("m16n8k16 bf16", mma_bf16_probe_kernel, 16, bf16_round, 4243);
+    }
     int np = host_comm->size;
     ulysses_groups_init(host_comm->rank, np);
     CpLayoutKind kinds[2] = {CP_LAYOUT_CONTIGUOUS, CP_LAYOUT_ROUND_ROBIN};

@@ -1,17 +1,21 @@
 /*
 Benchmark of the GPU block attention (cp/attention_block.cuh) on one GPU, no MPI:
 one rank's queries against its own block (causal, the identity layout), forward
-and backward as the trainer calls them, timed with CUDA events.
+and backward through the ring's verbs at cp 1, as the trainer calls them (in the
+BF16 build that includes writing the fp32 output and dQ to bf16 once), timed with
+CUDA events.
 
-    make bench_attention_gpu
-    ./bench_attention_gpu -t 4096 -b 1 -nh 12 -hs 64 -f 1     (-f 1 TF32 tensor cores, -f 0 exact fp32)
+    make bench_attention_gpu [PRECISION=BF16]
+    ./bench_attention_gpu -t 4096 -b 1 -nh 12 -hs 64 -f 1
 
-Prints one line: the median of -r timed repetitions (after 2 warm-up runs) of the
+The precision is the build's: PRECISION=BF16, bf16 activations and bf16 tensor
+cores (-f has no effect); PRECISION=FP32, -f 1 TF32 tensor cores, -f 0 exact fp32.
+Prints one line, naming the precision (bf16, tf32 or fp32): the median of -r timed repetitions (after 2 warm-up runs) of the
 forward and of the backward, and their rates counted as FlashAttention does for a
 causal mask: forward 4 B NH T^2 HS / 2 flops, backward 2.5 times the forward.
 */
 #include <cuda_runtime.h>
-#include "cp/attention_block.cuh"
+#include "cp/ring_attention.cuh"
 
 // The one-rank group the attention's step preparation gathers over: a device copy.
 static void self_all_gather(Comm *comm, const void *send, void *recv, size_t bytes) {
@@ -65,25 +69,23 @@ int main(int argc, char **argv) {
     lay.document = (int *)callocCheck(BT, sizeof(int));
     for (size_t i = 0; i < BT; i++) { lay.global_index[i] = (int)(i % T); }
 
-    size_t bytes = 0;
-    AttentionQueriesCuda aq;
-    attention_queries_cuda_init(&aq, &self, B, T, C, NH, &bytes);
-    attention_layout_cuda_prepare(&aq.layout, &self, &lay);
+    RingAttentionCuda ring;
+    ring_attention_cuda_init(&ring, &self, B, T, C, NH);
+    ring_attention_cuda_set_layout(&ring, &lay);
     // random activations (never zeros: they would hide wrong indexing and time differently)
-    float *host = (float *)mallocCheck(BT * 3 * C * sizeof(float));
+    floatX *host = (floatX *)mallocCheck(BT * 3 * C * sizeof(floatX));
     unsigned long long state = 88172645463325252ull;
     for (size_t i = 0; i < BT * 3 * C; i++) {
         state ^= state << 13; state ^= state >> 7; state ^= state << 17;
-        host[i] = (float)((state >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0);
+        host[i] = to_floatX((float)((state >> 40) * (1.0 / 16777216.0) * 2.0 - 1.0));
     }
-    float *qkv = (float *)cudaMallocCheck(BT * 3 * C * sizeof(float));
-    float *dqkv = (float *)cudaMallocCheck(BT * 3 * C * sizeof(float));
-    float *out = (float *)cudaMallocCheck(BT * C * sizeof(float));
-    float *dout = (float *)cudaMallocCheck(BT * C * sizeof(float));
+    floatX *qkv = (floatX *)cudaMallocCheck(BT * 3 * C * sizeof(floatX));
+    floatX *dqkv = (floatX *)cudaMallocCheck(BT * 3 * C * sizeof(floatX));
+    floatX *out = (floatX *)cudaMallocCheck(BT * C * sizeof(floatX));
+    floatX *dout = (floatX *)cudaMallocCheck(BT * C * sizeof(floatX));
     float *lse = (float *)cudaMallocCheck(BT * NH * sizeof(float));
-    cuda_upload(qkv, host, BT * 3 * C * sizeof(float));
-    cuda_upload(dout, host, BT * C * sizeof(float));
-    KVBlockCuda own = kv_block_cuda_own(qkv, C, 0);
+    cuda_upload(qkv, host, BT * 3 * C * sizeof(floatX));
+    cuda_upload(dout, host, BT * C * sizeof(floatX));
 
     cudaEvent_t start, mid, end;
     cudaCheck(cudaEventCreate(&start));
@@ -92,11 +94,9 @@ int main(int argc, char **argv) {
     float *fwd_ms = (float *)mallocCheck(repeats * sizeof(float)), *bwd_ms = (float *)mallocCheck(repeats * sizeof(float));
     for (int it = -2; it < repeats; it++) {
         cudaCheck(cudaEventRecord(start, cuda_ctx.stream));
-        attention_forward_begin_cuda(&aq, lse);
-        attend_block_forward_cuda(&aq, qkv, own, out, lse);
+        ring_attention_cuda_forward(&ring, out, lse, qkv);
         cudaCheck(cudaEventRecord(mid, cuda_ctx.stream));
-        attention_backward_begin_cuda(&aq, dout, out);
-        attend_block_backward_cuda(&aq, qkv, own, dout, lse, dqkv, 3 * C, 0, dqkv + C, dqkv + 2 * C, 3 * C);
+        ring_attention_cuda_backward(&ring, dqkv, dout, qkv, out, lse);
         cudaCheck(cudaEventRecord(end, cuda_ctx.stream));
         cudaCheck(cudaEventSynchronize(end));
         if (it >= 0) {
@@ -106,11 +106,13 @@ int main(int argc, char **argv) {
     }
     float f = median_ms(fwd_ms, repeats), b = median_ms(bwd_ms, repeats);
     double flops = 4.0 * B * NH * (double)T * T * HS / 2.0;
+    AttnPrecision precision = ring.queries.precision;
+    const char *name = precision == ATTN_BF16 ? "bf16" : precision == ATTN_TF32 ? "tf32" : "fp32";
     printf("block attention %s B %d T %d NH %d HS %d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
-           tf32 ? "tf32" : "fp32", B, T, NH, HS, f, flops / (f * 1e9), b, 2.5 * flops / (b * 1e9));
+           name, B, T, NH, HS, f, flops / (f * 1e9), b, 2.5 * flops / (b * 1e9));
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(out));
     cudaCheck(cudaFree(dout)); cudaCheck(cudaFree(lse));
-    attention_queries_cuda_free(&aq);
+    ring_attention_cuda_free(&ring);
     free(host); free(fwd_ms); free(bwd_ms); free(lay.global_index); free(lay.document);
     cuda_free_context();
     return 0;

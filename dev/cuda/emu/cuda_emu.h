@@ -12,11 +12,12 @@ machine without a GPU (dev/cuda/emu/run.sh). Not a simulator of the hardware:
     races between the compute and the transport streams cannot show here
   - cublasGemmEx is a plain column-major loop (double accumulation), and the math
     functions are the host's libm: only the ordering of sums matches the GPU's
-  - the tensor-core instruction (mma.sync m16n8k8 TF32, through llmc/mma.cuh) is a
-    warp-collective exchange: each lane hands in its fragment registers, the warp's
-    A, B and C are assembled from the fragment layout the PTX ISA documents for the
-    shape, and each lane takes its own elements of D; inputs are rounded to TF32 as
-    cvt.rna.tf32.f32 does, so a kernel's fragment indexing is tested for real
+  - the tensor-core instructions (mma.sync m16n8k8 TF32 and m16n8k16 bf16, through
+    llmc/mma.cuh) are warp-collective exchanges: each lane hands in its fragment
+    registers, the warp's A, B and C are assembled from the fragment layout the PTX
+    ISA documents for the shape, and each lane takes its own elements of D; inputs
+    are rounded to TF32 as cvt.rna.tf32.f32 does, to bf16 as cvt.rn.bf16x2.f32 does
+    (cuda_bf16.h), so a kernel's fragment indexing is tested for real
 It catches index arithmetic, launch geometry, shuffles, barriers, uninitialised
 reads (cudaMalloc fills 0x5A) and the ring's buffer choreography.
 */
@@ -140,6 +141,49 @@ static inline void emu_mma_m16n8k8_tf32(float d[4], const unsigned a[4], const u
         int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
         float sum = C[row][col];
         for (int k = 0; k < 8; k++) { sum += A[row][k] * B[k][col]; }
+        d[i] = sum;
+    }
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 d, a, b, c, from the PTX
+// ISA's fragment layout (section "Matrix Fragments for mma.m16n8k16 with floating
+// point type"); each register holds two bf16, the lower index in the low 16 bits:
+//   A (16 x 16): a0 (g, 2t | 2t + 1), a1 (g + 8, 2t | 2t + 1),
+//                a2 (g, 2t + 8 | 2t + 9), a3 (g + 8, 2t + 8 | 2t + 9)
+//   B (16 x 8):  b0 (2t | 2t + 1, g), b1 (2t + 8 | 2t + 9, g)   [row = k, col = n]
+//   C, D (16 x 8): as m16n8k8
+// A bf16 holds 8 significant bits, so the product of two is exact in fp32 (16 bits);
+// the products are summed in fp32 in k order.
+static inline float emu_bf16_low(unsigned r) { return __uint_as_float(r << 16); }
+static inline float emu_bf16_high(unsigned r) { return __uint_as_float(r & 0xffff0000u); }
+static inline void emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+    struct Frag { unsigned a[4], b[2]; float c[4]; } mine, all[32];
+    for (int i = 0; i < 4; i++) { mine.a[i] = a[i]; mine.c[i] = c[i]; }
+    mine.b[0] = b[0]; mine.b[1] = b[1];
+    emu_warp_exchange(&mine, sizeof(mine), all);
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l % 4;
+        const Frag &f = all[l];
+        for (int i = 0; i < 4; i++) {
+            int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
+            A[row][col] = emu_bf16_low(f.a[i]);
+            A[row][col + 1] = emu_bf16_high(f.a[i]);
+        }
+        for (int i = 0; i < 2; i++) {
+            B[2 * t + 8 * i][g] = emu_bf16_low(f.b[i]);
+            B[2 * t + 8 * i + 1][g] = emu_bf16_high(f.b[i]);
+        }
+        C[g][2 * t] = f.c[0];
+        C[g][2 * t + 1] = f.c[1];
+        C[g + 8][2 * t] = f.c[2];
+        C[g + 8][2 * t + 1] = f.c[3];
+    }
+    int lane = (int)((emu_cur - emu_fibers.data()) % 32), g = lane >> 2, t = lane % 4;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i >> 1), col = 2 * t + (i & 1);
+        float sum = C[row][col];
+        for (int k = 0; k < 16; k++) { sum += A[row][k] * B[k][col]; }
         d[i] = sum;
     }
 }

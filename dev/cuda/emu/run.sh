@@ -49,6 +49,9 @@ done
 # each test's verdict line, and any check that failed
 "${MPIRUN[@]}" -np 1 "$WORK/test_gpu_kernels" | grep -v '^ok '
 for np in 1 2 3 4; do "${MPIRUN[@]}" -np $np "$WORK/test_gpu_ring_attention" | grep -v '^ok '; done
+# the BF16 build's attention: bf16 tensor-core products, bf16 K/V blocks on the ring
+"${CXX[@]/-DENABLE_FP32/-DENABLE_BF16}" "$WORK/src/test/test_gpu_ring_attention.cu" -o "$WORK/test_gpu_ring_attention_bf16" "${LINK[@]}"
+for np in 1 2 3 4; do "${MPIRUN[@]}" -np $np "$WORK/test_gpu_ring_attention_bf16" | grep -v '^ok '; done
 echo "emulated GPU tests: $SECONDS s"
 [[ ${1:-} == trainer ]] || exit 0
 "${CXX[@]}" "$WORK/src/train_gpt2cp.cu" -o "$WORK/train_gpt2cp" "${LINK[@]}"
