@@ -9,9 +9,10 @@
 #   1. the toolchain as scripts/gpu_check.sh finds it (scripts/gpu_toolchain.sh);
 #      train_gpt2cp in both precisions (make PRECISION=FP32 and BF16, each in its
 #      copy of the sources under build/precision/: nothing to do after gpu_check.sh)
-#      and bench_attention_gpu (FP32)
+#      and bench_attention_gpu in both precisions
 #   2. block attention (cp/attention_block.cuh) forward and backward, causal, B 1,
-#      12 heads of 64, at T_local 1K, 4K, 16K, TF32 (-f 1) and exact fp32 (-f 0),
+#      12 heads of 64, at T_local 1K, 4K, 16K, bf16 (the BF16 build), TF32 (-f 1)
+#      and exact fp32 (-f 0) (the FP32 build),
 #      beside PyTorch's scaled_dot_product_attention on the same shapes and
 #      precision (dev/bench/torch_bench.py)
 #   3. GPT-2 124M training on one GPU at T 1K, 4K, 16K with B 16, 4, 1: the same
@@ -43,9 +44,9 @@ source scripts/gpu_toolchain.sh || exit 1
 command -v nvidia-smi > /dev/null || { say "error: the benchmark needs nvidia-smi (peak device memory)"; exit 1; }
 python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null ||
     { say "error: the benchmark needs python3 with torch and a GPU it sees (the PyTorch anchor)"; exit 1; }
-FP32_ONLY=()
-[[ ${ATTENTION:-1} == 1 ]] && FP32_ONLY=(bench_attention_gpu)
-build_gpu_precisions train_gpt2cp || { fail "the build failed"; exit 1; }
+TARGETS=(train_gpt2cp)
+[[ ${ATTENTION:-1} == 1 ]] && TARGETS+=(bench_attention_gpu)
+build_gpu_precisions "${TARGETS[@]}" || { fail "the build failed"; exit 1; }
 CT1=$([[ $HAVE_NCCL -eq 1 ]] && echo nccl || echo mpi)
 LENGTHS=(1024 4096 16384)
 TOKENS_PER_STEP=16384
@@ -86,11 +87,12 @@ if [[ ${ATTENTION:-1} == 1 ]]; then
     # "forward X ms (Y TFLOP/s), backward ..." -> "X (Y)" for forward or backward
     field() { sed -n "s/.*$2 \([0-9.]*\) ms (\([0-9.]*\) TFLOP\/s).*/\1 (\2)/p" "$1" | head -n 1; }
     for T in "${LENGTHS[@]}"; do
-        for f in 1 0; do
-            prec=$([[ $f -eq 1 ]] && echo tf32 || echo fp32)
-            run "attn_${T}_$prec" 120 "$PRECISION_DIR/FP32/bench_attention_gpu" -t "$T" -b 1 -nh 12 -hs 64 -f "$f" ||
+        for prec in bf16 tf32 fp32; do
+            build=$([[ $prec == bf16 ]] && echo BF16 || echo FP32)
+            f=$([[ $prec == fp32 ]] && echo 0 || echo 1)
+            run "attn_${T}_$prec" 120 "$PRECISION_DIR/$build/bench_attention_gpu" -t "$T" -b 1 -nh 12 -hs 64 -f "$f" ||
                 fail "bench_attention_gpu T $T $prec"
-            run "sdpa_${T}_$prec" 120 python3 dev/bench/torch_bench.py -t "$T" -b 1 -nh 12 -hs 64 -f "$f" ||
+            run "sdpa_${T}_$prec" 120 python3 dev/bench/torch_bench.py -t "$T" -b 1 -nh 12 -hs 64 -p "$prec" ||
                 fail "torch sdpa T $T $prec"
             a=$WORK/attn_${T}_$prec.out s=$WORK/sdpa_${T}_$prec.out
             printf "| %s | %s | %s | %s | %s | %s |\n" "$T" "$prec" "$(field "$a" forward)" "$(field "$a" backward)" \

@@ -4,10 +4,11 @@ precision as bench_attention_gpu, on the same GPU, as the anchor (the GPT-2
 training anchor is dev/bench/gpt2_torch.py). Without torch (or without a GPU) it
 prints one 'skipped' line and exits 0.
 
-    python3 dev/bench/torch_bench.py -t 4096 -b 1 -nh 12 -hs 64 -f 1
-        scaled_dot_product_attention, causal, fp32 tensors; -f 1 lets the matmuls use
-        TF32 (torch.backends.cuda.matmul.allow_tf32), -f 0 forbids it. Forward and
-        forward + backward, median of CUDA-event timings.
+    python3 dev/bench/torch_bench.py -t 4096 -b 1 -nh 12 -hs 64 -p bf16
+        scaled_dot_product_attention, causal: -p bf16 on bf16 tensors, -p tf32 on fp32
+        tensors with TF32 matmuls allowed (torch.backends.cuda.matmul.allow_tf32),
+        -p fp32 with TF32 forbidden. Forward and forward + backward, median of
+        CUDA-event timings.
 """
 import argparse
 import sys
@@ -19,7 +20,7 @@ def parse():
     p.add_argument("-b", type=int, default=1)
     p.add_argument("-nh", type=int, default=12)
     p.add_argument("-hs", type=int, default=64)
-    p.add_argument("-f", type=int, default=1)
+    p.add_argument("-p", choices=["bf16", "tf32", "fp32"], default="bf16")
     p.add_argument("-r", type=int, default=20, help="timed repetitions")
     return p.parse_args()
 
@@ -52,16 +53,17 @@ def median_ms(torch, fn, repeats):
 
 
 def attention(a):
-    what = f"torch sdpa {'tf32' if a.f else 'fp32'} B {a.b} T {a.t} NH {a.nh} HS {a.hs}"
+    what = f"torch sdpa {a.p} B {a.b} T {a.t} NH {a.nh} HS {a.hs}"
     torch = torch_or_skip(what)
-    torch.backends.cuda.matmul.allow_tf32 = bool(a.f)
-    torch.backends.cudnn.allow_tf32 = bool(a.f)
+    torch.backends.cuda.matmul.allow_tf32 = a.p == "tf32"
+    torch.backends.cudnn.allow_tf32 = a.p == "tf32"
+    dtype = torch.bfloat16 if a.p == "bf16" else torch.float32
     F = torch.nn.functional
     shape = (a.b, a.nh, a.t, a.hs)
-    q, k, v = (torch.rand(shape, device="cuda") * 2 - 1 for _ in range(3))
+    q, k, v = (torch.rand(shape, device="cuda", dtype=dtype) * 2 - 1 for _ in range(3))
     for x in (q, k, v):
         x.requires_grad_(True)
-    dout = torch.rand(shape, device="cuda") * 2 - 1
+    dout = torch.rand(shape, device="cuda", dtype=dtype) * 2 - 1
 
     def forward():
         with torch.no_grad():
