@@ -24,8 +24,11 @@ or mpi (device buffers staged through pinned host memory, any number of ranks pe
 GPU). Both implement the Comm verbs of cp/comm.h on device memory. The per-token
 losses of -tl are gathered on the host over MPI, with the CPU twin's code.
 
-fp32 activations, parameters and gradients; -f 1 (default) lets cuBLAS use TF32
-tensor cores, -f 0 is full fp32 (the runs validated against the CPU twin).
+The precision is the build's (make PRECISION=FP32|BF16, llmc/precision.cuh): bf16
+activations and a bf16 copy of the fp32 master weights, or fp32 throughout; the
+gradients, AdamW moments, losses and the gradient norm are fp32 in both. In the
+fp32 build -f 1 (default) lets cuBLAS use TF32 tensor cores, -f 0 is full fp32
+(the runs validated against the CPU twin).
 */
 #include "train_common.h"
 #include "cp/comm_mpi.h"
@@ -141,11 +144,26 @@ static void ranks_free(Ranks *r) {
 
 // The host model (from -e or the checkpoint resumed from, as the CPU twin) to the
 // device; rank 0's weights are broadcast over the device transport, so that ranks
-// can never start apart (or a -z 1 resume's exact shards gathered: from_shards).
-static void load_model(GPT2Cuda *model, GPT2 *host, Comm *world, int from_shards) {
+// can never start apart (or a -z 1 resume's exact shards gathered: from_shards), and
+// rounded into the model's floatX copy.
+static void load_model(GPT2Cuda *model, GPT2 *host, Comm *world, int from_shards, int gelu_fusion) {
     gpt2_cuda_init(model, host);
     zero_sync_parameters(from_shards, world, model->params_memory, model->num_parameters);
+    gpt2_cuda_round_weights(model);
+    model->gelu_fusion = gelu_fusion;
     cuda_sync();
+}
+
+// The model's floatX weights and the activations hold the bytes the start-up
+// estimate counted (train/memory.h), so that the check that the run fits checked
+// what was allocated.
+static void check_memory_counted(const TrainerMemory *tm, const GPT2Cuda *model, const ActivationsCuda *acts) {
+    size_t counted = activation_bytes(model->config, acts->B, acts->T, acts->recompute, tm->value_bytes, NULL);
+    if (acts->num_bytes != counted || tm->weight_copy_bytes != GPT2_CUDA_WEIGHT_COPY_BYTES) {
+        fatal("the activations took %zu device bytes, the memory estimate counts %zu (and %zu bytes a weight of "
+              "the floatX copy for %zu): the estimate and the allocation have drifted apart",
+              acts->num_bytes, counted, tm->weight_copy_bytes, GPT2_CUDA_WEIGHT_COPY_BYTES);
+    }
 }
 
 typedef struct {
@@ -207,7 +225,8 @@ typedef struct {
     GPT2Cuda *model;
     ActivationsCuda acts;
     RingAttentionCuda ring;
-    float *logits; // (Vp) host
+    floatX *logits_x; // (Vp) host, as the device holds them
+    float *logits;    // (Vp) host
 } Sampler;
 
 static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
@@ -216,7 +235,8 @@ static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
     AttentionVerbsCuda attn = ring_attention_cuda_verbs(&s->ring);
     gpt2_cuda_forward(s->model, &s->acts, sh->local.inputs, sh->layout.position, NULL, &attn);
     size_t Vp = s->model->config.padded_vocab_size;
-    cuda_download(s->logits, gpt2_cuda_logits(s->model, &s->acts, (size_t)(t - 1)), Vp * sizeof(float));
+    cuda_download(s->logits_x, gpt2_cuda_logits(s->model, &s->acts, (size_t)(t - 1)), Vp * sizeof(floatX));
+    for (size_t i = 0; i < Vp; i++) { s->logits[i] = to_float(s->logits_x[i]); }
     return s->logits;
 }
 
@@ -225,12 +245,14 @@ static void sample(const TrainConfig *cfg, GPT2Cuda *model, Comm *self, TrainRun
     Sampler s;
     s.model = model;
     s.logits = (float *)mallocCheck((size_t)c.padded_vocab_size * sizeof(float));
+    s.logits_x = (floatX *)mallocCheck((size_t)c.padded_vocab_size * sizeof(floatX));
     activations_cuda_init(&s.acts, c, 1, cfg->gen_tokens, cfg->recompute);
     ring_attention_cuda_init(&s.ring, self, 1, cfg->gen_tokens, c.channels, c.num_heads);
     generate_sample(cfg, c, &run->tokenizer, &run->sample_rng, sampler_next_logits, &s);
     ring_attention_cuda_free(&s.ring);
     activations_cuda_free(&s.acts);
     free(s.logits);
+    free(s.logits_x);
 }
 
 int main(int argc, char **argv) {
@@ -262,18 +284,22 @@ int main(int argc, char **argv) {
 
     // the model and the run on the host first, as the CPU twin; then to the device
     char trainer_name[64];
-    snprintf(trainer_name, sizeof(trainer_name), "cuda (fp32, cuBLAS, TF32 %s)", cfg.tf32 ? "on" : "off");
+    // TF32 applies to the fp32 build's matmuls only: the bf16 build multiplies bf16
+    snprintf(trainer_name, sizeof(trainer_name), "cuda (%s, cuBLAS%s)", PRECISION_NAME,
+             sizeof(floatX) != sizeof(float) ? "" : cfg.tf32 ? ", TF32 on" : ", TF32 off");
     GPT2 host;
     TrainRun run;
-    TrainerMemory memory = {trainer_name, cfg.transport, cp_attention_cuda_bytes, activations_cuda_extra_bytes, 0,
+    TrainerMemory memory = {trainer_name, cfg.transport, cp_attention_cuda_bytes, activations_cuda_extra_bytes,
+                            sizeof(floatX), GPT2_CUDA_WEIGHT_COPY_BYTES, 0,
                             device_memory_available};
     train_run_start(&run, &host, &cfg, layout, mesh, &memory);
     GPT2Cuda model;
-    load_model(&model, &host, ranks.world, run.params_from_shards);
+    load_model(&model, &host, ranks.world, run.params_from_shards, cfg.gelu_fusion != 0);
     GPT2Config c = model.config;
 
     ActivationsCuda acts;
     activations_cuda_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
+    check_memory_counted(&memory, &model, &acts);
     CpAttentionCuda attention;
     CpAttentionCommsCuda comms = {ranks.cp, ranks.ulysses, ranks.ulysses_host, ranks.ring};
     cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.B,
@@ -326,6 +352,8 @@ int main(int argc, char **argv) {
         if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
             gpt2_cuda_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
+            // the other ranks' shards came in fp32: their floatX copy too
+            if (cfg.zero_stage >= 1) { gpt2_cuda_round_weights(&model); }
         }
         cuda_sync(); // the step's time includes its update
         train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);

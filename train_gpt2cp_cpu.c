@@ -147,7 +147,8 @@ int main(int argc, char **argv) {
 
     GPT2 model;
     TrainRun run;
-    TrainerMemory memory = {"cpu (fp32, OpenMP)", "mpi", cp_attention_bytes, NULL, 1, host_memory_available};
+    TrainerMemory memory = {"cpu (fp32, OpenMP)", "mpi", cp_attention_bytes, NULL, sizeof(float), 0, 1,
+                            host_memory_available};
     train_run_start(&run, &model, &cfg, layout, mesh, &memory);
     GPT2Config c = model.config;
     // every rank built the same weights; rank 0's are broadcast all the same, so

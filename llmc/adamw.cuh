@@ -3,9 +3,15 @@ AdamW and gradient-norm clipping on the GPU (llmc/adamw.h): the same update per
 parameter; the bias corrections and the clip scale (grad_clip_scale) are computed
 on the host exactly as the CPU does.
 
+The master weights, gradients and moments are fp32 in every build; the update
+also writes each weight, rounded, into the model's copy in the storage precision
+(llmc/precision.cuh; in the fp32 build that copy is the master weights
+themselves), in the same pass.
+
 The global norm is a sum of squares over all gradients in double. It is
-deterministic: a fixed grid of NORM_BLOCKS blocks each sums a fixed strided
-subset, and one block then adds the block sums in order.
+deterministic: a grid that depends on n alone (norm_blocks: NORM_BLOCKS, fewer for
+a small model) each sums a fixed strided subset, and one block then adds the block
+sums in order.
 */
 #ifndef LLMC_ADAMW_CUH
 #define LLMC_ADAMW_CUH
@@ -15,6 +21,14 @@ subset, and one block then adds the block sums in order.
 
 #define NORM_BLOCKS 512
 #define NORM_THREADS 512
+#define NORM_ITEMS 64 // gradients a thread sums at least, before the grid has NORM_BLOCKS blocks
+
+// the blocks of the norm of n gradients: NORM_BLOCKS, or as many as give each
+// thread NORM_ITEMS (a small model launches no idle blocks)
+static int norm_blocks(size_t n) {
+    size_t blocks = (n + (size_t)NORM_THREADS * NORM_ITEMS - 1) / ((size_t)NORM_THREADS * NORM_ITEMS);
+    return blocks < 1 ? 1 : blocks > NORM_BLOCKS ? NORM_BLOCKS : (int)blocks;
+}
 
 // partials[block] = sum of grads[i]^2 over i = block*threads + thread + k*grid
 __global__ static void norm_squared_partials_kernel(double *partials, const float *grads, size_t n) {
@@ -40,17 +54,20 @@ __global__ static void sum_partials_kernel(double *out, const double *partials, 
 static double global_norm_squared_cuda(const float *grads, size_t n) {
     double *partials = (double *)cuda_scratch((NORM_BLOCKS + 1) * sizeof(double));
     double *total = partials + NORM_BLOCKS;
-    norm_squared_partials_kernel<<<NORM_BLOCKS, NORM_THREADS, 0, cuda_ctx.stream>>>(partials, grads, n);
+    int blocks = norm_blocks(n);
+    norm_squared_partials_kernel<<<blocks, NORM_THREADS, 0, cuda_ctx.stream>>>(partials, grads, n);
     cudaCheckLaunch();
-    sum_partials_kernel<<<1, NORM_THREADS, 0, cuda_ctx.stream>>>(total, partials, NORM_BLOCKS);
+    int threads = (blocks + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE; // one partial a thread
+    sum_partials_kernel<<<1, threads, 0, cuda_ctx.stream>>>(total, partials, blocks);
     cudaCheckLaunch();
     double result;
     cuda_download(&result, total, sizeof(double));
     return result;
 }
 
-// params, grads, m, v: (n)
-__global__ static void adamw_kernel(float *params, const float *grads, float *m, float *v, size_t n, float lr,
+// params, grads, m, v: (n) fp32   params_x: (n) floatX, params rounded (may be params itself in the fp32 build)
+__global__ static void adamw_kernel(float *params, floatX *params_x, const float *grads, float *m, float *v, size_t n,
+                                    float lr,
                                     float weight_decay, float grad_scale, float beta1_correction,
                                     float beta2_correction) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -62,16 +79,30 @@ __global__ static void adamw_kernel(float *params, const float *grads, float *m,
     v[i] = vi;
     float m_hat = mi / beta1_correction;
     float v_hat = vi / beta2_correction;
-    params[i] -= lr * (m_hat / (sqrtf(v_hat) + ADAMW_EPS) + weight_decay * params[i]);
+    float p = params[i];
+    p -= lr * (m_hat / (sqrtf(v_hat) + ADAMW_EPS) + weight_decay * p);
+    params[i] = p;
+    params_x[i] = to_floatX(p);
 }
 
-// One AdamW step over n parameters. t is the 1-based step count.
-static void adamw_update_cuda(float *params, const float *grads, float *m, float *v, size_t n, float lr,
-                              float weight_decay, float grad_scale, int t) {
+// out[i] = in[i] rounded to floatX; out, in: (n)
+__global__ static void round_to_floatX_kernel(floatX *out, const float *in, size_t n) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { out[i] = to_floatX(in[i]); }
+}
+
+static void round_to_floatX_cuda(floatX *out, const float *in, size_t n) {
+    round_to_floatX_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(out, in, n);
+    cudaCheckLaunch();
+}
+
+// One AdamW step over n parameters, params_x their floatX copy. t is the 1-based step count.
+static void adamw_update_cuda(float *params, floatX *params_x, const float *grads, float *m, float *v, size_t n,
+                              float lr, float weight_decay, float grad_scale, int t) {
     float beta1_correction = 1.0f - powf(ADAMW_BETA1, (float)t);
     float beta2_correction = 1.0f - powf(ADAMW_BETA2, (float)t);
-    adamw_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(params, grads, m, v, n, lr, weight_decay, grad_scale,
-                                                             beta1_correction, beta2_correction);
+    adamw_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(params, params_x, grads, m, v, n, lr, weight_decay,
+                                                                grad_scale, beta1_correction, beta2_correction);
     cudaCheckLaunch();
 }
 

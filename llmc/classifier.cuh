@@ -11,6 +11,11 @@ The kernel takes one block per token row: the maximum over the first V logits,
 the normaliser summed in double (as on the CPU), the loss log(sum) -
 (logit[target] - max), and with grad the row overwritten by its gradient (the
 padded V..Vp get 0; an ignored target IGNORE_INDEX gets loss 0 and gradient 0).
+
+Precision (llmc/precision.cuh): the chunk's logits are floatX, and so is the
+gradient written over them; the softmax and the losses are fp32, read from the
+floatX logits; dwte is fp32. No fp32 copy of the probabilities exists, for the
+chunk or any token.
 */
 #ifndef LLMC_CLASSIFIER_CUH
 #define LLMC_CLASSIFIER_CUH
@@ -21,26 +26,26 @@ padded V..Vp get 0; an ignored target IGNORE_INDEX gets loss 0 and gradient 0).
 
 #define CLASSIFIER_THREADS 512
 
-// logits: (N, Vp) -> dlogits in place with grad   losses: (N)   targets: (N); one block per row
-__global__ static void softmax_crossentropy_kernel(float *logits, float *losses, const int *targets, int V, int Vp,
+// logits: (N, Vp) floatX -> dlogits in place with grad   losses: (N) fp32   targets: (N); one block per row
+__global__ static void softmax_crossentropy_kernel(floatX *logits, float *losses, const int *targets, int V, int Vp,
                                                    float dloss, int grad) {
     __shared__ float shared_max[WARP_SIZE];
     __shared__ double shared_sum[WARP_SIZE];
-    float *row = logits + (size_t)blockIdx.x * Vp;
+    floatX *row = logits + (size_t)blockIdx.x * Vp;
     int target = targets[blockIdx.x];
-    float target_logit = target == IGNORE_INDEX ? 0.0f : row[target]; // read before any thread writes
+    float target_logit = target == IGNORE_INDEX ? 0.0f : to_float(row[target]); // read before any thread writes
     float maxval = -INFINITY;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) { maxval = fmaxf(maxval, row[i]); }
+    for (int i = threadIdx.x; i < V; i += blockDim.x) { maxval = fmaxf(maxval, to_float(row[i])); }
     maxval = block_reduce_max(maxval, shared_max);
     double sum = 0.0;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) { sum += expf(row[i] - maxval); }
+    for (int i = threadIdx.x; i < V; i += blockDim.x) { sum += expf(to_float(row[i]) - maxval); }
     sum = block_reduce_sum_double(sum, shared_sum); // its barriers also order the read above before the writes
     if (grad) {
         float scale = target == IGNORE_INDEX ? 0.0f : (float)(dloss / sum);
         for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
-            float g = i < V ? expf(row[i] - maxval) * scale : 0.0f;
+            float g = i < V ? expf(to_float(row[i]) - maxval) * scale : 0.0f;
             if (i == target) { g -= dloss; }
-            row[i] = g;
+            row[i] = to_floatX(g);
         }
     }
     if (threadIdx.x == 0) {
@@ -48,35 +53,35 @@ __global__ static void softmax_crossentropy_kernel(float *logits, float *losses,
     }
 }
 
-static void softmax_crossentropy_rows_cuda(float *logits, float *losses, const int *targets, int N, int V, int Vp,
+static void softmax_crossentropy_rows_cuda(floatX *logits, float *losses, const int *targets, int N, int V, int Vp,
                                            float dloss, int grad) {
-    softmax_crossentropy_kernel<<<N, CLASSIFIER_THREADS, 0, cuda_ctx.stream>>>(logits, losses, targets, V, Vp,
-                                                                                dloss, grad);
+    // whole warps, up to CLASSIFIER_THREADS, no more than the row has entries
+    int threads = (Vp + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE;
+    threads = threads > CLASSIFIER_THREADS ? CLASSIFIER_THREADS : threads;
+    softmax_crossentropy_kernel<<<N, threads, 0, cuda_ctx.stream>>>(logits, losses, targets, V, Vp, dloss, grad);
     cudaCheckLaunch();
 }
 
 // classifier_forward on the device: the losses of N tokens, chunk_rows at a time;
 // with dlnf (not NULL) also dlnf (overwritten) and dwte (accumulated).
-// losses: (N)   dlnf: (N, C) or NULL   dwte: (Vp, C)   logits: (chunk_rows, Vp) scratch
-// lnf: (N, C)   wte: (Vp, C)   targets: (N), all device
-static void classifier_forward_cuda(float *losses, float *dlnf, float *dwte, float *logits, const float *lnf,
-                                    const float *wte, const int *targets, float dloss, int N, int chunk_rows,
+// losses: (N) fp32   dlnf: (N, C) floatX or NULL   dwte: (Vp, C) fp32   logits: (chunk_rows, Vp) floatX scratch
+// lnf: (N, C) floatX   wte: (Vp, C) floatX   targets: (N), all device
+static void classifier_forward_cuda(float *losses, floatX *dlnf, float *dwte, floatX *logits, const floatX *lnf,
+                                    const floatX *wte, const int *targets, float dloss, int N, int chunk_rows,
                                     int C, int V, int Vp) {
     for (int start = 0; start < N; start += chunk_rows) {
         int n = N - start < chunk_rows ? N - start : chunk_rows;
-        const float *x = lnf + (size_t)start * C;
+        const floatX *x = lnf + (size_t)start * C;
         matmul_forward_cuda(logits, NULL, x, wte, NULL, 1, n, C, Vp);
         softmax_crossentropy_rows_cuda(logits, losses + start, targets + start, n, V, Vp, dloss, dlnf != NULL);
         if (dlnf != NULL) {
-            float *dx = dlnf + (size_t)start * C;
-            cudaCheck(cudaMemsetAsync(dx, 0, (size_t)n * C * sizeof(float), cuda_ctx.stream));
-            matmul_backward_cuda(dx, dwte, NULL, logits, x, wte, 1, n, C, Vp);
+            matmul_backward_cuda(dlnf + (size_t)start * C, dwte, NULL, logits, x, wte, 1, n, C, Vp);
         }
     }
 }
 
-// The logits of one token. out: (Vp)   lnf: (C) the token's   wte: (Vp, C), all device
-static void classifier_logits_cuda(float *out, const float *lnf, const float *wte, int C, int Vp) {
+// The logits of one token. out: (Vp) floatX   lnf: (C) the token's   wte: (Vp, C), all device
+static void classifier_logits_cuda(floatX *out, const floatX *lnf, const floatX *wte, int C, int Vp) {
     matmul_forward_cuda(out, NULL, lnf, wte, NULL, 1, 1, C, Vp);
 }
 

@@ -8,6 +8,10 @@ atomics (whose order changes from run to run) the host sorts the tokens by row
 once per step (the ids are on the host anyway, they came from the sharder), and
 one thread per (row, channel) adds its tokens in token order: the very order of
 the CPU loop, so the sums are deterministic and match the CPU's association.
+
+Precision (llmc/precision.cuh): the embeddings and the output are floatX, added in
+fp32; the gradients of the tables are fp32, accumulated in fp32 from the floatX
+gradient of the residual stream.
 */
 #ifndef LLMC_ENCODER_CUH
 #define LLMC_ENCODER_CUH
@@ -15,15 +19,15 @@ the CPU loop, so the sums are deterministic and match the CPU's association.
 #include "cuda_common.cuh"
 
 // out: (B, T, C)   inp, pos: (B, T) device   wte: (Vp, C)   wpe: (maxT, C)
-__global__ static void encoder_forward_kernel(float *out, const int *inp, const int *pos, const float *wte,
-                                              const float *wpe, int BT, int C) {
+__global__ static void encoder_forward_kernel(floatX *out, const int *inp, const int *pos, const floatX *wte,
+                                              const floatX *wpe, int BT, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)BT * C) { return; }
     int bt = (int)(idx / C), i = (int)(idx % C);
-    out[idx] = wte[(size_t)inp[bt] * C + i] + wpe[(size_t)pos[bt] * C + i];
+    out[idx] = to_floatX(to_float(wte[(size_t)inp[bt] * C + i]) + to_float(wpe[(size_t)pos[bt] * C + i]));
 }
 
-static void encoder_forward_cuda(float *out, const int *inp, const int *pos, const float *wte, const float *wpe,
+static void encoder_forward_cuda(floatX *out, const int *inp, const int *pos, const floatX *wte, const floatX *wpe,
                                  int B, int T, int C) {
     size_t n = (size_t)B * T * C;
     encoder_forward_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(out, inp, pos, wte, wpe, B * T, C);
@@ -99,18 +103,18 @@ static void token_buckets_build(TokenBuckets *tb, const int *keys, int BT) {
 
 // dtable[row, c] += dout[t, c] for the tokens t of each bucket, in token order
 // dtable: (num_rows, C)   dout: (BT, C); grid (buckets, ceil(C / threads))
-__global__ static void embedding_backward_kernel(float *dtable, const float *dout, const int *order,
+__global__ static void embedding_backward_kernel(float *dtable, const floatX *dout, const int *order,
                                                  const int *starts, const int *rows, int C) {
     int k = blockIdx.x;
     int c = blockIdx.y * blockDim.x + threadIdx.x;
     if (c >= C) { return; }
     float *dst = dtable + (size_t)rows[k] * C + c;
     float acc = *dst;
-    for (int n = starts[k]; n < starts[k + 1]; n++) { acc += dout[(size_t)order[n] * C + c]; }
+    for (int n = starts[k]; n < starts[k + 1]; n++) { acc += to_float(dout[(size_t)order[n] * C + c]); }
     *dst = acc;
 }
 
-static void embedding_backward_cuda(float *dtable, const float *dout, TokenBuckets *tb, const int *keys, int BT,
+static void embedding_backward_cuda(float *dtable, const floatX *dout, TokenBuckets *tb, const int *keys, int BT,
                                     int C) {
     token_buckets_build(tb, keys, BT);
     if (tb->buckets == 0) { return; }
@@ -122,7 +126,7 @@ static void embedding_backward_cuda(float *dtable, const float *dout, TokenBucke
 // Accumulates into dwte and dwpe.
 // dout: (B, T, C) device   inp, pos: (B, T) HOST (the sharder's arrays)
 // wte_buckets: BT tokens over Vp rows; wpe_buckets: BT tokens over maxT rows
-static void encoder_backward_cuda(float *dwte, float *dwpe, const float *dout, const int *inp, const int *pos,
+static void encoder_backward_cuda(float *dwte, float *dwpe, const floatX *dout, const int *inp, const int *pos,
                                   int B, int T, int C, TokenBuckets *wte_buckets, TokenBuckets *wpe_buckets) {
     embedding_backward_cuda(dwte, dout, wte_buckets, inp, B * T, C);
     embedding_backward_cuda(dwpe, dout, wpe_buckets, pos, B * T, C);

@@ -1,9 +1,19 @@
 /*
-GPT-2 on the GPU: llmc/gpt2.h with every layer a CUDA kernel or a cuBLAS call,
-fp32 throughout. The same parameters (one buffer, llm.c's order), the same
-activation buffers (fill_in_activation_sizes / point_activations of gpt2.h, here
-in device memory), the same order of operations and the same backward scratch
-reuse (dresidual, dbtc, dbt4c), so that the two can be read side by side.
+GPT-2 on the GPU: llmc/gpt2.h with every layer a CUDA kernel or a cuBLAS call.
+The same parameters (one buffer, llm.c's order), the same activation buffers
+(fill_in_activation_sizes of gpt2.h, here in device memory), the same order of
+operations and the same backward scratch reuse (dresidual, dbtc, dbt4c), so that
+the two can be read side by side.
+
+Precision (llmc/precision.cuh, make PRECISION=FP32|BF16), as llm.c's mixed
+precision: the fp32 master weights (params_memory) are what AdamW updates and
+checkpoints hold; forward and backward read their copy in floatX (params_x: the
+weights rounded, which the update rewrites; in the fp32 build the master weights
+themselves). Gradients, AdamW moments and the gradient norm are fp32. The
+activations and the backward scratch are floatX, except the fp32 statistics
+(activation_is_statistic of gpt2.h: layernorm means and rstds, the attention's
+log-sum-exp, the losses); every kernel reads floatX as fp32, computes in fp32 and
+rounds what it stores.
 
 The host side is gpt2.h's: a model is created or loaded into a host GPT2
 (gpt2_init_random / gpt2_load_checkpoint; on resume also given the checkpoint's
@@ -30,25 +40,36 @@ more to bucket the embedding gradients (llmc/encoder.cuh).
 #include "matmul.cuh"
 #include "residual.cuh"
 
+// the parameters, activations and block views of gpt2.h in the build's precision
+typedef PARAMETER_TENSORS(floatX) ParameterTensorsX;
+typedef ACTIVATION_TENSORS(floatX) ActivationTensorsCuda;
+typedef LAYER_ACTIVATIONS(floatX) LayerActivationsCuda;
+DEFINE_LAYER_ACTIVATIONS(layer_activations_cuda, LayerActivationsCuda, ActivationTensorsCuda)
+
+// bytes a parameter of the floatX copy of the weights (0 in the fp32 build: none)
+#define GPT2_CUDA_WEIGHT_COPY_BYTES (sizeof(floatX) == sizeof(float) ? 0 : sizeof(floatX))
+
 typedef struct {
     GPT2 host;                // configuration, sizes, host parameters and moments (checkpoints)
     GPT2Config config;
     size_t num_parameters;
-    ParameterTensors params;  // views into params_memory (device)
-    float *params_memory;
+    float *params_memory;     // the fp32 master weights (device)
+    floatX *params_x;         // the weights in floatX (device): params_memory itself in the fp32 build
+    ParameterTensorsX params; // views into params_x: what forward and backward read
     ParameterTensors grads;   // views into grads_memory (device)
     float *grads_memory;
     float *m_memory;          // AdamW first moment (device)
     float *v_memory;          // AdamW second moment (device)
+    int gelu_fusion;          // -ge >= 1: the fc layer's GELU in its matmul's epilogue (llmc/matmul.cuh)
 } GPT2Cuda;
 
 typedef struct {
     int B, T;
     int recompute;            // -r, as gpt2.h's Activations
     int chunk_rows;           // tokens per classifier chunk
-    size_t num_floats;
-    float *memory;            // device
-    ActivationTensors t;      // views into memory, as gpt2.h's Activations
+    size_t num_bytes;
+    void *memory;             // device
+    ActivationTensorsCuda t;  // views into memory, as gpt2.h's Activations
     int *inputs;              // (B, T) device copy of this pass's token ids
     int *positions;           // (B, T) device copy of the position ids
     int *targets;             // (B, T) device copy of the targets
@@ -60,6 +81,15 @@ typedef struct {
 // parameters, or the ZeRO-1 shard of gpt2_optimizer_range)
 static size_t gpt2_cuda_moment_bytes(const GPT2Cuda *model) {
     return (model->host.opt_end - model->host.opt_begin) * sizeof(float);
+}
+
+// The floatX copy of the weights from the master weights, after these changed
+// other than by the update (loaded, broadcast, all-gathered at -z 1); nothing to do
+// in the fp32 build.
+static void gpt2_cuda_round_weights(GPT2Cuda *model) {
+    if (GPT2_CUDA_WEIGHT_COPY_BYTES > 0) {
+        round_to_floatX_cuda(model->params_x, model->params_memory, model->num_parameters);
+    }
 }
 
 // Takes over `host` (its parameters and AdamW moments are copied to the device;
@@ -76,11 +106,16 @@ static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
     model->grads_memory = (float *)cudaMallocCheck(bytes);
     model->m_memory = (float *)cudaMallocCheck(moment_bytes);
     model->v_memory = (float *)cudaMallocCheck(moment_bytes);
+    model->params_x = GPT2_CUDA_WEIGHT_COPY_BYTES > 0
+                          ? (floatX *)cudaMallocCheck(model->num_parameters * GPT2_CUDA_WEIGHT_COPY_BYTES)
+                          : (floatX *)model->params_memory;
+    model->gelu_fusion = 1;
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, bytes, cuda_ctx.stream));
     cuda_upload(model->params_memory, model->host.params_memory, bytes);
     cuda_upload(model->m_memory, model->host.m_memory, moment_bytes);
     cuda_upload(model->v_memory, model->host.v_memory, moment_bytes);
-    point_parameters(&model->params, model->params_memory, model->host.param_sizes);
+    gpt2_cuda_round_weights(model);
+    point_parameters_of(&model->params, model->params_x, model->host.param_sizes, sizeof(floatX));
     point_parameters(&model->grads, model->grads_memory, model->host.param_sizes);
     // the largest deterministic reduction's scratch: dbias of fcb (4C) and layernorm's two sums
     size_t C = model->config.channels;
@@ -94,6 +129,7 @@ static void gpt2_cuda_free(GPT2Cuda *model) {
     cudaCheck(cudaFree(model->grads_memory));
     cudaCheck(cudaFree(model->m_memory));
     cudaCheck(cudaFree(model->v_memory));
+    if (GPT2_CUDA_WEIGHT_COPY_BYTES > 0) { cudaCheck(cudaFree(model->params_x)); }
     gpt2_free(&model->host);
     memset(model, 0, sizeof(*model));
 }
@@ -107,7 +143,7 @@ static void gpt2_cuda_to_host(GPT2Cuda *model) {
 }
 
 // Device bytes of a pass's buffers besides the activations (what
-// activations_cuda_init allocates beyond fill_in_activation_sizes): the token,
+// activations_cuda_init allocates beyond fill_in_activation_bytes): the token,
 // position and target ids, the two embeddings' token buckets (d_order, d_starts,
 // d_rows each), and the reductions' scratch that gpt2_cuda_init reserves.
 static size_t activations_cuda_extra_bytes(GPT2Config c, int B, int T) {
@@ -118,15 +154,16 @@ static size_t activations_cuda_extra_bytes(GPT2Config c, int B, int T) {
 
 static void activations_cuda_init(ActivationsCuda *acts, GPT2Config c, int B, int T, int recompute) {
     memset(acts, 0, sizeof(*acts));
-    size_t sizes[NUM_ACTIVATION_BUFFERS];
+    size_t bytes[NUM_ACTIVATION_BUFFERS];
     acts->B = B;
     acts->T = T;
     acts->recompute = recompute;
     acts->chunk_rows = classifier_chunk_rows(c.padded_vocab_size, (size_t)B * T);
-    acts->num_floats = fill_in_activation_sizes(sizes, c, B, T, recompute);
-    acts->memory = (float *)cudaMallocCheck(acts->num_floats * sizeof(float));
-    cudaCheck(cudaMemsetAsync(acts->memory, 0, acts->num_floats * sizeof(float), cuda_ctx.stream));
-    point_activations(&acts->t, acts->memory, sizes);
+    // the bytes train/memory.h's estimate counts (activation_bytes, at sizeof(floatX))
+    acts->num_bytes = fill_in_activation_bytes(bytes, c, B, T, recompute, sizeof(floatX));
+    acts->memory = cudaMallocCheck(acts->num_bytes);
+    cudaCheck(cudaMemsetAsync(acts->memory, 0, acts->num_bytes, cuda_ctx.stream));
+    point_views(&acts->t, acts->memory, bytes, NUM_ACTIVATION_BUFFERS);
     size_t ids = (size_t)B * T * sizeof(int);
     acts->inputs = (int *)cudaMallocCheck(ids);
     acts->positions = (int *)cudaMallocCheck(ids);
@@ -159,14 +196,14 @@ static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const
     int B = acts->B, T = acts->T;
     size_t L = c.num_layers, C = c.channels;
     size_t BT = (size_t)B * T;
-    ParameterTensors p = model->params;
-    ActivationTensors a = acts->t;
+    ParameterTensorsX p = model->params;
+    ActivationTensorsCuda a = acts->t;
     cuda_upload(acts->inputs, inputs, BT * sizeof(int));
     cuda_upload(acts->positions, positions, BT * sizeof(int));
     if (targets != NULL) { cuda_upload(acts->targets, targets, BT * sizeof(int)); }
     encoder_forward_cuda(a.encoded, acts->inputs, acts->positions, p.wte, p.wpe, B, T, C);
     for (size_t l = 0; l < L; l++) {
-        LayerActivations v = layer_activations(&a, acts->recompute, c, B, T, l);
+        LayerActivationsCuda v = layer_activations_cuda(&a, acts->recompute, c, B, T, l);
         layernorm_forward_cuda(v.ln1, v.ln1_mean, v.ln1_rstd, v.residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
         matmul_forward_cuda(v.qkv, NULL, v.ln1, p.qkvw + l * 3 * C * C, p.qkvb + l * 3 * C, B, T, C, 3 * C);
         attn->forward(attn->ctx, v.atty, v.att_lse, v.qkv);
@@ -174,12 +211,18 @@ static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const
         residual_forward_cuda(v.residual2, v.residual, v.attproj, BT * C);
         layernorm_forward_cuda(v.ln2, v.ln2_mean, v.ln2_rstd, v.residual2, p.ln2w + l * C, p.ln2b + l * C,
                                B, T, C);
-        matmul_forward_cuda(v.fch, NULL, v.ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
-        gelu_forward_cuda(v.fch_gelu, v.fch, BT * 4 * C);
-        matmul_forward_cuda(v.fcproj, NULL, v.fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C, C);
+        // fch = fc(ln2), fch_gelu = gelu(fch): in the matmul's epilogue, or a kernel of its own (-ge 0)
+        if (model->gelu_fusion) {
+            matmul_forward_cuda(v.fch_gelu, v.fch, v.ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
+        } else {
+            matmul_forward_cuda(v.fch, NULL, v.ln2, p.fcw + l * 4 * C * C, p.fcb + l * 4 * C, B, T, C, 4 * C);
+            gelu_forward_cuda(v.fch_gelu, v.fch, BT * 4 * C);
+        }
+        matmul_forward_cuda(v.fcproj, NULL, v.fch_gelu, p.fcprojw + l * C * 4 * C, p.fcprojb + l * C, B, T, 4 * C,
+                            C);
         residual_forward_cuda(v.residual3, v.residual2, v.fcproj, BT * C);
     }
-    float *last = a.residual3 + (L - 1) * BT * C;
+    floatX *last = a.residual3 + (L - 1) * BT * C;
     layernorm_forward_cuda(a.lnf, a.lnf_mean, a.lnf_rstd, last, p.lnfw, p.lnfb, B, T, C);
     if (targets != NULL) {
         classifier_forward_cuda(a.losses, grad ? a.dbtc : NULL, model->grads.wte, a.logits, a.lnf, p.wte,
@@ -202,9 +245,9 @@ static void gpt2_cuda_forward_train(GPT2Cuda *model, ActivationsCuda *acts, cons
     gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, dloss, 1, attn);
 }
 
-// The logits of token `row` (b * T + t) after a forward pass: (Vp) device, in
-// acts->t.logits.
-static const float *gpt2_cuda_logits(GPT2Cuda *model, ActivationsCuda *acts, size_t row) {
+// The logits of token `row` (b * T + t) after a forward pass: (Vp) floatX device,
+// in acts->t.logits.
+static const floatX *gpt2_cuda_logits(GPT2Cuda *model, ActivationsCuda *acts, size_t row) {
     GPT2Config c = model->config;
     classifier_logits_cuda(acts->t.logits, acts->t.lnf + row * c.channels, model->params.wte, c.channels,
                            c.padded_vocab_size);
@@ -224,20 +267,19 @@ static void gpt2_cuda_backward(GPT2Cuda *model, ActivationsCuda *acts, const int
     int B = acts->B, T = acts->T;
     size_t L = c.num_layers, C = c.channels;
     size_t BT = (size_t)B * T;
-    ParameterTensors p = model->params;
+    ParameterTensorsX p = model->params;
     ParameterTensors g = model->grads;
-    ActivationTensors a = acts->t;
-    cudaStream_t s = cuda_ctx.stream;
+    ActivationTensorsCuda a = acts->t;
     // the final layernorm
-    cudaCheck(cudaMemsetAsync(a.dresidual, 0, BT * C * sizeof(float), s));
-    float *last = a.residual3 + (L - 1) * BT * C;
+    cudaCheck(cudaMemsetAsync(a.dresidual, 0, BT * C * sizeof(floatX), cuda_ctx.stream));
+    floatX *last = a.residual3 + (L - 1) * BT * C;
     layernorm_backward_cuda(a.dresidual, g.lnfw, g.lnfb, a.dbtc, last, p.lnfw, a.lnf_mean, a.lnf_rstd, B, T, C);
     // the blocks, last to first; dresidual is the gradient of each block's output,
     // and both branches of a residual add receive it unchanged
     for (int l = (int)L - 1; l >= 0; l--) {
-        LayerActivations v = layer_activations(&a, acts->recompute, c, B, T, (size_t)l);
-        float *dfch = a.dbt4c;  // (B, T, 4C)
-        float *dqkv = a.dbt4c;  // (B, T, 3C), once the MLP is done with the buffer
+        LayerActivationsCuda v = layer_activations_cuda(&a, acts->recompute, c, B, T, (size_t)l);
+        floatX *dfch = a.dbt4c;  // (B, T, 4C)
+        floatX *dqkv = a.dbt4c;  // (B, T, 3C), once the MLP is done with the buffer
         // what -r left out of the forward pass, recomputed as the forward computed it
         if (acts->recompute >= 2) {
             layernorm_forward_cuda(v.ln1, v.ln1_mean, v.ln1_rstd, v.residual, p.ln1w + l * C, p.ln1b + l * C,
@@ -246,22 +288,19 @@ static void gpt2_cuda_backward(GPT2Cuda *model, ActivationsCuda *acts, const int
                                    B, T, C);
         }
         if (acts->recompute >= 1) { gelu_forward_cuda(v.fch_gelu, v.fch, BT * 4 * C); }
-        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        cudaCheck(cudaMemsetAsync(dfch, 0, BT * 4 * C * sizeof(float), s));
+        // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2)))); each matmul's
+        // backward overwrites its input gradient
         matmul_backward_cuda(dfch, g.fcprojw + l * C * 4 * C, g.fcprojb + l * C, a.dresidual, v.fch_gelu,
                              p.fcprojw + l * C * 4 * C, B, T, 4 * C, C);
         gelu_backward_cuda(dfch, v.fch, dfch, BT * 4 * C);
-        cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
         matmul_backward_cuda(a.dbtc, g.fcw + l * 4 * C * C, g.fcb + l * 4 * C, dfch, v.ln2, p.fcw + l * 4 * C * C,
                              B, T, C, 4 * C);
         layernorm_backward_cuda(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbtc, v.residual2, p.ln2w + l * C,
                                 v.ln2_mean, v.ln2_rstd, B, T, C);
         // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
         matmul_backward_cuda(a.dbtc, g.attprojw + l * C * C, g.attprojb + l * C, a.dresidual, v.atty,
                              p.attprojw + l * C * C, B, T, C, C);
         attn->backward(attn->ctx, dqkv, a.dbtc, v.qkv, v.atty, v.att_lse);
-        cudaCheck(cudaMemsetAsync(a.dbtc, 0, BT * C * sizeof(float), s));
         matmul_backward_cuda(a.dbtc, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, v.ln1, p.qkvw + l * 3 * C * C,
                              B, T, C, 3 * C);
         layernorm_backward_cuda(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, v.residual, p.ln1w + l * C,
@@ -272,15 +311,17 @@ static void gpt2_cuda_backward(GPT2Cuda *model, ActivationsCuda *acts, const int
 }
 
 // AdamW over the parameters of the host model's optimizer range (all of them, or
-// a ZeRO-1 shard: the trainer then all-gathers the parameters, train/zero.h),
-// weight decay on the 2-D tensors' ones. t counts from 1.
+// a ZeRO-1 shard: the trainer then all-gathers the parameters, train/zero.h, and
+// rounds them into the floatX copy, gpt2_cuda_round_weights), weight decay on the
+// 2-D tensors' ones; the update writes the master weights and their floatX copy.
+// t counts from 1.
 static void gpt2_cuda_update(GPT2Cuda *model, float lr, float weight_decay, float grad_scale, int t) {
     size_t lo, hi, b = model->host.opt_begin;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         if (!optimizer_part_of_tensor(model->host.param_sizes, b, model->host.opt_end, i, &lo, &hi)) { continue; }
         float wd = parameter_is_2d(i) ? weight_decay : 0.0f;
-        adamw_update_cuda(model->params_memory + lo, model->grads_memory + lo, model->m_memory + (lo - b),
-                          model->v_memory + (lo - b), hi - lo, lr, wd, grad_scale, t);
+        adamw_update_cuda(model->params_memory + lo, model->params_x + lo, model->grads_memory + lo,
+                          model->m_memory + (lo - b), model->v_memory + (lo - b), hi - lo, lr, wd, grad_scale, t);
     }
 }
 

@@ -20,6 +20,7 @@ layernorms, instead of keeping them per layer.
 #define LLMC_GPT2_H
 
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,25 +51,42 @@ typedef struct {
 // parameters
 
 #define NUM_PARAMETER_TENSORS 16
-typedef struct {
-    float *wte;      // (Vp, C)
-    float *wpe;      // (maxT, C)
-    float *ln1w;     // (L, C)
-    float *ln1b;     // (L, C)
-    float *qkvw;     // (L, 3C, C)
-    float *qkvb;     // (L, 3C)
-    float *attprojw; // (L, C, C)
-    float *attprojb; // (L, C)
-    float *ln2w;     // (L, C)
-    float *ln2b;     // (L, C)
-    float *fcw;      // (L, 4C, C)
-    float *fcb;      // (L, 4C)
-    float *fcprojw;  // (L, C, 4C)
-    float *fcprojb;  // (L, C)
-    float *lnfw;     // (C)
-    float *lnfb;     // (C)
-} ParameterTensors;
+// The parameter tensors in llm.c's order, as views into one buffer of elements of
+// type X: float for the weights, gradients and AdamW moments (here and on the GPU);
+// the GPU model's copy of the weights in its storage type (llmc/gpt2.cuh) takes
+// the same views of floatX.
+#define PARAMETER_TENSORS(X) \
+    struct {                 \
+        X *wte;      /* (Vp, C) */ \
+        X *wpe;      /* (maxT, C) */ \
+        X *ln1w;     /* (L, C) */ \
+        X *ln1b;     /* (L, C) */ \
+        X *qkvw;     /* (L, 3C, C) */ \
+        X *qkvb;     /* (L, 3C) */ \
+        X *attprojw; /* (L, C, C) */ \
+        X *attprojb; /* (L, C) */ \
+        X *ln2w;     /* (L, C) */ \
+        X *ln2b;     /* (L, C) */ \
+        X *fcw;      /* (L, 4C, C) */ \
+        X *fcb;      /* (L, 4C) */ \
+        X *fcprojw;  /* (L, C, 4C) */ \
+        X *fcprojb;  /* (L, C) */ \
+        X *lnfw;     /* (C) */ \
+        X *lnfb;     /* (C) */ \
+    }
+typedef PARAMETER_TENSORS(float) ParameterTensors;
+// the views are set as an array of pointers (point_views): the struct must be one
+typedef char parameter_tensors_are_pointers[sizeof(ParameterTensors) == NUM_PARAMETER_TENSORS * sizeof(void *) ? 1 : -1];
 
+// Points the n pointers of `views` (a struct of n pointers, as PARAMETER_TENSORS
+// and ACTIVATION_TENSORS are) at consecutive spans of memory of bytes[i] bytes each.
+static void point_views(void *views, void *memory, const size_t *bytes, int n) {
+    char *p = (char *)memory;
+    for (int i = 0; i < n; i++) {
+        memcpy((char *)views + i * sizeof(void *), &p, sizeof(p)); // a pointer of any element type
+        p += bytes[i];
+    }
+}
 
 // weight decay applies to the 2-D tensors: the embeddings and the matmul weights
 static int parameter_is_2d(int i) {
@@ -95,16 +113,16 @@ static void fill_in_parameter_sizes(size_t *sizes, GPT2Config c) {
     sizes[15] = C;
 }
 
-// points the tensors of `params` into one buffer of all parameters
+// Points the tensors of `params` (a PARAMETER_TENSORS of any element type) into one
+// buffer of all parameters, elem_bytes a parameter.
+static void point_parameters_of(void *params, void *memory, const size_t *sizes, size_t elem_bytes) {
+    size_t bytes[NUM_PARAMETER_TENSORS];
+    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) { bytes[i] = sizes[i] * elem_bytes; }
+    point_views(params, memory, bytes, NUM_PARAMETER_TENSORS);
+}
+
 static void point_parameters(ParameterTensors *params, float *memory, const size_t *sizes) {
-    float **ptrs[NUM_PARAMETER_TENSORS] = {
-        &params->wte, &params->wpe, &params->ln1w, &params->ln1b, &params->qkvw, &params->qkvb,
-        &params->attprojw, &params->attprojb, &params->ln2w, &params->ln2b, &params->fcw, &params->fcb,
-        &params->fcprojw, &params->fcprojb, &params->lnfw, &params->lnfb};
-    for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        *(ptrs[i]) = memory;
-        memory += sizes[i];
-    }
+    point_parameters_of(params, memory, sizes, sizeof(float));
 }
 
 // ----------------------------------------------------------------------------
@@ -118,49 +136,58 @@ static void point_parameters(ParameterTensors *params, float *memory, const size
 // is the forward computation itself, so the results are bit for bit those of 0.
 #define RECOMPUTE_MAX 2
 
-typedef struct {
-    float *encoded;   // (B, T, C)
-    float *ln1;       // (L, B, T, C), or (B, T, C) shared by the layers at recompute 2
-    float *ln1_mean;  // (L, B, T)
-    float *ln1_rstd;  // (L, B, T)
-    float *qkv;       // (L, B, T, 3C)
-    float *atty;      // (L, B, T, C)
-    float *att_lse;   // (L, B, NH, T) log-sum-exp of each query's attention row
-    float *attproj;   // (L, B, T, C)
-    float *residual2; // (L, B, T, C)
-    float *ln2;       // (L, B, T, C), or (B, T, C) shared at recompute 2
-    float *ln2_mean;  // (L, B, T)
-    float *ln2_rstd;  // (L, B, T)
-    float *fch;       // (L, B, T, 4C)
-    float *fch_gelu;  // (L, B, T, 4C), or (B, T, 4C) shared at recompute 1 and 2
-    float *fcproj;    // (L, B, T, C)
-    float *residual3; // (L, B, T, C)
-    float *lnf;       // (B, T, C)
-    float *lnf_mean;  // (B, T)
-    float *lnf_rstd;  // (B, T)
-    float *logits;    // (chunk_rows, Vp) one chunk of the classifier (llmc/classifier.h)
-    float *losses;    // (B, T) per-token loss, 0 for ignored targets
-    // backward scratch, reused by every layer
-    float *dresidual; // (B, T, C) gradient of the residual stream
-    float *dbtc;      // (B, T, C); after a training forward pass the gradient of lnf
-    float *dbt4c;     // (B, T, 4C), also holds dqkv (B, T, 3C)
-} ActivationTensors;
+// The activation buffers, as views into one block of memory: X is an activation
+// value's type (float here; floatX in the GPU model, llmc/gpt2.cuh); the statistics
+// are fp32 in every build (layernorm means and rstds, the attention's log-sum-exp,
+// the losses: activation_is_statistic).
+#define ACTIVATION_TENSORS(X) \
+    struct {                     \
+        X *encoded;   /* (B, T, C) */ \
+        X *ln1;       /* (L, B, T, C), or (B, T, C) shared by the layers at recompute 2 */ \
+        float *ln1_mean;  /* (L, B, T) */ \
+        float *ln1_rstd;  /* (L, B, T) */ \
+        X *qkv;       /* (L, B, T, 3C) */ \
+        X *atty;      /* (L, B, T, C) */ \
+        float *att_lse;   /* (L, B, NH, T) log-sum-exp of each query's attention row */ \
+        X *attproj;   /* (L, B, T, C) */ \
+        X *residual2; /* (L, B, T, C) */ \
+        X *ln2;       /* (L, B, T, C), or (B, T, C) shared at recompute 2 */ \
+        float *ln2_mean;  /* (L, B, T) */ \
+        float *ln2_rstd;  /* (L, B, T) */ \
+        X *fch;       /* (L, B, T, 4C) */ \
+        X *fch_gelu;  /* (L, B, T, 4C), or (B, T, 4C) shared at recompute 1 and 2 */ \
+        X *fcproj;    /* (L, B, T, C) */ \
+        X *residual3; /* (L, B, T, C) */ \
+        X *lnf;       /* (B, T, C) */ \
+        float *lnf_mean;  /* (B, T) */ \
+        float *lnf_rstd;  /* (B, T) */ \
+        X *logits;    /* (chunk_rows, Vp) one chunk of the classifier (llmc/classifier.h) */ \
+        float *losses;    /* (B, T) per-token loss, 0 for ignored targets */ \
+        /* backward scratch, reused by every layer */ \
+        X *dresidual; /* (B, T, C) gradient of the residual stream */ \
+        X *dbtc;      /* (B, T, C); after a training forward pass the gradient of lnf */ \
+        X *dbt4c;     /* (B, T, 4C), also holds dqkv (B, T, 3C) */ \
+    }
+typedef ACTIVATION_TENSORS(float) ActivationTensors;
 
 typedef struct {
     int B, T;
     int recompute;  // 0, 1 or 2, see RECOMPUTE_MAX
     int chunk_rows; // tokens per classifier chunk
-    size_t num_floats;
-    float *memory;
+    size_t num_bytes;
+    void *memory;
     ActivationTensors t;
 } Activations;
 
-// The activation buffers, in the order of ActivationTensors: their sizes, and the
-// pointers into one block of memory. The one table of activation memory: the
-// trainers' allocations (here and in the GPU model, llmc/gpt2.cuh, which lays out
-// the same buffers in device memory) and any estimate of it come from here.
-// Returns the total in floats.
+// The sizes of the activation buffers, in values, in the order of
+// ActivationTensors. The one table of activation memory: the trainers' allocations
+// (here and in the GPU model, llmc/gpt2.cuh, which lays out the same buffers in
+// device memory, fill_in_activation_bytes) and any estimate of it come from here.
+// Returns the total in values.
 #define NUM_ACTIVATION_BUFFERS 24
+typedef char activation_tensors_are_pointers[sizeof(ActivationTensors) == NUM_ACTIVATION_BUFFERS * sizeof(void *) ? 1 : -1];
+#define ACTIVATION_BUFFER(field) ((int)(offsetof(ActivationTensors, field) / sizeof(void *)))
+
 static size_t fill_in_activation_sizes(size_t *sizes, GPT2Config c, int B, int T, int recompute) {
     size_t L = c.num_layers, C = c.channels, NH = c.num_heads, Vp = c.padded_vocab_size;
     size_t BT = (size_t)B * T;
@@ -178,26 +205,42 @@ static size_t fill_in_activation_sizes(size_t *sizes, GPT2Config c, int B, int T
     return total;
 }
 
-static void point_activations(ActivationTensors *t, float *memory, const size_t *sizes) {
-    float **ptrs[NUM_ACTIVATION_BUFFERS] = {
-        &t->encoded, &t->ln1, &t->ln1_mean, &t->ln1_rstd, &t->qkv, &t->atty, &t->att_lse, &t->attproj,
-        &t->residual2, &t->ln2, &t->ln2_mean, &t->ln2_rstd, &t->fch, &t->fch_gelu, &t->fcproj, &t->residual3,
-        &t->lnf, &t->lnf_mean, &t->lnf_rstd, &t->logits, &t->losses, &t->dresidual, &t->dbtc, &t->dbt4c};
+// Whether buffer i (in the order of ActivationTensors) holds fp32 statistics in
+// every build, whatever the activations' type.
+static int activation_is_statistic(int i) {
+    return i == ACTIVATION_BUFFER(ln1_mean) || i == ACTIVATION_BUFFER(ln1_rstd) || i == ACTIVATION_BUFFER(att_lse) ||
+           i == ACTIVATION_BUFFER(ln2_mean) || i == ACTIVATION_BUFFER(ln2_rstd) || i == ACTIVATION_BUFFER(lnf_mean) ||
+           i == ACTIVATION_BUFFER(lnf_rstd) || i == ACTIVATION_BUFFER(losses);
+}
+
+// every buffer starts at a multiple of this many bytes (wide vector loads, and the
+// alignment cuBLAS prefers), whatever the sizes of the buffers before it
+#define ACTIVATION_ALIGN 256
+
+// The bytes of each buffer of the activations of B rows of T tokens, x_bytes an
+// activation value (a statistic takes 4), each rounded up to ACTIVATION_ALIGN.
+// Returns the total: what the trainers allocate, and what their estimates count.
+static size_t fill_in_activation_bytes(size_t *bytes, GPT2Config c, int B, int T, int recompute, size_t x_bytes) {
+    size_t sizes[NUM_ACTIVATION_BUFFERS];
+    fill_in_activation_sizes(sizes, c, B, T, recompute);
+    size_t total = 0;
     for (int i = 0; i < NUM_ACTIVATION_BUFFERS; i++) {
-        *(ptrs[i]) = memory;
-        memory += sizes[i];
+        size_t b = sizes[i] * (activation_is_statistic(i) ? sizeof(float) : x_bytes);
+        bytes[i] = (b + ACTIVATION_ALIGN - 1) / ACTIVATION_ALIGN * ACTIVATION_ALIGN;
+        total += bytes[i];
     }
+    return total;
 }
 
 static void activations_init(Activations *acts, GPT2Config c, int B, int T, int recompute) {
-    size_t sizes[NUM_ACTIVATION_BUFFERS];
+    size_t bytes[NUM_ACTIVATION_BUFFERS];
     acts->B = B;
     acts->T = T;
     acts->recompute = recompute;
     acts->chunk_rows = classifier_chunk_rows(c.padded_vocab_size, (size_t)B * T);
-    acts->num_floats = fill_in_activation_sizes(sizes, c, B, T, recompute);
-    acts->memory = (float *)callocCheck(acts->num_floats, sizeof(float));
-    point_activations(&acts->t, acts->memory, sizes);
+    acts->num_bytes = fill_in_activation_bytes(bytes, c, B, T, recompute, sizeof(float));
+    acts->memory = callocCheck(acts->num_bytes, 1);
+    point_views(&acts->t, acts->memory, bytes, NUM_ACTIVATION_BUFFERS);
 }
 
 static void activations_free(Activations *acts) {
@@ -207,38 +250,47 @@ static void activations_free(Activations *acts) {
 
 // The activations of block l, as views into the buffers: the block's own slices,
 // or the shared slice of a buffer the backward pass recomputes. Shared by the
-// CPU and GPU models' forward and backward passes.
-typedef struct {
-    float *residual;  // (B, T, C) the block's input: encoded, or the previous block's residual3
-    float *ln1, *ln1_mean, *ln1_rstd;
-    float *qkv, *atty, *att_lse, *attproj, *residual2;
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu, *fcproj, *residual3;
-} LayerActivations;
+// CPU and GPU models' forward and backward passes; X as in ACTIVATION_TENSORS.
+#define LAYER_ACTIVATIONS(X) \
+    struct {                 \
+        X *residual; /* (B, T, C) the block's input: encoded, or the previous block's residual3 */ \
+        X *ln1;                                 \
+        float *ln1_mean, *ln1_rstd;             \
+        X *qkv, *atty;                          \
+        float *att_lse;                         \
+        X *attproj, *residual2, *ln2;           \
+        float *ln2_mean, *ln2_rstd;             \
+        X *fch, *fch_gelu, *fcproj, *residual3; \
+    }
+typedef LAYER_ACTIVATIONS(float) LayerActivations;
 
-static LayerActivations layer_activations(const ActivationTensors *a, int recompute, GPT2Config c, int B, int T,
-                                          size_t l) {
-    size_t C = c.channels, NH = c.num_heads, BT = (size_t)B * T;
-    size_t lln = recompute >= 2 ? 0 : l, lgelu = recompute >= 1 ? 0 : l;
-    LayerActivations v;
-    v.residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;
-    v.ln1 = a->ln1 + lln * BT * C;
-    v.ln1_mean = a->ln1_mean + l * BT;
-    v.ln1_rstd = a->ln1_rstd + l * BT;
-    v.qkv = a->qkv + l * BT * 3 * C;
-    v.atty = a->atty + l * BT * C;
-    v.att_lse = a->att_lse + l * B * NH * T;
-    v.attproj = a->attproj + l * BT * C;
-    v.residual2 = a->residual2 + l * BT * C;
-    v.ln2 = a->ln2 + lln * BT * C;
-    v.ln2_mean = a->ln2_mean + l * BT;
-    v.ln2_rstd = a->ln2_rstd + l * BT;
-    v.fch = a->fch + l * BT * 4 * C;
-    v.fch_gelu = a->fch_gelu + lgelu * BT * 4 * C;
-    v.fcproj = a->fcproj + l * BT * C;
-    v.residual3 = a->residual3 + l * BT * C;
-    return v;
-}
+// Defines `static Layer name(const Tensors *a, int recompute, GPT2Config c, int B,
+// int T, size_t l)`, the views of block l, for a pair of LAYER_ACTIVATIONS and
+// ACTIVATION_TENSORS types of the same element type.
+#define DEFINE_LAYER_ACTIVATIONS(name, Layer, Tensors)                                                 \
+    static Layer name(const Tensors *a, int recompute, GPT2Config c, int B, int T, size_t l) {         \
+        size_t C = c.channels, NH = c.num_heads, BT = (size_t)B * T;                                   \
+        size_t lln = recompute >= 2 ? 0 : l, lgelu = recompute >= 1 ? 0 : l;                          \
+        Layer v;                                                                                       \
+        v.residual = l == 0 ? a->encoded : a->residual3 + (l - 1) * BT * C;                            \
+        v.ln1 = a->ln1 + lln * BT * C;                                                                 \
+        v.ln1_mean = a->ln1_mean + l * BT;                                                             \
+        v.ln1_rstd = a->ln1_rstd + l * BT;                                                             \
+        v.qkv = a->qkv + l * BT * 3 * C;                                                               \
+        v.atty = a->atty + l * BT * C;                                                                 \
+        v.att_lse = a->att_lse + l * B * NH * T;                                                       \
+        v.attproj = a->attproj + l * BT * C;                                                           \
+        v.residual2 = a->residual2 + l * BT * C;                                                       \
+        v.ln2 = a->ln2 + lln * BT * C;                                                                 \
+        v.ln2_mean = a->ln2_mean + l * BT;                                                             \
+        v.ln2_rstd = a->ln2_rstd + l * BT;                                                             \
+        v.fch = a->fch + l * BT * 4 * C;                                                               \
+        v.fch_gelu = a->fch_gelu + lgelu * BT * 4 * C;                                                 \
+        v.fcproj = a->fcproj + l * BT * C;                                                             \
+        v.residual3 = a->residual3 + l * BT * C;                                                       \
+        return v;                                                                                      \
+    }
+DEFINE_LAYER_ACTIVATIONS(layer_activations, LayerActivations, ActivationTensors)
 
 // ----------------------------------------------------------------------------
 // the model

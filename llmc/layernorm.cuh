@@ -12,6 +12,10 @@ the CPU twin computes them (the second pass reads it from the cache).
 
 The weight and bias gradients sum over all tokens: the deterministic two-stage
 column sums of cuda_common.cuh rather than atomics.
+
+Precision (llmc/precision.cuh): input, output, weight, bias and the gradients of the
+input and output are floatX, read as fp32; the sums, the mean and rstd and the
+weight and bias gradients are fp32.
 */
 #ifndef LLMC_LAYERNORM_CUH
 #define LLMC_LAYERNORM_CUH
@@ -28,31 +32,33 @@ static int layernorm_threads(int C) {
 }
 
 // out: (N, C)   mean, rstd: (N)   inp: (N, C)   weight, bias: (C); one block per row
-__global__ static void layernorm_forward_kernel(float *out, float *mean, float *rstd, const float *inp,
-                                                const float *weight, const float *bias, int C) {
+__global__ static void layernorm_forward_kernel(floatX *out, float *mean, float *rstd, const floatX *inp,
+                                                const floatX *weight, const floatX *bias, int C) {
     __shared__ float scratch[WARP_SIZE];
     int row = blockIdx.x;
-    const float *x = inp + (size_t)row * C;
+    const floatX *x = inp + (size_t)row * C;
     float sum = 0.0f;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) { sum += x[i]; }
+    for (int i = threadIdx.x; i < C; i += blockDim.x) { sum += to_float(x[i]); }
     float m = block_reduce_sum(sum, scratch) / C;
     float var = 0.0f;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float xshift = x[i] - m;
+        float xshift = to_float(x[i]) - m;
         var += xshift * xshift;
     }
     var = block_reduce_sum(var, scratch) / C;
     float s = 1.0f / sqrtf(var + 1e-5f);
-    float *o = out + (size_t)row * C;
-    for (int i = threadIdx.x; i < C; i += blockDim.x) { o[i] = s * (x[i] - m) * weight[i] + bias[i]; }
+    floatX *o = out + (size_t)row * C;
+    for (int i = threadIdx.x; i < C; i += blockDim.x) {
+        o[i] = to_floatX(s * (to_float(x[i]) - m) * to_float(weight[i]) + to_float(bias[i]));
+    }
     if (threadIdx.x == 0) {
         mean[row] = m;
         rstd[row] = s;
     }
 }
 
-static void layernorm_forward_cuda(float *out, float *mean, float *rstd, const float *inp, const float *weight,
-                                   const float *bias, int B, int T, int C) {
+static void layernorm_forward_cuda(floatX *out, float *mean, float *rstd, const floatX *inp, const floatX *weight,
+                                   const floatX *bias, int B, int T, int C) {
     int N = B * T;
     if (N == 0) { return; }
     layernorm_forward_kernel<<<N, layernorm_threads(C), 0, cuda_ctx.stream>>>(out, mean, rstd, inp, weight, bias, C);
@@ -61,36 +67,36 @@ static void layernorm_forward_cuda(float *out, float *mean, float *rstd, const f
 
 // dinp += the input gradient of each row; one block per row
 // dinp, dout, inp: (N, C)   weight: (C)   mean, rstd: (N)
-__global__ static void layernorm_backward_input_kernel(float *dinp, const float *dout, const float *inp,
-                                                       const float *weight, const float *mean, const float *rstd,
+__global__ static void layernorm_backward_input_kernel(floatX *dinp, const floatX *dout, const floatX *inp,
+                                                       const floatX *weight, const float *mean, const float *rstd,
                                                        int C) {
     __shared__ float scratch[WARP_SIZE];
     int row = blockIdx.x;
-    const float *dout_bt = dout + (size_t)row * C;
-    const float *inp_bt = inp + (size_t)row * C;
-    float *dinp_bt = dinp + (size_t)row * C;
+    const floatX *dout_bt = dout + (size_t)row * C;
+    const floatX *inp_bt = inp + (size_t)row * C;
+    floatX *dinp_bt = dinp + (size_t)row * C;
     float mean_bt = mean[row], rstd_bt = rstd[row];
     // the two reductions of the layernorm gradient
     float dnorm_mean = 0.0f, dnorm_norm_mean = 0.0f;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float norm_bti = (inp_bt[i] - mean_bt) * rstd_bt;
-        float dnorm_i = weight[i] * dout_bt[i];
+        float norm_bti = (to_float(inp_bt[i]) - mean_bt) * rstd_bt;
+        float dnorm_i = to_float(weight[i]) * to_float(dout_bt[i]);
         dnorm_mean += dnorm_i;
         dnorm_norm_mean += dnorm_i * norm_bti;
     }
     dnorm_mean = block_reduce_sum(dnorm_mean, scratch) / C;
     dnorm_norm_mean = block_reduce_sum(dnorm_norm_mean, scratch) / C;
     for (int i = threadIdx.x; i < C; i += blockDim.x) {
-        float norm_bti = (inp_bt[i] - mean_bt) * rstd_bt;
-        float dnorm_i = weight[i] * dout_bt[i];
-        dinp_bt[i] += (dnorm_i - dnorm_mean - norm_bti * dnorm_norm_mean) * rstd_bt;
+        float norm_bti = (to_float(inp_bt[i]) - mean_bt) * rstd_bt;
+        float dnorm_i = to_float(weight[i]) * to_float(dout_bt[i]);
+        dinp_bt[i] = to_floatX(to_float(dinp_bt[i]) + (dnorm_i - dnorm_mean - norm_bti * dnorm_norm_mean) * rstd_bt);
     }
 }
 
 // Stage one of dweight and dbias (the column sums of cuda_common.cuh): the sums
 // over each chunk of rows, per channel.
 // partials: 2 x (chunks, C), dweight's then dbias's
-__global__ static void layernorm_backward_params_kernel(float *partials, const float *dout, const float *inp,
+__global__ static void layernorm_backward_params_kernel(float *partials, const floatX *dout, const floatX *inp,
                                                         const float *mean, const float *rstd, int N, int C,
                                                         int chunks) {
     __shared__ float lanes[COLUMN_SUM_LANES * COLUMN_SUM_COLS];
@@ -100,8 +106,8 @@ __global__ static void layernorm_backward_params_kernel(float *partials, const f
     if (i < C) {
         int end = column_chunk_start(N, chunks, k + 1);
         for (int bt = column_chunk_start(N, chunks, k) + threadIdx.y; bt < end; bt += COLUMN_SUM_LANES) {
-            float dout_bti = dout[(size_t)bt * C + i];
-            float norm_bti = (inp[(size_t)bt * C + i] - mean[bt]) * rstd[bt];
+            float dout_bti = to_float(dout[(size_t)bt * C + i]);
+            float norm_bti = (to_float(inp[(size_t)bt * C + i]) - mean[bt]) * rstd[bt];
             dw += norm_bti * dout_bti;
             db += dout_bti;
         }
@@ -115,8 +121,9 @@ __global__ static void layernorm_backward_params_kernel(float *partials, const f
 }
 
 // Accumulates into dinp, dweight, dbias.
-static void layernorm_backward_cuda(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
-                                    const float *weight, const float *mean, const float *rstd, int B, int T, int C) {
+// dinp, dout, inp: (B, T, C) floatX   dweight, dbias: (C) fp32   weight: (C) floatX   mean, rstd: (B, T)
+static void layernorm_backward_cuda(floatX *dinp, float *dweight, float *dbias, const floatX *dout, const floatX *inp,
+                                    const floatX *weight, const float *mean, const float *rstd, int B, int T, int C) {
     int N = B * T;
     if (N == 0) { return; }
     layernorm_backward_input_kernel<<<N, layernorm_threads(C), 0, cuda_ctx.stream>>>(

@@ -2,7 +2,15 @@
 Every GPU layer (the llmc .cuh files) against its CPU twin (the llmc .h files), the independent
 reference, on the same random inputs; then the whole GPU model (llmc/gpt2.cuh,
 identity ring, -r 2, classifier chunks of 7 rows) against the CPU model
-(llmc/gpt2.h, -r 0, one chunk) through forward, backward and two AdamW updates. TF32 is off (cuda_init(device, 0)): fp32 against fp32.
+(llmc/gpt2.h, -r 0, one chunk) through forward, backward and two AdamW updates. TF32 is off (cuda_init(device, 0)).
+
+Built in both precisions (llmc/precision.cuh): -DENABLE_FP32 compares fp32 with
+fp32 as the tolerances below say; -DENABLE_BF16 gives both sides the same
+bf16-rounded inputs (round_to_storage: every value the GPU reads from floatX
+memory, the CPU reads rounded the same way), and where a kernel stores an
+intermediate in floatX that a later step reads (the classifier's logits and their
+gradient) the CPU reference rounds it there too. What remains is the rounding of
+the GPU's own floatX outputs.
 
 Outputs are poisoned with NaN before each kernel, so an element a kernel forgets
 to write fails. Accumulating kernels (backward passes) start from the same random
@@ -22,6 +30,18 @@ test/gpu_test_utils.cuh):
         its own running magnitude, so that the relative error of a tiny gradient
         reaches the update in full
   1e-12 the double-precision gradient norm
+In the bf16 build a check of a floatX output adds u = 2^-8 (x_tol): bf16 keeps 8
+significant bits, so rounding to nearest moves a value by at most u of itself,
+and the 2-norm of the errors of a rounded tensor is at most u of its own 2-norm;
+the reference is the unrounded fp32 value, so the bound is the fp32 tolerance +
+u. A floatX intermediate both sides round can come out one bf16 ulp (2u) apart
+where the two fp32 values straddle a rounding boundary, which at fp32
+differences of ~1e-6 happens to about 1e-6 / 2^-7 ~ 1e-4 of the values; a few
+such values move a tensor's 2-norm by far less than u, so those checks take the
+same bound. Checks of fp32 outputs computed from the same rounded inputs (mean,
+rstd, the weight and bias gradients, the losses of given logits) keep the fp32
+tolerance. The whole model's tolerances in the bf16 build (MODEL_BF16_*, where
+the CPU model cannot round as the GPU does) are derived above test_model.
 With no GPU the binary exits 77 (skipped).
 */
 #include "cp/comm_mpi.h"
@@ -57,23 +77,65 @@ static int *random_ints(size_t n, int below) {
     return x;
 }
 
+// u = 2^-8, the unit roundoff of a value stored as bf16 (8 significant bits, round
+// to nearest); 0 in the fp32 build, where storing rounds nothing
+#define STORAGE_ROUNDOFF (sizeof(floatX) == sizeof(float) ? 0.0 : 1.0 / 256)
+
+// the tolerance of a floatX output (see the top of the file)
+static double x_tol(double fp32_tol) { return fp32_tol + STORAGE_ROUNDOFF; }
+
+// x rounded in place to the values floatX holds (nothing changes in the fp32 build); returns x
+static float *round_to_storage(float *x, size_t n) {
+    for (size_t i = 0; i < n; i++) { x[i] = to_float(to_floatX(x[i])); }
+    return x;
+}
+
+// random values that floatX holds exactly, so that both sides read the same numbers
+static float *random_stored(size_t n, float lo, float hi) { return round_to_storage(random_floats(n, lo, hi), n); }
+
+// a device floatX copy of host values (round_to_storage'd: the copy holds them exactly)
+static floatX *device_copy_x(const float *host, size_t n) {
+    floatX *staged = (floatX *)mallocCheck(n * sizeof(floatX));
+    for (size_t i = 0; i < n; i++) { staged[i] = to_floatX(host[i]); }
+    floatX *d = (floatX *)cudaMallocCheck(n * sizeof(floatX));
+    cuda_upload(d, staged, n * sizeof(floatX));
+    cuda_sync();
+    free(staged);
+    return d;
+}
+
+static floatX *device_alloc_x(size_t n) { return (floatX *)cudaMallocCheck(n * sizeof(floatX)); }
+
+// a floatX device array, widened, against a host reference
+static double check_rel_device_x(const char *what, const floatX *got_device, const float *expected, size_t n,
+                                 double tol) {
+    floatX *got_x = (floatX *)mallocCheck(n * sizeof(floatX));
+    cuda_download(got_x, got_device, n * sizeof(floatX));
+    float *got = (float *)mallocCheck(n * sizeof(float));
+    for (size_t i = 0; i < n; i++) { got[i] = to_float(got_x[i]); }
+    double rel = check_rel(what, got, expected, n, tol);
+    free(got);
+    free(got_x);
+    return rel;
+}
+
 static void test_encoder(void) {
-    float *wte = random_floats((size_t)VP * C, -1, 1), *wpe = random_floats((size_t)MAXT * C, -1, 1);
+    float *wte = random_stored((size_t)VP * C, -1, 1), *wpe = random_stored((size_t)MAXT * C, -1, 1);
     int *inp = random_ints(BT, 20); // few distinct ids: many tokens share an embedding row
     int *pos = random_ints(BT, MAXT);
     float *out = (float *)mallocCheck((size_t)BT * C * sizeof(float));
     encoder_forward(out, inp, pos, wte, wpe, B, T, C);
-    float *d_wte = device_copy(wte, (size_t)VP * C), *d_wpe = device_copy(wpe, (size_t)MAXT * C);
+    floatX *d_wte = device_copy_x(wte, (size_t)VP * C), *d_wpe = device_copy_x(wpe, (size_t)MAXT * C);
     int *d_inp = device_copy_int(inp, BT), *d_pos = device_copy_int(pos, BT);
-    float *d_out = (float *)cudaMallocCheck((size_t)BT * C * sizeof(float));
-    poison_device(d_out, (size_t)BT * C * sizeof(float));
+    floatX *d_out = device_alloc_x((size_t)BT * C);
+    poison_device(d_out, (size_t)BT * C * sizeof(floatX));
     encoder_forward_cuda(d_out, d_inp, d_pos, d_wte, d_wpe, B, T, C);
-    check_rel_device("encoder forward", d_out, out, (size_t)BT * C, 1e-6);
+    check_rel_device_x("encoder forward", d_out, out, (size_t)BT * C, x_tol(1e-6));
 
-    // backward accumulates into tables that already hold values
-    float *dout = random_floats((size_t)BT * C, -1, 1);
+    // backward accumulates (fp32) into tables that already hold values
+    float *dout = random_stored((size_t)BT * C, -1, 1);
     float *dwte = random_floats((size_t)VP * C, -1, 1), *dwpe = random_floats((size_t)MAXT * C, -1, 1);
-    float *d_dout = device_copy(dout, (size_t)BT * C);
+    floatX *d_dout = device_copy_x(dout, (size_t)BT * C);
     float *d_dwte = device_copy(dwte, (size_t)VP * C), *d_dwpe = device_copy(dwpe, (size_t)MAXT * C);
     encoder_backward(dwte, dwpe, dout, inp, pos, B, T, C);
     TokenBuckets wte_b, wpe_b;
@@ -93,31 +155,32 @@ static void test_encoder(void) {
 static void test_layernorm(int b, int t, int c) {
     char what[96];
     size_t bt = (size_t)b * t, n = bt * c;
-    float *inp = random_floats(n, -2, 3), *w = random_floats(c, 0.5f, 1.5f), *bias = random_floats(c, -1, 1);
+    float *inp = random_stored(n, -2, 3), *w = random_stored(c, 0.5f, 1.5f), *bias = random_stored(c, -1, 1);
     float *out = (float *)mallocCheck(n * sizeof(float));
     float *mean = (float *)mallocCheck(bt * sizeof(float)), *rstd = (float *)mallocCheck(bt * sizeof(float));
     layernorm_forward(out, mean, rstd, inp, w, bias, b, t, c);
-    float *d_inp = device_copy(inp, n), *d_w = device_copy(w, c), *d_b = device_copy(bias, c);
-    float *d_out = (float *)cudaMallocCheck(n * sizeof(float));
+    floatX *d_inp = device_copy_x(inp, n), *d_w = device_copy_x(w, c), *d_b = device_copy_x(bias, c);
+    floatX *d_out = device_alloc_x(n);
     float *d_mean = (float *)cudaMallocCheck(bt * sizeof(float)), *d_rstd = (float *)cudaMallocCheck(bt * sizeof(float));
-    poison_device(d_out, n * sizeof(float));
+    poison_device(d_out, n * sizeof(floatX));
     poison_device(d_mean, bt * sizeof(float));
     poison_device(d_rstd, bt * sizeof(float));
     layernorm_forward_cuda(d_out, d_mean, d_rstd, d_inp, d_w, d_b, b, t, c);
     snprintf(what, sizeof(what), "layernorm (%d, %d, %d) forward out", b, t, c);
-    check_rel_device(what, d_out, out, n, 1e-5);
+    check_rel_device_x(what, d_out, out, n, x_tol(1e-5));
     snprintf(what, sizeof(what), "layernorm (%d, %d, %d) forward mean", b, t, c);
     check_rel_device(what, d_mean, mean, bt, 1e-5);
     snprintf(what, sizeof(what), "layernorm (%d, %d, %d) forward rstd", b, t, c);
     check_rel_device(what, d_rstd, rstd, bt, 1e-5);
 
-    float *dout = random_floats(n, -1, 1), *dinp = random_floats(n, -1, 1);
+    float *dout = random_stored(n, -1, 1), *dinp = random_stored(n, -1, 1);
     float *dw = random_floats(c, -1, 1), *db = random_floats(c, -1, 1);
-    float *d_dout = device_copy(dout, n), *d_dinp = device_copy(dinp, n), *d_dw = device_copy(dw, c), *d_db = device_copy(db, c);
+    floatX *d_dout = device_copy_x(dout, n), *d_dinp = device_copy_x(dinp, n);
+    float *d_dw = device_copy(dw, c), *d_db = device_copy(db, c);
     layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, b, t, c);
     layernorm_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, b, t, c);
     snprintf(what, sizeof(what), "layernorm (%d, %d, %d) backward dinp", b, t, c);
-    check_rel_device(what, d_dinp, dinp, n, 1e-5);
+    check_rel_device_x(what, d_dinp, dinp, n, x_tol(1e-5));
     snprintf(what, sizeof(what), "layernorm (%d, %d, %d) backward dweight", b, t, c);
     check_rel_device(what, d_dw, dw, c, 1e-5);
     snprintf(what, sizeof(what), "layernorm (%d, %d, %d) backward dbias", b, t, c);
@@ -131,36 +194,39 @@ static void test_layernorm(int b, int t, int c) {
 // and the fused GELU forward (pre_gelu and gelu(pre_gelu) against the CPU's
 // matmul then gelu), and the backward with the bias gradient from cuBLASLt's
 // epilogue and, under the emulation, from the column sums that stand in when
-// cuBLASLt has no algorithm for it
+// cuBLASLt has no algorithm for it. In the bf16 build the GELU may come from the
+// fp32 product (the epilogue) or from the product rounded first (without it, OC
+// not a multiple of 8): gelu' (at most 1.13) carries that rounding too, so its
+// bound is the fp32 tolerance + 2u
 static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     char what[96];
     size_t bt = (size_t)b * t;
-    float *inp = random_floats(bt * c, -1, 1), *w = random_floats((size_t)oc * c, -1, 1);
-    float *bias = with_bias ? random_floats(oc, -1, 1) : NULL;
+    float *inp = random_stored(bt * c, -1, 1), *w = random_stored((size_t)oc * c, -1, 1);
+    float *bias = with_bias ? random_stored(oc, -1, 1) : NULL;
     float *out = (float *)mallocCheck(bt * oc * sizeof(float)), *act = (float *)mallocCheck(bt * oc * sizeof(float));
     matmul_forward(out, inp, w, bias, b, t, c, oc);
     gelu_forward(act, out, bt * oc);
-    float *d_inp = device_copy(inp, bt * c), *d_w = device_copy(w, (size_t)oc * c);
-    float *d_bias = with_bias ? device_copy(bias, oc) : NULL;
-    float *d_out = (float *)cudaMallocCheck(bt * oc * sizeof(float)), *d_act = (float *)cudaMallocCheck(bt * oc * sizeof(float));
-    poison_device(d_out, bt * oc * sizeof(float));
+    floatX *d_inp = device_copy_x(inp, bt * c), *d_w = device_copy_x(w, (size_t)oc * c);
+    floatX *d_bias = with_bias ? device_copy_x(bias, oc) : NULL;
+    floatX *d_out = device_alloc_x(bt * oc), *d_act = device_alloc_x(bt * oc);
+    poison_device(d_out, bt * oc * sizeof(floatX));
     matmul_forward_cuda(d_out, NULL, d_inp, d_w, d_bias, b, t, c, oc);
     snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward%s", b, t, c, oc, with_bias ? " +bias" : "");
-    check_rel_device(what, d_out, out, bt * oc, 1e-5);
-    poison_device(d_out, bt * oc * sizeof(float));
-    poison_device(d_act, bt * oc * sizeof(float));
+    check_rel_device_x(what, d_out, out, bt * oc, x_tol(1e-5));
+    poison_device(d_out, bt * oc * sizeof(floatX));
+    poison_device(d_act, bt * oc * sizeof(floatX));
     matmul_forward_cuda(d_act, d_out, d_inp, d_w, d_bias, b, t, c, oc);
     snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward, GELU's input", b, t, c, oc);
-    check_rel_device(what, d_out, out, bt * oc, 1e-5);
+    check_rel_device_x(what, d_out, out, bt * oc, x_tol(1e-5));
     snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward, GELU", b, t, c, oc);
-    check_rel_device(what, d_act, act, bt * oc, 1e-5);
+    check_rel_device_x(what, d_act, act, bt * oc, x_tol(1e-5) + STORAGE_ROUNDOFF);
 
-    float *dout = random_floats(bt * oc, -1, 1);
+    float *dout = random_stored(bt * oc, -1, 1);
     float *dinp = (float *)callocCheck(bt * c, sizeof(float)), *dw = random_floats((size_t)oc * c, -1, 1);
     float *db = with_bias ? random_floats(oc, -1, 1) : NULL;
     // the gradients accumulate: each GPU path starts from the values the CPU started from
     float *d_dw_init = device_copy(dw, (size_t)oc * c), *d_db_init = with_bias ? device_copy(db, oc) : NULL;
-    float *d_dout = device_copy(dout, bt * oc), *d_dinp = (float *)cudaMallocCheck(bt * c * sizeof(float));
+    floatX *d_dout = device_copy_x(dout, bt * oc), *d_dinp = device_alloc_x(bt * c);
     float *d_dw = (float *)cudaMallocCheck((size_t)oc * c * sizeof(float));
     float *d_db = with_bias ? (float *)cudaMallocCheck(oc * sizeof(float)) : NULL;
     matmul_backward(dinp, dw, db, dout, inp, w, b, t, c, oc); // dinp from 0: the GPU overwrites it
@@ -178,10 +244,10 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
         if (with_bias) {
             cudaCheck(cudaMemcpyAsync(d_db, d_db_init, oc * sizeof(float), cudaMemcpyDeviceToDevice, cuda_ctx.stream));
         }
-        poison_device(d_dinp, bt * c * sizeof(float));
+        poison_device(d_dinp, bt * c * sizeof(floatX));
         matmul_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, b, t, c, oc);
         snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dinp%s", b, t, c, oc, how);
-        check_rel_device(what, d_dinp, dinp, bt * c, 1e-5);
+        check_rel_device_x(what, d_dinp, dinp, bt * c, x_tol(1e-5));
         snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d backward dweight%s", b, t, c, oc, how);
         check_rel_device(what, d_dw, dw, (size_t)oc * c, 1e-5);
         if (with_bias) {
@@ -199,28 +265,40 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
 
 static void test_elementwise(void) {
     size_t n = (size_t)BT * 4 * C;
-    float *x = random_floats(n, -4, 4), *y = random_floats(n, -1, 1);
+    float *x = random_stored(n, -4, 4), *y = random_stored(n, -1, 1);
     float *out = (float *)mallocCheck(n * sizeof(float));
-    float *d_x = device_copy(x, n), *d_y = device_copy(y, n);
-    float *d_out = (float *)cudaMallocCheck(n * sizeof(float));
+    floatX *d_x = device_copy_x(x, n), *d_y = device_copy_x(y, n);
+    floatX *d_out = device_alloc_x(n);
     gelu_forward(out, x, n);
-    poison_device(d_out, n * sizeof(float));
+    poison_device(d_out, n * sizeof(floatX));
     gelu_forward_cuda(d_out, d_x, n);
-    check_rel_device("gelu forward", d_out, out, n, 1e-6);
+    check_rel_device_x("gelu forward", d_out, out, n, x_tol(1e-6));
     gelu_backward(out, x, y, n);
-    poison_device(d_out, n * sizeof(float));
+    poison_device(d_out, n * sizeof(floatX));
     gelu_backward_cuda(d_out, d_x, d_y, n);
-    check_rel_device("gelu backward", d_out, out, n, 1e-6);
+    check_rel_device_x("gelu backward", d_out, out, n, x_tol(1e-6));
     // in place, as the model calls it: dinp == dout
-    cudaCheck(cudaMemcpyAsync(d_out, d_y, n * sizeof(float), cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+    cudaCheck(cudaMemcpyAsync(d_out, d_y, n * sizeof(floatX), cudaMemcpyDeviceToDevice, cuda_ctx.stream));
     gelu_backward_cuda(d_out, d_x, d_out, n);
-    check_rel_device("gelu backward in place", d_out, out, n, 1e-6);
+    check_rel_device_x("gelu backward in place", d_out, out, n, x_tol(1e-6));
     residual_forward(out, x, y, n);
-    poison_device(d_out, n * sizeof(float));
+    poison_device(d_out, n * sizeof(floatX));
     residual_forward_cuda(d_out, d_x, d_y, n);
-    check_rel_device("residual forward", d_out, out, n, 1e-6);
+    check_rel_device_x("residual forward", d_out, out, n, x_tol(1e-6));
     cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_y)); cudaCheck(cudaFree(d_out));
     free(x); free(y); free(out);
+}
+
+// The CPU classifier in one chunk (classifier_forward of llmc/classifier.h, step by
+// step), with the logits and their gradient rounded where the GPU stores them in
+// floatX. logits: (BT, VP) scratch
+static void classifier_reference(float *losses, float *dlnf, float *dwte, float *logits, const float *lnf,
+                                 const float *wte, const int *targets, float dloss) {
+    size_t n = (size_t)BT * VP;
+    matmul_forward(logits, lnf, wte, NULL, 1, BT, C, VP);
+    softmax_crossentropy_rows(round_to_storage(logits, n), losses, targets, BT, V, VP, dloss, 1);
+    memset(dlnf, 0, (size_t)BT * C * sizeof(float));
+    matmul_backward(dlnf, dwte, NULL, round_to_storage(logits, n), lnf, wte, 1, BT, C, VP);
 }
 
 // The softmax and cross-entropy of rows, with and without gradient; then the whole
@@ -228,7 +306,7 @@ static void test_elementwise(void) {
 // one chunk of all) against the CPU's in one chunk, the unchunked computation.
 static void test_classifier(void) {
     size_t n = (size_t)BT * VP;
-    float *logits = random_floats(n, -5, 5);
+    float *logits = random_stored(n, -5, 5);
     int *targets = random_ints(BT, V);
     for (int i = 0; i < BT; i += 5) { targets[i] = IGNORE_INDEX; } // pad slots
     int *d_targets = device_copy_int(targets, BT);
@@ -238,53 +316,56 @@ static void test_classifier(void) {
     for (int grad = 0; grad <= 1; grad++) {
         float *rows = (float *)mallocCheck(n * sizeof(float));
         memcpy(rows, logits, n * sizeof(float));
-        float *d_rows = device_copy(logits, n);
+        floatX *d_rows = device_copy_x(logits, n);
         poison_device(d_losses, BT * sizeof(float));
         softmax_crossentropy_rows(rows, losses, targets, BT, V, VP, dloss, grad);
         softmax_crossentropy_rows_cuda(d_rows, d_losses, d_targets, BT, V, VP, dloss, grad);
         check_rel_device(grad ? "classifier rows losses (grad)" : "classifier rows losses", d_losses, losses, BT, 1e-5);
-        if (grad) { check_rel_device("classifier rows dlogits", d_rows, rows, n, 1e-5); }
+        if (grad) { check_rel_device_x("classifier rows dlogits", d_rows, rows, n, x_tol(1e-5)); }
         cudaCheck(cudaFree(d_rows));
         free(rows);
     }
 
-    float *lnf = random_floats((size_t)BT * C, -1, 1), *wte = random_floats((size_t)VP * C, -1, 1);
+    float *lnf = random_stored((size_t)BT * C, -1, 1), *wte = random_stored((size_t)VP * C, -1, 1);
     float *dwte = random_floats((size_t)VP * C, -1, 1), *dlnf = (float *)mallocCheck((size_t)BT * C * sizeof(float));
-    float *d_lnf = device_copy(lnf, (size_t)BT * C), *d_wte = device_copy(wte, (size_t)VP * C);
-    float *d_dlnf = (float *)cudaMallocCheck((size_t)BT * C * sizeof(float));
-    float *d_logits = (float *)cudaMallocCheck(n * sizeof(float));
+    floatX *d_lnf = device_copy_x(lnf, (size_t)BT * C), *d_wte = device_copy_x(wte, (size_t)VP * C);
+    floatX *d_dlnf = device_alloc_x((size_t)BT * C);
+    floatX *d_logits = device_alloc_x(n);
     float *d_dwte[2] = {device_copy(dwte, (size_t)VP * C), device_copy(dwte, (size_t)VP * C)};
     float *chunk_logits = (float *)mallocCheck(n * sizeof(float));
-    classifier_forward(losses, dlnf, dwte, chunk_logits, lnf, wte, targets, dloss, BT, BT, C, V, VP);
+    classifier_reference(losses, dlnf, dwte, chunk_logits, lnf, wte, targets, dloss);
     const int chunks[2] = {7, BT};
     for (int k = 0; k < 2; k++) {
         char what[96];
         poison_device(d_losses, BT * sizeof(float));
-        poison_device(d_dlnf, (size_t)BT * C * sizeof(float));
+        poison_device(d_dlnf, (size_t)BT * C * sizeof(floatX));
         classifier_forward_cuda(d_losses, d_dlnf, d_dwte[k], d_logits, d_lnf, d_wte, d_targets, dloss, BT, chunks[k],
                                 C, V, VP);
+        // the losses read the rounded logits: a flip of one is one bf16 ulp, see the top
         snprintf(what, sizeof(what), "classifier losses, chunks of %d rows", chunks[k]);
-        check_rel_device(what, d_losses, losses, BT, 1e-5);
+        check_rel_device(what, d_losses, losses, BT, x_tol(1e-5));
         snprintf(what, sizeof(what), "classifier dlnf, chunks of %d rows", chunks[k]);
-        check_rel_device(what, d_dlnf, dlnf, (size_t)BT * C, 1e-5);
+        check_rel_device_x(what, d_dlnf, dlnf, (size_t)BT * C, x_tol(1e-5));
         snprintf(what, sizeof(what), "classifier dwte, chunks of %d rows", chunks[k]);
-        check_rel_device(what, d_dwte[k], dwte, (size_t)VP * C, 1e-5);
+        check_rel_device(what, d_dwte[k], dwte, (size_t)VP * C, x_tol(1e-5));
     }
     // one token's logits (the sampler's)
     matmul_forward(chunk_logits, lnf, wte, NULL, B, T, C, VP);
-    poison_device(d_logits, VP * sizeof(float));
+    poison_device(d_logits, VP * sizeof(floatX));
     classifier_logits_cuda(d_logits, d_lnf + 40 * C, d_wte, C, VP);
-    check_rel_device("classifier logits of token 40", d_logits, chunk_logits + 40 * VP, VP, 1e-5);
+    check_rel_device_x("classifier logits of token 40", d_logits, chunk_logits + 40 * VP, VP, x_tol(1e-5));
     void *dev[] = {d_targets, d_losses, d_lnf, d_wte, d_dlnf, d_logits, d_dwte[0], d_dwte[1]};
     for (int i = 0; i < 8; i++) { cudaCheck(cudaFree(dev[i])); }
     free(logits); free(targets); free(losses); free(lnf); free(wte); free(dwte); free(dlnf); free(chunk_logits);
 }
 
+// AdamW on fp32 master weights, which it also writes rounded into their floatX copy
 static void test_adamw(void) {
     size_t n = 100003; // not a multiple of any block
     float *p = random_floats(n, -1, 1), *g = random_floats(n, -1, 1);
     float *m = (float *)callocCheck(n, sizeof(float)), *v = (float *)callocCheck(n, sizeof(float));
     float *d_p = device_copy(p, n), *d_g = device_copy(g, n), *d_m = device_copy(m, n), *d_v = device_copy(v, n);
+    floatX *d_px = device_alloc_x(n);
     double norm = global_norm_squared(g, n);
     double d_norm = global_norm_squared_cuda(d_g, n);
     float rel[1] = {(float)d_norm}, ref[1] = {(float)norm};
@@ -292,22 +373,62 @@ static void test_adamw(void) {
     CHECK(fabs(d_norm - norm) <= 1e-12 * norm, "global norm squared: GPU %.17g, CPU %.17g", d_norm, norm);
     for (int t = 1; t <= 2; t++) {
         adamw_update(p, g, m, v, n, 1e-3f, 0.1f, 0.5f, t);
-        adamw_update_cuda(d_p, d_g, d_m, d_v, n, 1e-3f, 0.1f, 0.5f, t);
+        poison_device(d_px, n * sizeof(floatX));
+        adamw_update_cuda(d_p, d_px, d_g, d_m, d_v, n, 1e-3f, 0.1f, 0.5f, t);
     }
     check_rel_device("adamw params", d_p, p, n, 1e-6);
+    check_rel_device_x("adamw params' floatX copy", d_px, p, n, x_tol(1e-6));
     check_rel_device("adamw m", d_m, m, n, 1e-6);
     check_rel_device("adamw v", d_v, v, n, 1e-6);
     cudaCheck(cudaFree(d_p)); cudaCheck(cudaFree(d_g)); cudaCheck(cudaFree(d_m)); cudaCheck(cudaFree(d_v));
+    cudaCheck(cudaFree(d_px));
     free(p); free(g); free(m); free(v);
 }
 
+// The whole model's tolerances in the bf16 build. Against the fp32 CPU model the
+// GPU rounds every activation it stores, and each rounding's error (<= u = 2^-8
+// relative, about u / 2 in the 2-norm of a tensor) travels on through the later
+// layers. Errors of independent roundings in sequence add like a random walk, so a
+// value that k roundings lie before differs by about sqrt(k) u / 2; the bounds take
+// sqrt(k) u (a factor 2 of margin). Counted at L 2: the
+// forward pass rounds encoded, then per block ln1, qkv, atty, attproj, residual2,
+// ln2, fch, fch_gelu, fcproj, residual3 (10), then lnf and the logits: 23; the
+// classifier's dlogits and dlnf make 25 before the gradient of lnf; the backward
+// pass rounds dresidual at lnf, then per block dfch twice (fcproj, GELU), dbtc
+// (fc), dresidual (ln2), dbtc (attproj), dqkv, dbtc (qkv), dresidual (ln1): 8, so
+// the earliest weight gradients (wte, wpe) lie 42 roundings from the inputs.
+//   the gradient of lnf  sqrt(25) u = 2.0e-2   (measured in the emulation 2.1e-3)
+//   every weight gradient sqrt(42) u = 2.5e-2   (measured 2.7e-3 .. 7.4e-3)
+//   the weights after 2 AdamW steps: the gradients' bound, 2.5e-2 (measured 3.5e-3):
+//       each step moves a weight by lr m/sqrt(v) (v the same gradients squared),
+//       whose relative error is the gradients', and the moved part is a fraction
+//       of the weights
+//   the losses, log(sum exp z) - z[target]: an error e relative in the logits z
+//       moves a loss by <= 2 e max|z|; the random model's logits are small (std
+//       0.02 sqrt(C) = 0.2, about 0.8 at most over the 18500) against losses of
+//       log V = 5.5, so sqrt(23) u x 2 x 0.8 / 5.5 = 5e-3 (measured 1.6e-4)
+//   the attention's log-sum-exp, of the same form over scores q.k / sqrt(HS) of
+//       std 0.2 x 0.2 = 0.04 against an lse of log(keys) ~ 2.5: 5e-3 (measured 2.6e-5)
+#define MODEL_BF16_LOSSES 5e-3
+#define MODEL_BF16_FORWARD 2.0e-2
+#define MODEL_BF16_LSE 5e-3
+#define MODEL_BF16_GRADIENTS 2.5e-2
+#define MODEL_BF16_PARAMETERS 2.5e-2
+
+// fp32 in the fp32 build, bf16 in the bf16 build
+static double model_tol(double fp32, double bf16) { return sizeof(floatX) == sizeof(float) ? fp32 : bf16; }
+
 // The whole model at cp 1: the CPU model with the CPU ring over MPI_COMM_SELF, the
-// GPU model with the GPU ring over the staged transport on MPI_COMM_SELF.
+// GPU model with the GPU ring over the staged transport on MPI_COMM_SELF. Both
+// start from the same weights, rounded to floatX (so that the GPU's master weights
+// and their floatX copy hold the same numbers as the CPU's).
 static void test_model(void) {
     GPT2Config c = {MAXT, V, VP, L, NH, C};
     GPT2 cpu_model, gpu_host;
     gpt2_init_random(&cpu_model, c, 7);
     gpt2_init_random(&gpu_host, c, 7);
+    round_to_storage(cpu_model.params_memory, cpu_model.num_parameters);
+    round_to_storage(gpu_host.params_memory, gpu_host.num_parameters);
     GPT2Cuda gpu_model;
     gpt2_cuda_init(&gpu_model, &gpu_host);
     // a batch whose targets include pads
@@ -333,7 +454,7 @@ static void test_model(void) {
     ActivationsCuda gacts;
     activations_cuda_init(&gacts, c, B, T, RECOMPUTE_MAX);
     gacts.chunk_rows = 7;
-    poison_device(gacts.memory, gacts.num_floats * sizeof(float));
+    poison_device(gacts.memory, gacts.num_bytes);
     RingAttentionCuda gring;
     ring_attention_cuda_init(&gring, dev_comm, B, T, C, NH);
     ring_attention_cuda_set_layout(&gring, &sh.layout);
@@ -344,9 +465,11 @@ static void test_model(void) {
     gpt2_cuda_zero_grad(&gpu_model);
     gpt2_forward_train(&cpu_model, &acts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &attn);
     gpt2_cuda_forward_train(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &gattn);
-    check_rel_device("model losses", gacts.t.losses, acts.t.losses, BT, 1e-5);
-    check_rel_device("model gradient of lnf", gacts.t.dbtc, acts.t.dbtc, (size_t)BT * C, 1e-5);
-    check_rel_device("model attention lse", gacts.t.att_lse, acts.t.att_lse, (size_t)L * B * NH * T, 1e-5);
+    check_rel_device("model losses", gacts.t.losses, acts.t.losses, BT, model_tol(1e-5, MODEL_BF16_LOSSES));
+    check_rel_device_x("model gradient of lnf", gacts.t.dbtc, acts.t.dbtc, (size_t)BT * C,
+                       model_tol(1e-5, MODEL_BF16_FORWARD));
+    check_rel_device("model attention lse", gacts.t.att_lse, acts.t.att_lse, (size_t)L * B * NH * T,
+                     model_tol(1e-5, MODEL_BF16_LSE));
     gpt2_backward(&cpu_model, &acts, sh.local.inputs, sh.layout.position, &attn);
     gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, &gattn);
     float *grads = host_copy(gpu_model.grads_memory, gpu_model.num_parameters);
@@ -357,7 +480,8 @@ static void test_model(void) {
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
         char what[64];
         snprintf(what, sizeof(what), "model gradient %s", names[i]);
-        check_rel(what, grads + offset, cpu_model.grads_memory + offset, cpu_model.param_sizes[i], 1e-4);
+        check_rel(what, grads + offset, cpu_model.grads_memory + offset, cpu_model.param_sizes[i],
+                  model_tol(1e-4, MODEL_BF16_GRADIENTS));
         offset += cpu_model.param_sizes[i];
     }
     // determinism: the same backward again gives the same bits
@@ -374,7 +498,12 @@ static void test_model(void) {
         gpt2_cuda_update(&gpu_model, 1e-3f, 0.1f, t == 1 ? 1.0f : 0.25f, t);
     }
     check_rel_device("model parameters after 2 AdamW steps", gpu_model.params_memory, cpu_model.params_memory,
-                     cpu_model.num_parameters, 1e-4);
+                     cpu_model.num_parameters, model_tol(1e-4, MODEL_BF16_PARAMETERS));
+    float *rounded = round_to_storage(host_copy(gpu_model.params_memory, gpu_model.num_parameters),
+                                      gpu_model.num_parameters);
+    check_rel_device_x("model weights' floatX copy = the master weights rounded", gpu_model.params_x, rounded,
+                       gpu_model.num_parameters, 0.0);
+    free(rounded);
 
     free(grads); free(again); free(inputs); free(targets);
     cp_sharder_free(&sh);

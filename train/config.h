@@ -119,8 +119,8 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-a", FLAG_INT, &cfg->overfit_single_batch, "overfit one batch, the first of -j (0/1)"},
         {"-sh", FLAG_INT, &cfg->shuffle, "train data shuffled as llm.c shuffles it (0: in order; -a 1: in order)"},
         {"-f", FLAG_INT, &cfg->tf32, "TF32 matmuls on the GPU (0/1)"},
-        {"-w", FLAG_INT, &cfg->master_weights, "fp32 master weights (0/1; weights are fp32 here either way)"},
-        {"-ge", FLAG_INT, &cfg->gelu_fusion, "llm.c's GELU fusion 0|1|2 (-1: 0); no effect here, same math"},
+        {"-w", FLAG_INT, &cfg->master_weights, "fp32 master weights (0/1; they are always kept here)"},
+        {"-ge", FLAG_INT, &cfg->gelu_fusion, "GELU fusion: >= 1 the fc matmul's epilogue applies GELU (GPU), 0 a kernel of its own; same math (-1: 1)"},
         {"-z", FLAG_INT, &cfg->zero_stage, "ZeRO stage: 0 | 1 (AdamW state sharded over all ranks; results as 0)"},
         {"-r", FLAG_INT, &cfg->recompute, "recompute in the backward pass: 0 nothing, 1 GELU, 2 GELU + layernorms"},
         {"-lg", FLAG_INT, &cfg->log_gpu_every, "llm.c's GPU info every N steps (-1: off); not read here, noted"},
@@ -179,7 +179,7 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->shuffle = 1;
     cfg->tf32 = 1;
     cfg->master_weights = 1;
-    cfg->gelu_fusion = -1;
+    cfg->gelu_fusion = 1;
     cfg->zero_stage = 0;
     cfg->recompute = 1;
     cfg->log_gpu_every = -1;
@@ -420,11 +420,12 @@ static int cp_ulysses_degree(const TrainConfig *cfg) {
 // What llm.c's flags that cannot act here do instead, said once at start-up.
 static void print_flag_notes(const TrainConfig *cfg) {
     if (cfg->master_weights == 0) {
-        printf("note: -w 0: the weights are fp32 here, so there is no separate master copy to drop; same as -w 1\n");
+        printf("note: -w 0: the fp32 master weights are always kept here (the update and the checkpoints read them); "
+               "same as -w 1\n");
     }
-    if (cfg->gelu_fusion > 0) {
-        printf("note: -ge %d: llm.c's GELU fusion into cuBLASLt's epilogue is a speed choice; the GELU here is a kernel "
-               "of its own, with the same result\n", cfg->gelu_fusion);
+    if (cfg->gelu_fusion > 1) {
+        printf("note: -ge %d: llm.c also fuses GELU's gradient into the backward matmul; here it stays a kernel of "
+               "its own, with the same result (the forward fusion of -ge 1 applies)\n", cfg->gelu_fusion);
     }
     if (cfg->log_gpu_every > 0) {
         printf("note: -lg %d: this trainer does not read NVML; watch the GPUs with nvidia-smi\n", cfg->log_gpu_every);

@@ -4,9 +4,12 @@ that the run fits: a run that cannot fit says so at start-up, on every rank,
 instead of dying in malloc or cudaMalloc halfway through.
 
 The estimate adds up the same sizes the code allocates with:
-    parameters, gradients, AdamW m and v   gpt2_num_parameters (fill_in_parameter_sizes);
-                                           m and v at -z 1: the largest shard (train/zero.h)
-    activations, classifier                fill_in_activation_sizes for B x T_local and -r
+    parameters, gradients, AdamW m and v   gpt2_num_parameters (fill_in_parameter_sizes), fp32;
+                                           m and v at -z 1: the largest shard (train/zero.h);
+                                           and the GPU's copy of the weights in its storage
+                                           precision where that is not fp32 (llmc/gpt2.cuh)
+    activations, classifier                fill_in_activation_bytes for B x T_local and -r,
+                                           in the trainer's storage precision
     attention                              the trainer's cp_attention_bytes (cp/attention.h,
                                            cp/attention.cuh), which its init checks
     data                                   the token window, the shard, the -tl rows, sampling
@@ -42,6 +45,8 @@ typedef struct {
     const char *transport;
     AttentionBytes attention_bytes;
     size_t (*device_token_bytes)(GPT2Config c, int B, int T); // per-pass buffers besides the activations, or NULL
+    size_t value_bytes;            // bytes of an activation value: 4 (fp32), 2 (bf16)
+    size_t weight_copy_bytes;      // bytes a parameter of the weights' copy in the storage precision, 0: none
     int host;                      // 1: the model runs in host memory (the data buffers share it)
     // memory free to this rank and the ranks that draw on the same memory (*sharers,
     // this one included); `source` says where the number comes from. Returns 0, or
@@ -50,7 +55,7 @@ typedef struct {
 } TrainerMemory;
 
 typedef struct {
-    size_t parameters;  // fp32 weights
+    size_t parameters;  // fp32 weights, and their copy in the storage precision where there is one
     size_t gradients;
     size_t adamw;       // first and second moments
     size_t activations; // B x T_local tokens, every layer, without the classifier's part
@@ -60,12 +65,12 @@ typedef struct {
     size_t total;
 } MemoryEstimate;
 
-// the bytes of the activations, and of the classifier's buffer among them
-// (ActivationTensors lists its buffers in the order of fill_in_activation_sizes)
-static size_t activation_bytes(GPT2Config c, int B, int T, int recompute, size_t *classifier) {
-    size_t sizes[NUM_ACTIVATION_BUFFERS];
-    size_t total = fill_in_activation_sizes(sizes, c, B, T, recompute) * sizeof(float);
-    if (classifier) { *classifier = sizes[offsetof(ActivationTensors, logits) / sizeof(float *)] * sizeof(float); }
+// the bytes of the activations at value_bytes a value, and of the classifier's
+// buffer among them (ActivationTensors.logits)
+static size_t activation_bytes(GPT2Config c, int B, int T, int recompute, size_t value_bytes, size_t *classifier) {
+    size_t bytes[NUM_ACTIVATION_BUFFERS];
+    size_t total = fill_in_activation_bytes(bytes, c, B, T, recompute, value_bytes);
+    if (classifier) { *classifier = bytes[ACTIVATION_BUFFER(logits)]; }
     return total;
 }
 
@@ -77,10 +82,10 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     memset(&e, 0, sizeof(e));
     int B = cfg->B;
     size_t param_bytes = gpt2_num_parameters(c) * sizeof(float);
-    e.parameters = param_bytes;
+    e.parameters = param_bytes + gpt2_num_parameters(c) * tm->weight_copy_bytes;
     e.gradients = param_bytes;
     e.adamw = 2 * zero_largest_shard(cfg->zero_stage, gpt2_num_parameters(c), dp * cfg->cp_size) * sizeof(float);
-    e.activations = activation_bytes(c, B, local_T, cfg->recompute, &e.classifier) - e.classifier;
+    e.activations = activation_bytes(c, B, local_T, cfg->recompute, tm->value_bytes, &e.classifier) - e.classifier;
     e.attention = tm->attention_bytes(attention, cfg->cp_size, cp_ulysses_degree(cfg), B, local_T, c.channels,
                                       c.num_heads);
     if (tm->device_token_bytes) { e.data += tm->device_token_bytes(c, B, local_T); }
@@ -94,7 +99,7 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
         }
     }
     if (cfg->sample_every > 0) { // rank 0 samples one unsharded row of -g tokens
-        e.data += activation_bytes(c, 1, cfg->gen_tokens, cfg->recompute, NULL) +
+        e.data += activation_bytes(c, 1, cfg->gen_tokens, cfg->recompute, tm->value_bytes, NULL) +
                   tm->attention_bytes(CP_ATTENTION_RING, 1, 1, 1, cfg->gen_tokens, c.channels, c.num_heads);
     }
     e.total = e.parameters + e.gradients + e.adamw + e.activations + e.classifier + e.attention + e.data;

@@ -63,7 +63,7 @@ static size_t activation_floats(GPT2Config c, int layers, int B, int T) {
     c.num_layers = layers;
     Activations acts;
     activations_init(&acts, c, B, T, 0); // -r 0; calloc: pages untouched, nothing resident
-    size_t n = acts.num_floats;
+    size_t n = acts.num_bytes / sizeof(float);
     activations_free(&acts);
     return n;
 }

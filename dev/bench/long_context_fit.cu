@@ -65,7 +65,8 @@ int main(int argc, char **argv) {
     cfg.B = B;
     cfg.sample_every = 0;
     cfg.val_every = 0;
-    TrainerMemory tm = {"cuda", "nccl", cp_attention_cuda_bytes, activations_cuda_extra_bytes, 0, no_memory_query};
+    TrainerMemory tm = {"cuda", "nccl", cp_attention_cuda_bytes, activations_cuda_extra_bytes, sizeof(floatX),
+                        GPT2_CUDA_WEIGHT_COPY_BYTES, 0, no_memory_query};
     printf("model -e %s (L %d, C %d, NH %d, Vp %d), B %d, -r %d, round_robin, ring attention, fp32; %.1f GiB "
            "reserved\n", init, c0.num_layers, c0.channels, c0.num_heads, c0.padded_vocab_size, B, cfg.recompute,
            reserve_gib);
