@@ -45,10 +45,10 @@ endif
 # NCCL_HOME: where include/nccl.h and lib64/ or lib/ libnccl.so.2 are (default the
 # CUDA toolkit; e.g. python3's site-packages/nvidia/nccl of the pip package
 # nvidia-nccl-cu13); NO_NCCL=1 builds without it (only -ct mpi then). GPU_ARCH: the
-# compute capability to build for (90: H100/H200). PRECISION: FP32 or BF16 (as
-# llm.c), the storage precision of the GPU trainer (llmc/precision.cuh).
+# compute capability to build for (90: H100/H200). PRECISION: BF16 (the default, as
+# llm.c) or FP32, the storage precision of the GPU trainer (llmc/precision.cuh).
 GPU_ARCH ?= 90
-PRECISION ?= FP32
+PRECISION ?= BF16
 ifeq ($(filter BF16 FP32,$(PRECISION)),)
   $(error PRECISION=$(PRECISION): choose BF16 or FP32)
 endif
