@@ -74,10 +74,11 @@ static int select_device(int use_nccl) {
     MPI_Comm_rank(node, &local_rank);
     MPI_Comm_size(node, &local_size);
     MPI_Comm_free(&node);
-    int devices = cuda_device_count();
+    char why[256];
+    int devices = cuda_device_count(why, sizeof(why));
     if (devices == 0) {
-        fatal_everywhere("no CUDA device found: train_gpt2cp needs an NVIDIA GPU and its driver "
-                         "(train_gpt2cp_cpu trains on the CPU)");
+        fatal_everywhere("%s: train_gpt2cp needs an NVIDIA GPU and a driver that matches its CUDA runtime "
+                         "(train_gpt2cp_cpu trains on the CPU)", why);
     }
     if (use_nccl && local_size > devices) {
         fatal_everywhere("-ct nccl: %d ranks on this node but %d GPU(s); NCCL needs one GPU per rank: "

@@ -263,6 +263,70 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     free(inp); free(w); free(bias); free(out); free(act); free(dout); free(dinp); free(dw); free(db);
 }
 
+// Each block reduction of cuda_common.cuh twice in a row on one scratch, as the
+// layers call them (layernorm's mean, then its variance): every thread gets each
+// result, and the second call's writes wait for the first call's reads (the
+// barrier each begins with). Row r's results, from the block's last thread (thread
+// 0 would not show a result that reached only it):
+// out: (rows, 5) max x, max -x, sum x, sum x^2 (double), sum of thread indices (double)
+// x: (rows, cols)
+__global__ static void block_reductions_kernel(float *out, const float *x, int cols) {
+    __shared__ float scratch[WARP_SIZE];
+    __shared__ double scratch_double[WARP_SIZE];
+    const float *row = x + (size_t)blockIdx.x * cols;
+    float hi = -INFINITY, neg_lo = -INFINITY, sum = 0.0f;
+    double squares = 0.0;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        hi = fmaxf(hi, row[i]);
+        neg_lo = fmaxf(neg_lo, -row[i]);
+        sum += row[i];
+        squares += (double)row[i] * row[i];
+    }
+    hi = block_reduce_max(hi, scratch);
+    neg_lo = block_reduce_max(neg_lo, scratch);
+    sum = block_reduce_sum(sum, scratch);
+    float sum_again = block_reduce_sum(1.0f, scratch);
+    squares = block_reduce_sum_double(squares, scratch_double);
+    double threads = block_reduce_sum_double((double)threadIdx.x, scratch_double);
+    if (threadIdx.x == blockDim.x - 1) {
+        float *o = out + (size_t)blockIdx.x * 5;
+        o[0] = hi;
+        o[1] = neg_lo;
+        o[2] = sum + sum_again - (float)blockDim.x; // sum_again counts the threads
+        o[3] = (float)squares;
+        o[4] = (float)threads;
+    }
+}
+
+static void test_block_reductions(void) {
+    int rows = 3, cols = 1000, threads = 256;
+    float *x = random_floats((size_t)rows * cols, -2, 2);
+    float *expected = (float *)mallocCheck((size_t)rows * 5 * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        float hi = -INFINITY, lo = INFINITY;
+        double sum = 0.0, squares = 0.0;
+        for (int i = 0; i < cols; i++) {
+            float v = x[(size_t)r * cols + i];
+            hi = fmaxf(hi, v);
+            lo = fminf(lo, v);
+            sum += v;
+            squares += (double)v * v;
+        }
+        float *e = expected + (size_t)r * 5;
+        e[0] = hi; e[1] = -lo; e[2] = (float)sum; e[3] = (float)squares;
+        e[4] = (float)(threads * (threads - 1) / 2);
+    }
+    float *d_x = device_copy(x, (size_t)rows * cols);
+    float *d_out = (float *)cudaMallocCheck((size_t)rows * 5 * sizeof(float));
+    poison_device(d_out, (size_t)rows * 5 * sizeof(float));
+    block_reductions_kernel<<<rows, threads, 0, cuda_ctx.stream>>>(d_out, d_x, cols);
+    cudaCheckLaunch();
+    // the float sum in another order: fp32 rounding of 1000 terms of O(1)
+    check_rel_device("block reductions, each twice on one scratch", d_out, expected, (size_t)rows * 5, 1e-6);
+    cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_out));
+    free(x); free(expected);
+}
+
 static void test_elementwise(void) {
     size_t n = (size_t)BT * 4 * C;
     float *x = random_stored(n, -4, 4), *y = random_stored(n, -1, 1);
@@ -523,6 +587,7 @@ int main(int argc, char **argv) {
     cuda_init(0, 0); // TF32 off: fp32 against fp32
     rng_seed(&rng, 1234);
     test_encoder();
+    test_block_reductions();
     test_layernorm(B, T, C);
     // C not a multiple of a warp, more than one block's 256 threads (some take two
     // channels); and 703 rows: 11 chunks of the column sums, of rows not a multiple

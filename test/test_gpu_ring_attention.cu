@@ -60,13 +60,17 @@ Tolerances, relative 2-norm error:
 
 Also the transport: all_reduce_sum (float, double), all_gather, reduce_scatter_sum
 (float, double), all_to_all and broadcast on device memory against the values
-they must produce.
+they must produce; and where every rank of the node has a GPU of its own, the same
+over NCCL (cp/comm_nccl.cuh), with the ring and all-gather attention over it.
 With no GPU the binary exits 77 (skipped) on every rank.
 */
 #include "cp/allgather_attention.cuh"
 #include "cp/allgather_attention.h"
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
+#ifndef NO_NCCL
+#include "cp/comm_nccl.cuh"
+#endif
 #include "cp/ring_attention.cuh"
 #include "cp/ring_attention.h"
 #include "cp/mesh.h"
@@ -494,7 +498,7 @@ static void test_transport(Comm *comm) {
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
     gpu_test_require_device(1);
-    int devices = cuda_device_count();
+    int devices = cuda_device_count(NULL, 0);
     cuda_init(fatal_rank % devices, 0);
     MPI_Comm host_mc, dev_mc;
     MPI_Comm_dup(MPI_COMM_WORLD, &host_mc);
@@ -530,6 +534,26 @@ int main(int argc, char **argv) {
     }
     run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 37, 1, 12, 32, 1);
     ulysses_groups_free();
+#ifndef NO_NCCL
+    // NCCL where every rank of this node has a GPU of its own (NCCL refuses two ranks
+    // on one): the transport's verbs, and the ring and all-gather over it
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int node_ranks;
+    MPI_Comm_size(node, &node_ranks);
+    MPI_Comm_free(&node);
+    if (node_ranks <= devices) {
+        MPI_Comm nccl_mc;
+        MPI_Comm_dup(MPI_COMM_WORLD, &nccl_mc);
+        Comm *nccl = comm_nccl_create(nccl_mc, cuda_ctx.stream);
+        test_transport(nccl);
+        run_case(host_comm, nccl, kinds[nkinds - 1], 150, 1, 2, 32, 0);
+        nccl->destroy(nccl);
+    } else if (fatal_rank == 0) {
+        printf("note: %d ranks on this node, %d GPU(s): NCCL is not tested (it needs a GPU per rank)\n", node_ranks,
+               devices);
+    }
+#endif
     dev_comm->destroy(dev_comm);
     host_comm->destroy(host_comm);
     cuda_free_context();
