@@ -72,7 +72,7 @@ endif
 CUDA_DEPS = $(wildcard cp/*.h cp/*.cuh llmc/*.h llmc/*.cuh train/*.h) train_common.h
 CMAKE_CUDA_ARGS = $(if $(HAVE_NVCC),-DCMAKE_CUDA_COMPILER=$(shell command -v $(NVCC)) -DGPU_ARCH=$(GPU_ARCH))
 
-.PHONY: all test run clean
+.PHONY: all test run clean gpu_prep
 
 all: train_gpt2cp_cpu
 
@@ -115,6 +115,12 @@ test:
 run:
 	bash scripts/run_default.sh
 
+# what the one-call GPU check (scripts/gpu_call.sh) carries to a GPU machine: its
+# binaries, the CPU twin's references, Open MPI, in gpu_prep/ (GPU_PREP_SIZES=emulation:
+# the emulated dry run's)
+gpu_prep:
+	bash scripts/gpu_prep.sh
+
 # dev tool: which tokens each CP rank owns and its attention work (no MPI needed)
 cp_layout: dev/cp_layout.c $(DEPS)
 	$(CC) -O2 -Wall -Wextra -Wno-unused-function -Wno-unknown-pragmas -std=gnu11 -DNO_BLAS $< -o $@ -lm
@@ -142,4 +148,4 @@ bench_attention_gpu: dev/bench/attention_gpu.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) -I. $< -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt
 
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu $(BUILD_DIR) gpu_prep
