@@ -49,8 +49,8 @@ step() {
 if ! command -v debootstrap > /dev/null; then
     apt-get install -y -q --no-install-recommends debootstrap > /dev/null
 fi
-step "debootstrap bookworm (minbase + git, make, gcc)" \
-    debootstrap --variant=minbase --include=git,make,gcc bookworm "$ROOT" "$MIRROR" > "$WORK/debootstrap.log"
+make_root() { debootstrap --variant=minbase --include=git,make,gcc bookworm "$ROOT" "$MIRROR" > "$WORK/debootstrap.log"; }
+step "debootstrap bookworm (minbase + git, make, gcc)" make_root
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
 git clone -q "$REPO" "$ROOT/root/gpt2cp"
 echo "cloned $(git -C "$ROOT/root/gpt2cp" log -1 --format='%h %s' | cut -c1-100)"
