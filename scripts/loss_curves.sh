@@ -81,7 +81,7 @@ progress_of() {
         step = $1; sub(/^step +/, "", step); sub(/ +$/, "", step)
         loss = $2; sub(/^ *loss /, "", loss)
         eta = $NF; sub(/^ *eta /, "", eta); sub(/ +$/, "", eta)
-        printf "%s: step %s, loss %.3f, %s left", name, step, loss, eta }' <<< "$line"
+        printf "%s: step %s, loss %.3f, %s left\n", name, step, loss, eta }' <<< "$line"
 }
 # any_alive PID...: whether one of them still runs
 any_alive() { local pid; for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done; return 1; }
@@ -108,7 +108,7 @@ train() {
     local transport_flags=()
     t=$(transport "$cp")
     [ -n "$t" ] && transport_flags+=(-ct "$t")
-    rm -rf "${out:?}/$name" "$out/$name.out" # a fresh run (a run refuses a directory with another run's checkpoints)
+    rm -rf "${out:?}/$name" # a fresh run (a run refuses a directory with another run's checkpoints)
     mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" "${trainer[@]}" "${flags[@]}" -cp "$cp" -cl "$layout" "${transport_flags[@]}" \
         -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; return 1; }
     step_losses "$name"
@@ -116,6 +116,7 @@ train() {
 # train_watched NAME...: the runs one after another (at once with -p), showing progress
 train_watched() {
     local name pid i=0
+    for name in "$@"; do rm -f "$out/$name.out"; done
     if [ $parallel -eq 1 ]; then
         echo "training ${*} at once ($what)"
         watched_pids=()
