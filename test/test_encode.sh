@@ -12,8 +12,8 @@
 #
 # The Austen files were made by the reference (dev/data/prepare_austen.sh) from chapter
 # texts that decode from them exactly (austen_write.py checks it): decoding each
-# document with an independent decoder (python3, below) gives the text back, and
-# encoding that text must give the files again. Env: REPO_ROOT, BUILD_DIR (scratch).
+# document with the tokenizer's byte table alone (dev/data/decode_tokens.py) gives the
+# text back, and encoding that text must give the files again. Env: REPO_ROOT, BUILD_DIR (scratch).
 set -euo pipefail
 MODE=${1:?usage: test_encode.sh austen|reference}
 REPO_ROOT=${REPO_ROOT:-$(pwd)}
@@ -31,34 +31,10 @@ token_ids() { od -A n -v -t u2 -j 1024 -w2 "$1" | tr -d ' '; }
 
 if [[ $MODE == austen ]]; then
     # ---- 1. the shipped token files from their text
-    python3 - "$WORK/chapters" <<'EOF'
-import os, struct, sys
-out = sys.argv[1]
-os.makedirs(out)
-blob = open("dev/data/gpt2_tokenizer.bin", "rb").read()
-magic, version, vocab, eot = struct.unpack("<4i", blob[:16])
-assert (magic, version, vocab, eot) == (20240328, 2, 50257, 50256)
-table, at = [], 1024
-for _ in range(vocab):
-    n = blob[at]
-    table.append(blob[at + 1:at + 1 + n])
-    at += 1 + n
-k = 0
-for split in ("train", "val"):
-    data = open(f"dev/data/austen/austen_{split}.bin", "rb").read()
-    ntok = struct.unpack("<3i", data[:12])[2]
-    ids = struct.unpack(f"<{ntok}H", data[1024:])
-    assert ids[0] == eot
-    doc = []
-    for t in list(ids[1:]) + [eot]:
-        if t != eot:
-            doc.append(t)
-            continue
-        with open(os.path.join(out, f"{split}_{k:04d}.txt"), "wb") as f:
-            f.write(b"".join(table[i] for i in doc))
-        doc, k = [], k + 1
-print(f"decoded {k} chapters of the shipped Austen files")
-EOF
+    for split in train val; do
+        python3 dev/data/decode_tokens.py "dev/data/austen/austen_$split.bin" dev/data/gpt2_tokenizer.bin \
+            "$WORK/chapters" "${split}_"
+    done
     train_chapters=("$WORK"/chapters/train_*.txt)
     val_chapters=("$WORK"/chapters/val_*.txt)
     val_tokens=$(od -A n -t d4 -j 8 -N 4 dev/data/austen/austen_val.bin | tr -d ' ')
