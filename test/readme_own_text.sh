@@ -10,6 +10,7 @@
 set -euo pipefail
 E2E_NAME=readme_own_text
 source "$(dirname "$0")/e2e_lib.sh"
+need python3 python3
 
 commands=$(awk '/^## Train on your own text/ { inside = 1; next }
                 inside && /^```/ { if (block) exit; block = 1; next }

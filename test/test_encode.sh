@@ -30,6 +30,7 @@ fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 token_ids() { od -A n -v -t u2 -j 1024 -w2 "$1" | tr -d ' '; }
 
 if [[ $MODE == austen ]]; then
+    command -v python3 > /dev/null || { echo "SKIP: no python3 (scripts/install_deps.sh installs it)"; exit 77; }
     # ---- 1. the shipped token files from their text
     for split in train val; do
         python3 dev/data/decode_tokens.py "dev/data/austen/austen_$split.bin" dev/data/gpt2_tokenizer.bin \

@@ -11,7 +11,8 @@
 set -euo pipefail
 E2E_NAME=test_position_loss
 source "$(dirname "$0")/e2e_lib.sh"
-command -v gnuplot > /dev/null || { echo "SKIP: no gnuplot (scripts/install_deps.sh installs gnuplot-nox)"; exit 77; }
+need gnuplot gnuplot-nox
+need python3 python3
 
 # ---- 1. the formula
 python3 - "$WORK/synthetic.tl" <<'EOF'
