@@ -83,13 +83,22 @@ static unsigned char *read_all(const char *path, size_t *size) {
     return buf;
 }
 
-// Writes tokens[0..n) as llm.c's token file, atomically (a failed run leaves none).
+// Writes tokens[0..n) as llm.c's token file: a file atomically (a failed run leaves
+// none), a character device (/dev/null) as it is.
 static void write_tokens(const char *path, const uint16_t *tokens, size_t n) {
     if (n > INT32_MAX) { fatal("'%s' would hold %zu tokens, more than llm.c's header counts (%d)", path, n, INT32_MAX); }
     int header[256] = {0};
     header[0] = TOKENS_MAGIC;
     header[1] = TOKENS_VERSION;
     header[2] = (int)n;
+    struct stat st;
+    if (stat(path, &st) == 0 && S_ISCHR(st.st_mode)) {
+        FILE *fp = open_output_file(path, 0);
+        fwriteCheck(header, sizeof(int), 256, fp, path);
+        fwriteCheck(tokens, sizeof(uint16_t), n, fp, path);
+        fcloseCheck(fp, path);
+        return;
+    }
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, sizeof(int), 256, af.fp, af.tmp_path);

@@ -101,6 +101,9 @@ if [[ $MODE == austen ]]; then
     expect_error vn_all "-vn '100%': give a number" -v "$WORK/v.bin" -vn 100% "$WORK/fine.txt"
     expect_error vn_too_many "-vn 3: the validation split would be 3 of the 3 tokens" -v "$WORK/v.bin" -vn 3 "$WORK/fine.txt"
     expect_error vn_without_v "-vn sizes the validation split: give its file with -v" -vn 5 "$WORK/fine.txt"
+    # a character device is written as it is (no temporary file beside it)
+    "$ENCODE" -o /dev/null "$WORK/fine.txt" 2> /dev/null || fail "-o /dev/null failed"
+    [[ -c /dev/null && ! -e /dev/null.tmp ]] || fail "-o /dev/null did not leave /dev/null a character device alone"
     expect_error output_as_input "is both an input and an output" "$WORK/bad.bin"
     expect_error bad_tokenizer "tokenizer '$WORK/fine.txt': 5 bytes, shorter than its header" -tk "$WORK/fine.txt" "$WORK/fine.txt"
     # the default tokenizer is relative to the repository root
