@@ -667,6 +667,16 @@ expect_error total_batch_not_multiple 2 "-d 100 is not a multiple of the 16 toke
 expect_error total_batch_zero 2 "-d 0: the total batch is a number of tokens" "${BASE[@]}" -cp 2 -d 0
 expect_error hellaswag_two 2 "-h 2: HellaSwag is 0 or 1" "${BASE[@]}" -cp 2 -h 2
 
+# the default data are paths from the repository root: from another directory the
+# error says so (the case runs there, alone)
+cases=$((cases + 1))
+settle
+(cd "$WORK" && check_error default_data_elsewhere 2 \
+    "the default data 'dev/data/austen/austen_train.bin' is not there from this directory: run from the repository root, or pass -i/-j/-tk" \
+    "${BASE[@]}" -cp 2) > "$WORK/default_data_elsewhere.verdict" 2>&1 || true
+cat "$WORK/default_data_elsewhere.verdict"
+if grep -q '^FAIL' "$WORK/default_data_elsewhere.verdict"; then failures=$((failures + 1)); fi
+
 # -h: the usage on stdout, naming the CP flags, and a non-zero exit
 cases=$((cases + 1))
 run_trainer 0 "$WORK/help.out" "$WORK/help.err" -h
