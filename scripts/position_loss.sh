@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
 # What long context buys: the mean training loss at each position of the sequence,
 # from the trainers' per-token losses (-tl FILE: float32 [steps][rows][T]), one line
-# per run, positions binned on a log scale (8 bins per doubling), drawn with gnuplot.
+# per run, positions binned on a log scale (4 bins per doubling), drawn with gnuplot.
 # A model that uses its context predicts later tokens better: its line falls with
 # the position. Files of one run at different cp sizes and layouts hold the same
 # numbers (gathered to global order), so they draw the same line.
 #
-#   bash scripts/position_loss.sh [-o PNG] [-l FRACTION] [-t TITLE] LABEL=FILE.tl:T ...
+#   bash scripts/position_loss.sh [-o PNG] [-l FRACTION] [-n BINS] [-t TITLE] LABEL=FILE.tl:T ...
 #
 # -l: average over the last FRACTION of each file's rows (later steps: the trained
-# model rather than the random init; default 0.5; 1 takes every step). Prints a
-# table of each run's mean loss in a few position ranges.
+# model rather than the random init; default 0.5; 1 takes every step); -n: bins per
+# doubling of the position (default 4; each position below BINS has a bin of its
+# own). Prints a table of each run's mean loss in a few position ranges.
 set -euo pipefail
-png=docs/position_loss.png last=0.5 title="Mean training loss by position in the sequence"
-while getopts "o:l:t:" opt; do
+png=docs/position_loss.png last=0.5 bins=4 title="Mean training loss by position in the sequence"
+usage="usage: $0 [-o PNG] [-l FRACTION] [-n BINS] [-t TITLE] LABEL=FILE.tl:T ..."
+while getopts "o:l:n:t:" opt; do
     case $opt in
     o) png=$OPTARG ;;
     l) last=$OPTARG ;;
+    n) bins=$OPTARG ;;
     t) title=$OPTARG ;;
-    *) echo "usage: $0 [-o PNG] [-l FRACTION] [-t TITLE] LABEL=FILE.tl:T ..." >&2; exit 1 ;;
+    *) echo "$usage" >&2; exit 1 ;;
     esac
 done
 shift $((OPTIND - 1))
-[ $# -ge 1 ] || { echo "usage: $0 [-o PNG] [-l FRACTION] [-t TITLE] LABEL=FILE.tl:T ..." >&2; exit 1; }
+[ $# -ge 1 ] || { echo "$usage" >&2; exit 1; }
+[[ $bins =~ ^[1-9][0-9]*$ ]] || { echo "error: -n $bins: bins per doubling are a positive number" >&2; exit 1; }
 command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
 awk -v f="$last" 'BEGIN { exit !(f > 0 && f <= 1) }' || { echo "error: -l $last: a fraction in (0, 1]" >&2; exit 1; }
 
@@ -45,14 +49,14 @@ for spec in "$@"; do
     i=$((i + 1))
     dat=$scratch/run$i.dat
     # one float per line; the row-major position is the line number modulo T
-    od -A n -v -t f4 -w4 -j $((skip * T * 4)) "$file" | awk -v T="$T" -v dat="$dat" -v label="$label" \
+    od -A n -v -t f4 -w4 -j $((skip * T * 4)) "$file" | awk -v T="$T" -v B="$bins" -v dat="$dat" -v label="$label" \
         -v used=$((rows - skip)) '
         { p = (NR - 1) % T; sum[p] += $1; n[p]++ }
         END {
-            # bins: 8 per doubling of the position (one position each below 8)
+            # bins: B per doubling of the position (one position each below B)
             b = -1
             for (p = 0; p < T; p++) {
-                k = p < 8 ? p : int(8 + 8 * log((p + 1) / 8) / log(2))
+                k = p < B ? p : int(B + B * log((p + 1) / B) / log(2))
                 if (k != b) { if (b >= 0) flush(); b = k; s = 0; c = 0; lo = p }
                 s += sum[p]; c += n[p]; hi = p
             }
@@ -69,12 +73,12 @@ done
 
 mkdir -p "$(dirname "$png")"
 gnuplot <<GNUPLOT
-set terminal pngcairo size 1100,650 font ",11"
+set terminal pngcairo noenhanced size 1100,650 font ",11"
 set output '$png'
 set title "$title"
 set grid
 set logscale x 2
-set xlabel 'position in the sequence (1 = first target; log scale, 8 bins per doubling)'
+set xlabel 'position in the sequence (1 = first target; log scale, $bins bins per doubling)'
 set ylabel 'mean training loss (nats)'
 set key top right
 plot ${plot%, }

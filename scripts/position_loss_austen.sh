@@ -6,16 +6,18 @@
 # docs/position_loss_cp.png: the T 4096 run's first steps at cp 1, 2 and 4 (both
 # layouts), which draw one curve. About 25 minutes on 2 idle cores.
 #
-#   bash scripts/position_loss_austen.sh [-x STEPS]
+#   bash scripts/position_loss_austen.sh [-x STEPS] [-r]
 #
-# Runs go to out/position_loss/<name>/ (main.log) and <name>.tl.
+# -r trains nothing and redraws both figures from the runs there are. Runs go to
+# out/position_loss/<name>/ (main.log) and <name>.tl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps=150
-while getopts "x:" opt; do
+steps=150 redraw=0
+while getopts "x:r" opt; do
     case $opt in
     x) steps=$OPTARG ;;
-    *) echo "usage: $0 [-x STEPS]" >&2; exit 1 ;;
+    r) redraw=1 ;;
+    *) echo "usage: $0 [-x STEPS] [-r]" >&2; exit 1 ;;
     esac
 done
 bash scripts/install_deps.sh
@@ -29,6 +31,7 @@ FLAGS=(-e d1 -l 3e-3 -u 10 -q 0.1 -v 0 -s 0)
 run() {
     local name=$1 np=$2
     shift 2
+    [ $redraw -eq 1 ] && return 0
     rm -rf "${out:?}/$name" "$out/$name.tl"
     echo "== $name"
     scripts/mpirun.sh -np "$np" ./train_gpt2cp_cpu "${FLAGS[@]}" "$@" -o "$out/$name" -tl "$out/$name.tl" 2>&1 |
