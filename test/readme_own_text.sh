@@ -4,7 +4,8 @@
 # it), on a text of a few Persuasion chapters as mytext.txt; the trainer gets `-x 2`
 # appended (a later flag wins) so that two steps stand for the 500. Checks: two token
 # files with llm.c's header, their tokens 90% / 10% of the whole, and a run whose
-# first loss is that of a fresh model on GPT-2's vocabulary (about ln 50257 = 10.8).
+# first loss is that of a fresh model on GPT-2's vocabulary (about ln 50257 = 10.8),
+# whose sample prints as UTF-8 text (whole characters, anything else escaped).
 #
 #   bash test/readme_own_text.sh     (env: see e2e_lib.sh)
 set -euo pipefail
@@ -41,7 +42,17 @@ while IFS= read -r line; do
         finish
     fi
     tail -n 3 "$WORK/command.out" | sed 's/^/    /'
+    [[ $line == *train_gpt2cp* ]] && cp "$WORK/command.out" "$WORK/train.out"
 done <<< "$commands"
+
+# the run printed a sample; its output is text: UTF-8, no control byte but tab and newline
+grep -q '^generating:' "$WORK/train.out" || fail "the run printed no sample"
+python3 -c '
+import sys
+data = open(sys.argv[1], "rb").read()
+data.decode("utf-8")
+bad = [b for b in data if b < 32 and b not in (9, 10)]
+sys.exit(f"{len(bad)} control byte(s)" if bad else 0)' "$WORK/train.out" || fail "the run's output (its sample) is no clean UTF-8 text"
 
 tokens() { od -A n -t d4 -j 8 -N 4 "$1" | tr -d ' '; }
 train_n=$(tokens mytext_train.bin) val_n=$(tokens mytext_val.bin)
