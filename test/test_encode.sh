@@ -114,7 +114,9 @@ else
     command -v node > /dev/null || { echo "SKIP: no node (scripts/install_deps.sh installs nodejs)"; exit 77; }
     if [[ ! -f dev/data/node_modules/gpt-3-encoder/package.json ]]; then
         echo "installing the reference encoder: npm ci in dev/data (gpt-3-encoder 1.1.4)"
-        if ! (cd dev/data && npm ci --no-audit --no-fund --loglevel=error) > "$WORK/npm.out" 2>&1; then
+        # npm's download cache in the scratch directory too: nothing is kept outside the clone
+        if ! (cd dev/data && npm ci --no-audit --no-fund --loglevel=error --cache "$WORK/npm_cache") \
+                > "$WORK/npm.out" 2>&1; then
             echo "SKIP: npm cannot install gpt-3-encoder 1.1.4 here (no registry?): $(tail -n 3 "$WORK/npm.out" | tr '\n' ' ')"
             exit 77
         fi
