@@ -51,7 +51,15 @@ if ! command -v debootstrap > /dev/null; then
 fi
 make_root() { debootstrap --variant=minbase --include=git,make,gcc bookworm "$ROOT" "$MIRROR" > "$WORK/debootstrap.log"; }
 step "debootstrap bookworm (minbase + git, make, gcc)" make_root
+# this machine's network as a fresh install here would be given it: its resolver, and
+# the local certificate authorities it trusts (a TLS proxy's, where the registries are
+# reached through one), which ca-certificates adds to the root's store when
+# install_deps installs it
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+if compgen -G "/usr/local/share/ca-certificates/*.crt" > /dev/null; then
+    mkdir -p "$ROOT/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"
+fi
 git clone -q "$REPO" "$ROOT/root/gpt2cp"
 echo "cloned $(git -C "$ROOT/root/gpt2cp" log -1 --format='%h %s' | cut -c1-100)"
 
