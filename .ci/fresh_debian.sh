@@ -76,7 +76,8 @@ export ROOT CUDA WORK
 unshare --mount --propagation private bash -euo pipefail -c '
     source "$WORK/in_root.sh"
     mount -t proc proc "$ROOT/proc"
-    mount -t sysfs sysfs "$ROOT/sys"
+    # /sys with what a booted machine mounts below it (the cgroup hierarchies slurmd needs)
+    mount --rbind /sys "$ROOT/sys"
     mount --rbind /dev "$ROOT/dev"
     if [[ -x $CUDA/bin/nvcc ]]; then
         mkdir -p "$ROOT$CUDA"
