@@ -40,6 +40,28 @@ failures=0
 cases=0
 summary=()
 
+# Error cases run up to CASES_AT_ONCE at a time: each is its own processes and files,
+# and most of its time is the launch, not the cores. A case that uses an -o directory
+# or resumes, a control run, a note check and every hand-written block run alone,
+# after the cases before them have ended (settle), so that no case sees another's
+# files half made; the verdicts print in the order the cases were given.
+CASES_AT_ONCE=3
+case_pids=()
+case_results=()
+# settle_oldest: waits for the oldest running case, prints its verdict, counts a failure
+settle_oldest() {
+    wait "${case_pids[0]}" || true
+    cat "${case_results[0]}"
+    if grep -q '^FAIL' "${case_results[0]}"; then failures=$((failures + 1)); fi
+    case_pids=("${case_pids[@]:1}")
+    case_results=("${case_results[@]:1}")
+}
+# settle: waits for every running case (only the script itself has cases to wait for)
+settle() {
+    [[ $BASHPID -eq $$ ]] || return 0
+    while [[ ${#case_pids[@]} -gt 0 ]]; do settle_oldest; done
+}
+
 # run_trainer NP OUT ERR [flags...]: NP 0 runs the trainer as one process without
 # mpirun (an MPI singleton); sets rc. MEMORY_LIMIT_KIB, when set, limits the
 # address space of the launch (ulimit -v).
@@ -47,6 +69,7 @@ MEMORY_LIMIT_KIB=
 run_trainer() {
     local np=$1 out=$2 err=$3
     shift 3
+    settle
     local launcher=()
     if [[ $np -gt 0 ]]; then
         launcher=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np "$np")
@@ -72,11 +95,23 @@ run_trainer() {
 
 # expect_error NAME NP PATTERN [flags...]: the run must exit non-zero within 60 s,
 # without a crash, with exactly one `error:` line on stderr that matches PATTERN
-# (an extended regex)
+# (an extended regex). Runs beside other cases unless it names -o or -y.
 expect_error() {
+    cases=$((cases + 1))
+    if [[ " $* " == *" -o "* || " $* " == *" -y "* ]]; then
+        settle
+        check_error "$@"
+        return
+    fi
+    [[ ${#case_pids[@]} -ge $CASES_AT_ONCE ]] && settle_oldest
+    check_error "$@" > "$WORK/$1.verdict" 2>&1 &
+    case_pids+=($!)
+    case_results+=("$WORK/$1.verdict")
+}
+# check_error: expect_error's checks, run in the foreground
+check_error() {
     local name=$1 np=$2 pattern=$3
     shift 3
-    cases=$((cases + 1))
     local out=$WORK/$name.out err=$WORK/$name.err
     run_trainer "$np" "$out" "$err" "$@"
     local problems=()
@@ -129,6 +164,7 @@ expect_success() {
 
 # expect_note NAME REGEX: the stdout of case NAME has a line matching REGEX
 expect_note() {
+    settle
     if grep -qE -- "$2" "$WORK/$1.out"; then
         printf 'ok   %-28s says: %s\n' "$1" "$(grep -m1 -E -- "$2" "$WORK/$1.out")"
     else
@@ -427,6 +463,7 @@ expect_error lock_other_host 2 "in use by the run of pid 4242 on host some-other
 # two runs at once into one directory: the second refuses, naming the first, and
 # the first goes on undisturbed (its log keeps growing; then this test stops it)
 cases=$((cases + 1))
+settle
 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 1 "$TRAINER" "${BASE[@]}" -x 100000 \
     -o "$WORK/two_runs" >"$WORK/two_runs_first.out" 2>&1 &
 first=$!
@@ -490,7 +527,7 @@ expect_error tl_under_a_file 2 "rank 0: cannot open '.*tokens_good\.bin/losses\.
     "${BASE[@]}" -cp 2 -tl "$WORK/tokens_good.bin/losses.tl"
 # a read-only file system and a full one (tmpfs mounts, as root; skipped with a note elsewhere)
 mounts=()
-cleanup_mounts() { for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || true; done; }
+cleanup_mounts() { settle; for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || true; done; }
 trap cleanup_mounts EXIT
 mkdir -p "$WORK/ro" "$WORK/tiny"
 if mount -t tmpfs -o ro,size=64k tmpfs "$WORK/ro" 2>/dev/null; then
@@ -527,6 +564,7 @@ fi
 # -h given to one rank only (an MPMD launch): every rank stops, none hangs
 echo "== -h on some ranks"
 cases=$((cases + 1))
+settle
 rc=0
 timeout 60 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 1 "$TRAINER" "${BASE[@]}" -cp 2 \
     : -np 1 "$TRAINER" "${BASE[@]}" -cp 2 -h >"$WORK/help_mpmd.out" 2>&1 || rc=$?
@@ -596,6 +634,7 @@ expect_error zero_stage_bogus 2 "-z 4: llm.c's ZeRO stages are 0 to 3" \
     "${BASE[@]}" -cp 2 -z 4
 expect_error unknown_flag 2 "unknown flag '-zz'" \
     "${BASE[@]}" -cp 2 -zz 1
+settle
 if ! grep -q '^usage:' "$WORK/unknown_flag.err"; then
     failures=$((failures + 1)); echo "FAIL unknown_flag: no usage on stderr"
 fi
@@ -628,6 +667,16 @@ expect_error total_batch_not_multiple 2 "-d 100 is not a multiple of the 16 toke
 expect_error total_batch_zero 2 "-d 0: the total batch is a number of tokens" "${BASE[@]}" -cp 2 -d 0
 expect_error hellaswag_two 2 "-h 2: HellaSwag is 0 or 1" "${BASE[@]}" -cp 2 -h 2
 
+# the default data are paths from the repository root: from another directory the
+# error says so (the case runs there, alone)
+cases=$((cases + 1))
+settle
+(cd "$WORK" && check_error default_data_elsewhere 2 \
+    "the default data 'dev/data/austen/austen_train.bin' is not there from this directory: run from the repository root, or pass -i/-j/-tk" \
+    "${BASE[@]}" -cp 2) > "$WORK/default_data_elsewhere.verdict" 2>&1 || true
+cat "$WORK/default_data_elsewhere.verdict"
+if grep -q '^FAIL' "$WORK/default_data_elsewhere.verdict"; then failures=$((failures + 1)); fi
+
 # -h: the usage on stdout, naming the CP flags, and a non-zero exit
 cases=$((cases + 1))
 run_trainer 0 "$WORK/help.out" "$WORK/help.err" -h
@@ -645,6 +694,7 @@ else
     head -n 5 "$WORK/help.out" "$WORK/help.err"
 fi
 
+settle
 echo
 if [[ $failures -gt 0 ]]; then
     echo "FAIL bad_input: $failures of $cases cases failed ($SECONDS s)"

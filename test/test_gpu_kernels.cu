@@ -46,6 +46,7 @@ With no GPU the binary exits 77 (skipped).
 */
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
+#include "cp/loss.cuh"
 #include "cp/ring_attention.cuh"
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
@@ -327,6 +328,31 @@ static void test_block_reductions(void) {
     free(x); free(expected);
 }
 
+// The loss statistics of a shard (cp/loss.cuh): the sum of the losses of the valid
+// targets and their number, in double, against the host's sum (another order: a
+// relative 1e-12) and count (exact); every third target is padding
+static void test_loss_stats(void) {
+    size_t n = 3001;
+    float *losses = random_floats(n, 0, 11);
+    int *targets = (int *)mallocCheck(n * sizeof(int));
+    double sum = 0.0, count = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        targets[i] = i % 3 == 1 ? IGNORE_INDEX : (int)(i % 50257);
+        if (targets[i] != IGNORE_INDEX) { sum += losses[i]; count += 1.0; }
+    }
+    float *d_losses = device_copy(losses, n);
+    int *d_targets = device_copy_int(targets, n);
+    double *d_stats = (double *)cudaMallocCheck(2 * sizeof(double)), stats[2];
+    local_loss_stats_cuda(d_stats, d_losses, d_targets, n);
+    cuda_download(stats, d_stats, sizeof(stats));
+    CHECK(fabs(stats[0] - sum) <= 1e-12 * sum && stats[1] == count,
+          "loss stats: sum %.17g count %.0f, expected %.17g and %.0f", stats[0], stats[1], sum, count);
+    printf("ok   rank 0  loss stats of %zu targets (%.0f valid): sum within %.1e, count exact\n", n, count,
+           fabs(stats[0] - sum) / sum);
+    cudaCheck(cudaFree(d_losses)); cudaCheck(cudaFree(d_targets)); cudaCheck(cudaFree(d_stats));
+    free(losses); free(targets);
+}
+
 static void test_elementwise(void) {
     size_t n = (size_t)BT * 4 * C;
     float *x = random_stored(n, -4, 4), *y = random_stored(n, -1, 1);
@@ -588,6 +614,7 @@ int main(int argc, char **argv) {
     rng_seed(&rng, 1234);
     test_encoder();
     test_block_reductions();
+    test_loss_stats();
     test_layernorm(B, T, C);
     // C not a multiple of a warp, more than one block's 256 threads (some take two
     // channels); and 703 rows: 11 chunks of the column sums, of rows not a multiple

@@ -146,13 +146,18 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
     return n;
 }
 
+// the embedded data and the tokenizer, as paths from the repository root
+#define DEFAULT_TRAIN_DATA "dev/data/austen/austen_train.bin"
+#define DEFAULT_VAL_DATA "dev/data/austen/austen_val.bin"
+#define DEFAULT_TOKENIZER "dev/data/gpt2_tokenizer.bin"
+
 static void train_config_defaults(TrainConfig *cfg) {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->train_pattern = "dev/data/austen/austen_train.bin";
-    cfg->val_pattern = "dev/data/austen/austen_val.bin";
+    cfg->train_pattern = DEFAULT_TRAIN_DATA;
+    cfg->val_pattern = DEFAULT_VAL_DATA;
     cfg->init = "d6";
     cfg->output_dir = NULL;
-    cfg->tokenizer_path = "dev/data/gpt2_tokenizer.bin";
+    cfg->tokenizer_path = DEFAULT_TOKENIZER;
     cfg->B = 4;
     cfg->T = 1024;
     cfg->total_batch_size = -1;
@@ -362,6 +367,16 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
         fatal_everywhere("-pi %s: this trainer's ranks start under mpirun (-pi mpi); llm.c's tcp and fs start-up, "
                          "one process per node told its -pr and -pn, is not here: run mpirun -np N instead",
                          cfg->init_method);
+    }
+    // the defaults name the data from the repository root: from elsewhere they name nothing
+    int reads_val = cfg->val_every > 0 || cfg->overfit_single_batch;
+    const char *missing = !cfg->overfit_single_batch && strcmp(cfg->train_pattern, DEFAULT_TRAIN_DATA) == 0 &&
+                                  access(DEFAULT_TRAIN_DATA, F_OK) != 0 ? DEFAULT_TRAIN_DATA
+                          : reads_val && strcmp(cfg->val_pattern, DEFAULT_VAL_DATA) == 0 &&
+                                  access(DEFAULT_VAL_DATA, F_OK) != 0 ? DEFAULT_VAL_DATA : NULL;
+    if (missing) {
+        fatal_everywhere("the default data '%s' is not there from this directory: run from the repository root, "
+                         "or pass -i/-j/-tk", missing);
     }
     if (cfg->resume != 0 && cfg->resume != 1) { fatal_everywhere("-y %d: resume is 0 or 1", cfg->resume); }
     if (cfg->resume && cfg->output_dir == NULL) { fatal_everywhere("-y 1 needs -o, the directory to resume from"); }

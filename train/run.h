@@ -261,7 +261,9 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
     print_startup_table(cfg, c, &facts);
     print_flag_notes(cfg);
     if (cfg->sample_every > 0 && run->tokenizer.token_table == NULL) {
-        printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path);
+        printf("no tokenizer at %s: samples print token ids%s\n", cfg->tokenizer_path,
+               strcmp(cfg->tokenizer_path, DEFAULT_TOKENIZER) == 0
+                   ? " (the default is a path from the repository root: run from there, or pass -tk)" : "");
     }
     if (cfg->warmup > run->steps) {
         printf("note: the warmup of %d steps (-u) is longer than the run's %d steps: the learning rate stops at "

@@ -41,13 +41,15 @@ static void generate_sample(const TrainConfig *cfg, GPT2Config c, const Tokenize
                "(GPT-2's is %d)\n", start, c.vocab_size, GPT2_EOT);
     }
     printf("generating:\n---\n");
+    Utf8Printer printer = {0};
     for (int t = 1; t < T; t++) {
         if (cp_shard_batch(&sh, tokens, no_targets, 1, T) != CP_OK) { fatal("%s", sh.error); }
         const float *logits = next_logits(ctx, &sh, t);
         tokens[t] = sample_softmax(logits, c.vocab_size, rng_uniform(rng));
-        tokenizer_print(tokenizer, tokens[t]);
+        tokenizer_print(tokenizer, &printer, tokens[t]);
         fflush(stdout);
     }
+    utf8_printer_finish(&printer, stdout);
     printf("\n---\n");
     cp_sharder_free(&sh);
     free(tokens);
