@@ -549,8 +549,8 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forwar
         }
         fragments_store<NT>(pw, Tl::LD_P, s);
         __syncwarp();
+        // the next tile's first __syncthreads orders these reads of P before its writes
         warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, vs, Tl::LD_KN);
-        __syncwarp(); // P is read before the next tile overwrites it
     }
     // merge (o_blk = acc / l, lse_blk = m + log l) into the running (o, lse)
     float lse_old[2];
@@ -655,8 +655,8 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         }
         fragments_store<NT>(pw, Tl::LD_P, s);
         __syncwarp();
+        // the next tile's first __syncthreads orders these reads of dS before its writes
         warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, ks, Tl::LD_KN);
-        __syncwarp();
     }
     #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -740,8 +740,8 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         __syncwarp();
         fragments_store<NT>(pw, Tl::LD_P, dpt);
         __syncwarp();
+        // the next tile's first __syncthreads orders these reads of dS^T before its writes
         warp_mma<P, DT, R, B_KN>(acc_dk, pw, Tl::LD_P, qs, Tl::LD_KN);
-        __syncwarp();
     }
     #pragma unroll
     for (int r = 0; r < 2; r++) {
