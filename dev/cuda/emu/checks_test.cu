@@ -232,6 +232,13 @@ static void run_case(const char *name) {
         cudaCheck(cudaMemcpyAsync(host, in, 1024 * sizeof(float), cudaMemcpyDeviceToHost, s));
         if (strcmp(name, "pinned_read_after_sync") == 0) { cudaCheck(cudaStreamSynchronize(s)); }
         printf("%f\n", host[17]);
+    } else if (strcmp(name, "pinned_freed_in_use") == 0 || strcmp(name, "pinned_freed_after_sync") == 0) {
+        // cudaFreeHost does not wait for the device: the copy into it must be done first
+        float *host;
+        cudaCheck(cudaMallocHost((void **)&host, 1024 * sizeof(float)));
+        cudaCheck(cudaMemcpyAsync(host, in, 1024 * sizeof(float), cudaMemcpyDeviceToHost, s));
+        if (strcmp(name, "pinned_freed_after_sync") == 0) { cudaCheck(cudaStreamSynchronize(s)); }
+        cudaCheck(cudaFreeHost(host));
     } else {
         fatal("unknown case '%s' (list: see checks_test list)", name);
     }
@@ -257,7 +264,8 @@ static const char *cases[][2] = {
     {"grid_y_too_large", "launch refused"}, {"block_too_large", "launch refused"},
     {"past_launch_bounds", "launch"},      {"streams_without_event", "racecheck"},
     {"streams_with_event", "-"},           {"pinned_read_before_sync", "racecheck"},
-    {"pinned_read_after_sync", "-"},
+    {"pinned_read_after_sync", "-"},       {"pinned_freed_in_use", "racecheck|memcheck"},
+    {"pinned_freed_after_sync", "-"},
 };
 
 int main(int argc, char **argv) {

@@ -87,7 +87,7 @@ void raw_set(void *dst, int c, size_t n);
 void *device_alloc(size_t bytes, const void *site);
 bool device_free(void *p);       // false: not a live device allocation
 void *pinned_alloc(size_t bytes, const void *site);
-bool pinned_free(void *p);
+bool pinned_free(void *p, const void *site); // checks that every use happened before
 bool is_device(const void *p, size_t bytes);  // inside the device part of the arena
 bool is_pinned(const void *p, size_t bytes);
 size_t device_free_bytes();

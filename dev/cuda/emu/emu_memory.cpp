@@ -138,7 +138,8 @@ struct Allocation {
 };
 static std::vector<Allocation> allocations EMU_EARLY(1);            // [gen]; 0 is no allocation
 static std::map<uintptr_t, uint32_t> live EMU_EARLY;                // start -> gen of the live ones
-static std::map<uintptr_t, size_t> free_device EMU_EARLY, free_pinned EMU_EARLY; // free spans by start
+static std::map<uintptr_t, size_t> free_device EMU_EARLY, free_pinned EMU_EARLY; // freed spans by start
+static uintptr_t device_frontier, pinned_frontier; // where each region's never-used space begins
 // the allocation that owns each 256 bytes of the arena (allocations are 256-aligned
 // with a gap after each, so no two share a granule): an access finds its own in O(1)
 static uint32_t *granule_owner;
@@ -165,8 +166,8 @@ void memory_init() {
     shadow = (Shadow *)s;
     granule_owner = (uint32_t *)g;
     shared_shadow = (SharedShadow *)ss;
-    free_pinned[PINNED_START] = DEVICE_START - PINNED_START;
-    free_device[DEVICE_START] = ARENA_BYTES - DEVICE_START;
+    pinned_frontier = PINNED_START;
+    device_frontier = DEVICE_START;
 }
 
 static void fill_fresh(void *p, size_t bytes) {
@@ -175,22 +176,32 @@ static void fill_fresh(void *p, size_t bytes) {
     raw_copy((char *)p + bytes / 4 * 4, &FRESH, bytes % 4);
 }
 
-static void *allocate(std::map<uintptr_t, size_t> &spans, size_t bytes, const void *site, bool device) {
+// Allocations take fresh address space from the region's frontier while it lasts,
+// and only then reuse freed spans: an access through a stale pointer finds no live
+// allocation (memcheck) instead of someone else's memory.
+
+static void *allocate(std::map<uintptr_t, size_t> &spans, uintptr_t &frontier, uintptr_t end, size_t bytes,
+                      const void *site, bool device) {
     size_t need = (bytes + 255) / 256 * 256 + 256; // the allocation, then a gap that no allocation owns
-    for (auto it = spans.begin(); it != spans.end(); ++it) {
-        if (it->second < need) { continue; }
-        uintptr_t start = it->first;
+    uintptr_t start = 0;
+    if (need <= end - frontier) {
+        start = frontier;
+        frontier += need;
+    } else {
+        auto it = spans.begin();
+        while (it != spans.end() && it->second < need) { ++it; }
+        if (it == spans.end()) { return nullptr; }
+        start = it->first;
         size_t rest = it->second - need;
         spans.erase(it);
         if (rest) { spans[start + need] = rest; }
-        uint32_t gen = (uint32_t)allocations.size();
-        allocations.push_back(Allocation{start, bytes, site, gen, device});
-        live[start] = gen;
-        for (uintptr_t g = start >> GRANULE_SHIFT; g < (start + need) >> GRANULE_SHIFT; g++) { granule_owner[g] = gen; }
-        fill_fresh(arena + start, bytes);
-        return arena + start;
     }
-    return nullptr;
+    uint32_t gen = (uint32_t)allocations.size();
+    allocations.push_back(Allocation{start, bytes, site, gen, device});
+    live[start] = gen;
+    for (uintptr_t g = start >> GRANULE_SHIFT; g < (start + need) >> GRANULE_SHIFT; g++) { granule_owner[g] = gen; }
+    fill_fresh(arena + start, bytes);
+    return arena + start;
 }
 
 static bool release(std::map<uintptr_t, size_t> &spans, void *p, bool device) {
@@ -213,13 +224,28 @@ static bool release(std::map<uintptr_t, size_t> &spans, void *p, bool device) {
     return true;
 }
 
-void *device_alloc(size_t bytes, const void *site) { return allocate(free_device, bytes, site, true); }
+void *device_alloc(size_t bytes, const void *site) {
+    return allocate(free_device, device_frontier, ARENA_BYTES, bytes, site, true);
+}
 bool device_free(void *p) { return release(free_device, p, true); }
-void *pinned_alloc(size_t bytes, const void *site) { return allocate(free_pinned, bytes, site, false); }
-bool pinned_free(void *p) { return release(free_pinned, p, false); }
+void *pinned_alloc(size_t bytes, const void *site) {
+    return allocate(free_pinned, pinned_frontier, DEVICE_START, bytes, site, false);
+}
+
+// Freeing pinned memory does not wait for the device (CUDA promises no more), so
+// every operation that used it must happen before the host's free; and one that has
+// not run yet will find no live allocation.
+bool pinned_free(void *p, const void *site) {
+    uintptr_t off = (uintptr_t)p - (uintptr_t)arena;
+    auto it = live.find(off);
+    if (it == live.end() || allocations[it->second].device) { return false; }
+    std::string what = "cudaFreeHost at " + source_of(site);
+    host_range(p, allocations[it->second].bytes, true, what.c_str());
+    return release(free_pinned, p, false);
+}
 
 size_t device_free_bytes() {
-    size_t n = 0;
+    size_t n = ARENA_BYTES - device_frontier;
     for (auto &span : free_device) { n += span.second; }
     return n;
 }

@@ -455,10 +455,12 @@ cudaError_t cudaMallocHost(void **ptr, size_t bytes) {
     return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
+// unlike cudaFree, not a synchronisation: CUDA promises none (emu_memory.cpp checks
+// that what used the memory happened before)
 cudaError_t cudaFreeHost(void *ptr) {
     if (ptr == nullptr) { return cudaSuccess; }
-    cudaDeviceSynchronize();
-    if (!pinned_free(ptr)) {
+    host_advance();
+    if (!pinned_free(ptr, __builtin_return_address(0))) {
         report("memcheck", format("cudaFreeHost(%p) at %s: not a live cudaMallocHost allocation", ptr,
                                   source_of(__builtin_return_address(0)).c_str()));
     }
