@@ -112,8 +112,8 @@ int main(int argc, char **argv) {
     targets[B * T - 1] = IGNORE_INDEX;
     s.valid = B * T - 2;
 
-    cp_sharder_init(&s.sharder, CP_LAYOUT_IDENTITY, 0, 1, config.max_seq_len, -1);
-    CHECK(cp_shard_batch(&s.sharder, inputs, targets, B, T) == CP_OK, "shard_batch: %s", s.sharder.error);
+    cp_sharder_init(&s.sharder, CP_LAYOUT_IDENTITY, 0, 1, config.max_seq_len, cp_no_documents());
+    CHECK(cp_shard_batch(&s.sharder, inputs, targets, NULL, B, T) == CP_OK, "shard_batch: %s", s.sharder.error);
     ring_attention_init(&s.ring, comm, B, T, config.channels, config.num_heads);
     s.ring.layout = &s.sharder.layout;
     s.attn = ring_attention_verbs(&s.ring);

@@ -351,13 +351,14 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
         for (int i = 5; i < B * T; i += 11) { inputs[i] = DOC_TOKEN; }
     }
     CpSharder sh;
-    cp_sharder_init(&sh, kind, host_comm->rank, host_comm->size, MAX_SEQ_LEN, with_documents ? DOC_TOKEN : -1);
+    cp_sharder_init(&sh, kind, host_comm->rank, host_comm->size, MAX_SEQ_LEN,
+                    with_documents ? cp_masked_documents(DOC_TOKEN) : cp_no_documents());
     if (cp_check_config(&sh, T) != CP_OK) { // a rank would own no real token: not a valid run
         free(inputs);
         free(targets);
         return;
     }
-    CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "%s: shard_batch: %s", label, sh.error);
+    CHECK(cp_shard_batch(&sh, inputs, targets, NULL, B, T) == CP_OK, "%s: shard_batch: %s", label, sh.error);
     int Tl = sh.layout.local_len;
     size_t nqkv = (size_t)B * Tl * 3 * C, nout = (size_t)B * Tl * C;
     rng_seed(&rng, 1000 + 31 * host_comm->rank + T + HS);

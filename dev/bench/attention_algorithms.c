@@ -260,9 +260,9 @@ static void measure(int algorithm, int U, int reps, int B, int T, int C, int NH)
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &cp);
     CpSharder sh;
-    cp_sharder_init(&sh, cp == 1 ? CP_LAYOUT_IDENTITY : CP_LAYOUT_ROUND_ROBIN, rank, cp, T, -1);
+    cp_sharder_init(&sh, cp == 1 ? CP_LAYOUT_IDENTITY : CP_LAYOUT_ROUND_ROBIN, rank, cp, T, cp_no_documents());
     int *tokens = (int *)callocCheck((size_t)B * T, sizeof(int));
-    if (cp_shard_batch(&sh, tokens, tokens, B, T) != CP_OK) { fatal("%s", sh.error); }
+    if (cp_shard_batch(&sh, tokens, tokens, NULL, B, T) != CP_OK) { fatal("%s", sh.error); }
     int Tl = sh.layout.local_len;
     size_t nqkv = (size_t)B * Tl * 3 * C, nout = (size_t)B * Tl * C, nlse = (size_t)B * NH * Tl;
     float *qkv = (float *)mallocCheck(nqkv * sizeof(float));
