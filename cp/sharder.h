@@ -37,8 +37,8 @@ loss sum nor in its denominator and sends back no gradient.
 Documents (CpDocuments): a token (EOT) opens a document. With mask_attention a
 token attends only to its own document (the layout's document ids; the contract's
 THD / cu_seqlens case). With restart_positions a real token's position id is its
-offset from the first token of its document, as TransformerEngine's THD format and
-Llama 3 count positions in packed rows (the contract's caller-given position_ids);
+offset from the first token of its document, as packed (THD) sequences count them
+(the contract's caller-given position_ids);
 otherwise it keeps its place in the caller's row, so the model sees exactly what
 the single-rank run sees. Either way the position comes from the token's original
 index (found from its global index) and its document's start: no layout is named.

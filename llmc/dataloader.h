@@ -26,11 +26,11 @@ the batch, whether it counts.
 
 Every shard is validated once at the start (header, size, every token below the
 vocabulary; its mask's header, length and bytes) and folded into a fingerprint
-that ranks compare. A shard that is
-changed on disk during the run (rewritten, truncated, replaced) would feed tokens
-nobody validated: its identity (inode, size, modification time) is recorded then,
-and compared whenever the shard is opened again and before every window is read;
-every window's tokens are checked against the vocabulary too. Masks alike.
+that ranks compare. A shard that is changed on disk during the run (rewritten,
+truncated, replaced) would feed tokens nobody validated: its identity (inode, size,
+modification time) is recorded then, and compared whenever the shard is opened
+again and before every window is read; every window's tokens are checked against
+the vocabulary too. Masks alike.
 */
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
