@@ -28,7 +28,7 @@ COMPARE=${1:?usage: e2e_loss_mask.sh COMPARE_RUNS}
 E2E_NAME=e2e_loss_mask
 source "$(dirname "$0")/e2e_lib.sh"
 
-STEPS=20 B=2
+STEPS=10 B=2
 COMMON=(-e d1 -b $B -x $STEPS -l 1e-3 -v 0 -s 0 -sh 0)
 SOURCE=dev/data/austen/austen_val.bin
 

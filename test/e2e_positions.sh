@@ -10,7 +10,7 @@
 #    Ulysses splits it), within DESIGN 5's first-step tolerance, 1e-5. Without -rp 1
 #    the packed row differs (the documents past the first see positions 20, 33,
 #    ... of the row): the check can fail.
-# 2. -rp 1 alone (no document masking) and with -dm 1, over 20 steps on text cut
+# 2. -rp 1 alone (no document masking) and with -dm 1, over 10 steps on text cut
 #    into short documents: cp 2, 3, 4 with striped, contiguous, round_robin, packed
 #    and the all-gather attention reproduce cp 1, per step and per token
 #    (compare_runs, DESIGN 5 tolerances); and -rp 1 is live: its first step's
@@ -116,8 +116,8 @@ worst=$(documents_vs_rows rows_cp1_no_restart)
 printf '%-28s max |row - documents alone| %s (positions of the row: must differ)\n' rows_cp1_no_restart "$worst"
 awk -v w="$worst" 'BEGIN { exit !(w > 1e-3) }' || fail "without -rp 1 the packed row matches its documents alone: positions are not live"
 
-# ---- 2. -rp 1 over 20 steps, alone and with -dm 1, against cp 1
-STEPS=20 B=2 T=100
+# ---- 2. -rp 1 over 10 steps, alone and with -dm 1, against cp 1
+STEPS=10 B=2 T=100
 DOCS=$WORK/short_documents.bin
 short_documents "$DOCS" $((STEPS * B * T + 1))
 COMMON+=(-e d1 -b $B -t $T -x $STEPS -l 1e-3 -i "$DOCS")
