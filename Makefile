@@ -132,6 +132,10 @@ encode: encode.c llmc/bpe.h llmc/tokenizer.h llmc/utf8.h llmc/utils.h
 cp_layout: dev/cp_layout.c $(DEPS)
 	$(CC) -O2 -Wall -Wextra -Wno-unused-function -Wno-unknown-pragmas -std=gnu11 -DNO_BLAS $< -o $@ -lm
 
+# dev tool: the loss mask of a token file for "train only on the answer" data (-lm 1 reads it)
+loss_mask: dev/loss_mask.c $(DEPS)
+	$(CC) -O2 -Wall -Wextra -Wno-unused-function -std=gnu11 $< -o $@
+
 # dev benchmark: per-rank memory, messages and time of each attention algorithm (dev/bench/README.md)
 bench_attention: dev/bench/attention_algorithms.c $(DEPS)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
@@ -155,4 +159,4 @@ bench_attention_gpu: dev/bench/attention_gpu.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) -I. $< -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt
 
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp encode cp_layout bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu $(BUILD_DIR) gpu_prep
+	rm -rf train_gpt2cp_cpu train_gpt2cp encode cp_layout loss_mask bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu $(BUILD_DIR) gpu_prep

@@ -211,6 +211,41 @@ expect_error val_tokens_bad_magic 2 "token file '.*tokens_magic\.bin': bad magic
     "${BASE[@]}" -cp 2 -v 1 -j "$WORK/tokens_magic.bin"
 
 # ---------------------------------------------------------------------------
+# loss mask files (-lm 1): NAME.mask beside each token file NAME.bin (llmc/loss_mask.h:
+# magic 20240613, version 1, the token count, then one byte 0 or 1 per token)
+# mask FILE COUNT: a mask of COUNT tokens, every byte 1
+mask() {
+    head -c 1024 /dev/zero >"$WORK/$1"
+    put_i32 "$WORK/$1" 0 20240613; put_i32 "$WORK/$1" 4 1; put_i32 "$WORK/$1" 8 "$2"
+    head -c "$2" /dev/zero | tr '\0' '\1' >>"$WORK/$1"
+}
+tok masked_good.bin;      mask masked_good.mask $ntok
+tok masked_magic.bin;     mask masked_magic.mask $ntok;   put_i32 "$WORK/masked_magic.mask" 0 20240520
+tok masked_version.bin;   mask masked_version.mask $ntok; put_i32 "$WORK/masked_version.mask" 4 3
+tok masked_count.bin;     mask masked_count.mask $((ntok - 1))
+tok masked_short.bin;     mask masked_short.mask $ntok;   truncate -s -5 "$WORK/masked_short.mask"
+tok masked_byte.bin;      mask masked_byte.mask $ntok;    printf '\x02' | dd of="$WORK/masked_byte.mask" bs=1 seek=$((1024 + 700)) conv=notrunc status=none
+tok masked_none.bin
+echo "== loss mask files"
+expect_success mask_good_control 2 "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_good.bin"
+expect_error mask_missing 2 "loss mask file '.*masked_none\.mask' \(of token file '.*masked_none\.bin'\): cannot open it: No such file" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_none.bin"
+expect_error mask_bad_magic 2 "loss mask file '.*masked_magic\.mask' .*: bad magic 20240520 \(expected 20240613, a loss mask file\)" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_magic.bin"
+expect_error mask_bad_version 2 "loss mask file '.*masked_version\.mask' .*: version 3, only 1 is supported" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_version.bin"
+expect_error mask_other_count 2 "loss mask file '.*masked_count\.mask' .*: its header counts $((ntok - 1)) tokens, but its token file has $ntok" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_count.bin"
+expect_error mask_truncated 2 "loss mask file '.*masked_short\.mask' .*: $((1024 + ntok - 5)) bytes, but a mask of $ntok tokens is $((1024 + ntok)) bytes" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_short.bin"
+expect_error mask_bad_byte 2 "loss mask file '.*masked_byte\.mask' .*: byte 2 at token 700 is neither 0 \(masked\) nor 1 \(learned\)" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_byte.bin"
+expect_error val_mask_missing 2 "loss mask file '.*masked_none\.mask'" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_good.bin" -v 1 -j "$WORK/masked_none.bin"
+expect_error mask_flag_bogus 2 "-lm 2: loss masks are 0 or 1" "${BASE[@]}" -cp 2 -lm 2
+expect_error restart_positions_bogus 2 "-rp 2: restarting positions at each document is 0 or 1" "${BASE[@]}" -cp 2 -rp 2
+
+# ---------------------------------------------------------------------------
 # checkpoints (-e): a hand-built fp32 checkpoint of a tiny model, zero weights
 # maxT 64 (the default -g 64 must fit), V = Vp 50257, L 1, NH 1, C 4; llm.c's order
 maxT=64 V=50257 Vp=50257 L=1 NH=1 C=4
@@ -411,6 +446,8 @@ expect_note small_vocab_samples "^note: samples start from token 0: the model's 
 # -dm 1 needs the EOT inside the vocabulary
 expect_error small_vocab_documents 2 "-dm 1: documents open with the EOT token 50256, outside the model's vocabulary of 64" \
     "${BASE[@]}" -cp 2 -dm 1 -e "$WORK/ckpt_small_vocab.bin" -i "$WORK/tokens_zero.bin"
+expect_error small_vocab_positions 2 "-rp 1: documents open with the EOT token 50256, outside the model's vocabulary of 64" \
+    "${BASE[@]}" -cp 2 -rp 1 -e "$WORK/ckpt_small_vocab.bin" -i "$WORK/tokens_zero.bin"
 
 # ---------------------------------------------------------------------------
 # files of another type: a FIFO never blocks an open (for reading it waits for a
@@ -682,12 +719,12 @@ cases=$((cases + 1))
 run_trainer 0 "$WORK/help.out" "$WORK/help.err" -h
 help_problems=()
 if [[ $rc -eq 0 || $rc -eq 124 || $rc -gt 128 ]]; then help_problems+=("exit code $rc, expected a non-zero exit"); fi
-for flag in -cp -cl -tl -dm -ca -r -cu; do
+for flag in -cp -cl -tl -dm -rp -lm -ca -r -cu; do
     if ! grep -qE "^ +$flag " "$WORK/help.out"; then help_problems+=("the usage does not list $flag"); fi
 done
 if ! grep -q '^usage:' "$WORK/help.out"; then help_problems+=("no usage line on stdout"); fi
 if [[ ${#help_problems[@]} -eq 0 ]]; then
-    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -ca -r -cu\n' help "(1 process)" "$rc"
+    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -rp -lm -ca -r -cu\n' help "(1 process)" "$rc"
 else
     failures=$((failures + 1))
     echo "FAIL help: $(IFS=';'; echo "${help_problems[*]}")"

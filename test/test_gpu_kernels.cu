@@ -525,8 +525,8 @@ static void test_model(void) {
     int *inputs = random_ints(BT, V), *targets = random_ints(BT, V);
     targets[3] = targets[T + 10] = IGNORE_INDEX;
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, MAXT, -1);
-    CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "%s", sh.error);
+    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, MAXT, cp_no_documents());
+    CHECK(cp_shard_batch(&sh, inputs, targets, NULL, B, T) == CP_OK, "%s", sh.error);
     MPI_Comm self_host, self_dev;
     MPI_Comm_dup(MPI_COMM_SELF, &self_host);
     MPI_Comm_dup(MPI_COMM_SELF, &self_dev);

@@ -91,8 +91,10 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     if (tm->device_token_bytes) { e.data += tm->device_token_bytes(c, B, local_T); }
     if (tm->host) {
         size_t BT = (size_t)B * cfg->T, local = (size_t)B * local_T;
-        e.data += BT * (sizeof(uint16_t) + 2 * sizeof(int)); // the loader's window, inputs, targets
-        e.data += 6 * local * sizeof(int) + 2 * BT * sizeof(int); // the shard, and the sharder's row scratch
+        // the loader's window, inputs, targets and loss mask
+        e.data += BT * (sizeof(uint16_t) + 2 * sizeof(int) + (cfg->loss_masks ? 1 : 0));
+        // the shard, and the sharder's row scratch (documents, their starts, slots)
+        e.data += 6 * local * sizeof(int) + 3 * BT * sizeof(int);
         if (cfg->token_loss_path) {
             // the gathered rows of this replica and of all, and the gather's buffers
             e.data += (1 + (size_t)dp) * BT * sizeof(float) + local * cfg->cp_size * (sizeof(int) + sizeof(float));

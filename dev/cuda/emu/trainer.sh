@@ -12,6 +12,7 @@
 #   - cudaGetDeviceCount failing: the trainer says why, on every rank
 #   - resume and -z 1 bit for bit, llm.c's bf16 model file, the BF16 build against
 #     the FP32 build, its -z 1 and its checkpoints
+#   - the striped layout, positions per document and loss masks against the CPU twin
 set -euo pipefail
 cd "$REPO"
 read -ra MPIRUN <<< "$MPIRUN_LINE"
@@ -188,4 +189,61 @@ diff "$WORK/BF16_ckpt/main.log" "$WORK/BF16_resume/main.log"
 cmp "$WORK/BF16_ckpt/model_00000002.bin" "$WORK/BF16_resume/model_00000002.bin"
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_BF16" "${ARGS[@]}" -e "$WORK/bf16_files/exact_v5.bin" -i "$WORK/bf16_files/tokens.bin" -cp 2 -ct mpi -x 1 -o "$WORK/gpu_v5_bf16" > "$WORK/gpu_v5_bf16.out"
 echo "BF16 checkpoints: version 5 model files, resume at step 1 bit for bit; the BF16 build trains from llm.c's v5 file"
+# The sharder contract's striped layout, positions that restart at each document
+# (-rp 1) and loss masks (-lm 1), on the GPU: the FP32 build at cp 2 (striped over
+# the ring, packed over the all-gather) against the CPU twin at cp 1, both with all
+# three and -dm 1, on text with an EOT every few tokens and a mask that leaves out
+# runs of targets: per-step losses and per-token losses on the learned targets within
+# 1e-4, NaN on exactly the masked ones; and with -d, two micro-batches holding
+# different numbers of learned targets against the CPU twin's one batch of both rows
+python3 - "$WORK/sharder.bin" dev/data/austen/austen_val.bin <<'PY'
+import struct, sys
+from array import array
+path, source = sys.argv[1:3]
+with open(source, 'rb') as f:
+    f.read(1024)
+    tokens = array('H'); tokens.frombytes(f.read())
+n, t = 400, 3
+while t < n:
+    tokens[t] = 50256
+    t += 5 + (t * 7) % 13
+tokens = tokens[:n]
+with open(path, 'wb') as f:
+    f.write(struct.pack('<256i', 20240520, 1, n, *[0] * 253)); f.write(tokens.tobytes())
+mask = bytes(0 if (j // 6) % 3 == 1 else 1 for j in range(n))
+with open(path[:-4] + '.mask', 'wb') as f:
+    f.write(struct.pack('<256i', 20240613, 1, n, *[0] * 253)); f.write(mask)
+PY
+SHARDER=(-e d1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0 -sh 0 -dm 1 -rp 1 -lm 1 -i "$WORK/sharder.bin")
+# compare_masked CPU GPU: step losses and learned per-token losses within 1e-4, NaN alike
+compare_masked() {
+    python3 - "$WORK/$1" "$WORK/$2" <<'PY'
+import math, re, sys
+from array import array
+def steps(d): return [float(x) for x in re.findall(r'^s:\d+ trl:(\S+)', open(f'{d}/main.log').read(), re.M)]
+def losses(d): a = array('f'); a.frombytes(open(f'{d}.tl', 'rb').read()); return a
+a, b = sys.argv[1:3]
+sa, sb, ta, tb = steps(a), steps(b), losses(a), losses(b)
+assert len(sa) == len(sb) == 2 and len(ta) == len(tb) > 0, 'runs of other lengths'
+masked = [i for i in range(len(ta)) if math.isnan(ta[i])]
+assert masked == [i for i in range(len(tb)) if math.isnan(tb[i])], 'NaN at other places'
+assert 0 < len(masked) < len(ta), f'{len(masked)} of {len(ta)} targets masked'
+dt = max(abs(ta[i] - tb[i]) for i in range(len(ta)) if not math.isnan(ta[i]))
+ds = max(abs(x - y) for x, y in zip(sa, sb))
+print(f'{b}: max |step loss diff| {ds:.2e}, max |token loss diff| {dt:.2e} over {len(ta) - len(masked)} learned, {len(masked)} masked alike')
+sys.exit(not (ds < 1e-4 and dt < 1e-4))
+PY
+}
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${SHARDER[@]}" -b 1 -o "$WORK/sharder_cpu" -tl "$WORK/sharder_cpu.tl" > "$WORK/sharder_cpu.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${SHARDER[@]}" -b 1 -cp 2 -cl striped -ct mpi -o "$WORK/sharder_striped" \
+    -tl "$WORK/sharder_striped.tl" > "$WORK/sharder_striped.out"
+compare_masked sharder_cpu sharder_striped
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${SHARDER[@]}" -b 1 -cp 2 -cl packed -ca allgather -ct mpi \
+    -o "$WORK/sharder_packed" -tl "$WORK/sharder_packed.tl" > "$WORK/sharder_packed.out"
+compare_masked sharder_cpu sharder_packed
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${SHARDER[@]}" -b 2 -o "$WORK/sharder_cpu_b2" -tl "$WORK/sharder_cpu_b2.tl" > "$WORK/sharder_cpu_b2.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${SHARDER[@]}" -b 1 -d 128 -cp 2 -cl striped -ct mpi \
+    -o "$WORK/sharder_accumulated" -tl "$WORK/sharder_accumulated.tl" > "$WORK/sharder_accumulated.out"
+compare_masked sharder_cpu_b2 sharder_accumulated
+echo "striped, -rp 1 and -lm 1 on the GPU: the CPU twin's losses, masked targets alike, -d with masks"
 echo "emulated trainer: $SECONDS s"
