@@ -1,7 +1,8 @@
 /*
-Unit test of the tiled BLAS block attention (attend_block_*_tiled, cp/attention_block.h)
-against the plain loops (attend_block_*_loops, the NO_BLAS reference, itself checked
-against test/reference_attention.h by test_ring_attention).
+Unit test of the tiled BLAS block attention (attend_block_*_tiled,
+cp/attention_block_tiled.h) against the plain loops (attend_block_*_loops in
+cp/attention_block.h, the NO_BLAS reference, itself checked against
+test/reference_attention.h by test_attention_algorithms).
 
 One rank's view of a ring, in one process: the local queries of rank `rank` meet the
 K/V blocks of every rank of a cp group of np, own block first, as the ring meets them,
@@ -37,7 +38,7 @@ threads and must give the same bits.
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "cp/attention_block.h"
+#include "cp/attention_block_tiled.h"
 #include "cp/layout.h"
 #include "test/test_utils.h"
 

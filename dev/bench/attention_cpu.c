@@ -1,6 +1,7 @@
 /*
 attention_cpu: the time of one block pair of the CPU block attention
-(cp/attention_block.h), the tiled BLAS version against the plain loops.
+(cp/attention_block.h), the tiled BLAS version (cp/attention_block_tiled.h)
+against the plain loops.
 
     make bench_attention_cpu
     OMP_NUM_THREADS=2 ./bench_attention_cpu                      T_local 1024 2048 4096 8192
@@ -29,7 +30,7 @@ dev/bench/attention_torch.py times PyTorch's attention on the same shapes.
 #ifdef _OPENMP
 #include <omp.h>
 #endif
-#include "../../cp/attention_block.h"
+#include "../../cp/attention_block_tiled.h"
 #include "../../llmc/rand.h"
 
 #ifdef NO_BLAS
