@@ -75,6 +75,21 @@ static void ring_attention_forward(RingAttention *ra, float *out, float *lse, co
     int cp = ra->comm->size;
     KVBlock blk[2] = {kv_block_view(ra->kv_buf[0], B, NH, T, HS), kv_block_view(ra->kv_buf[1], B, NH, T, HS)};
     attention_forward_begin(&ra->queries, ra->layout, &blk[0], qkv, lse);
+    // Step s meets the block that started on rank src = (rank - s) mod cp. Which
+    // of its pairs the queries see is decided from the tokens' global indices
+    // alone, per half of each side (block_visibility, cp/block_mask.h), so no
+    // layout is named here. Under round_robin (zigzag), where rank r holds chunks
+    // r and 2cp-1-r of the row as the two halves of its block, a step is one of
+    // three cases:
+    //   src == rank (step 0)  the own block: each query chunk against the same key
+    //                         chunk is a causal triangle (masked), chunk 2cp-1-r
+    //                         sees all of chunk r, chunk r nothing of 2cp-1-r
+    //   src <  rank           key chunk src lies before both query chunks (full,
+    //                         no mask), key chunk 2cp-1-src after both (skipped)
+    //   src >  rank           both key chunks lie after query chunk r (skipped)
+    //                         and before query chunk 2cp-1-r (full)
+    // so every rank computes half a block at every step (test_attention_algorithms
+    // checks these tables for every layout).
     int cur = 0;
     for (int step = 0; step < cp; step++) {
         void *exchange = NULL;
@@ -129,19 +144,7 @@ static void ring_attention_backward(RingAttention *ra, float *dqkv, const float 
     attention_backward_end(&ra->queries, dqkv, ra->dkv_buf[acc]);
 }
 
-static void ring_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
-    ring_attention_forward((RingAttention *)ctx, out, lse, qkv);
-}
-
-static void ring_attention_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                         const float *out, const float *lse) {
-    ring_attention_backward((RingAttention *)ctx, dqkv, dout, qkv, out, lse);
-}
-
-// the model's attention verbs, computed by this ring
-static AttentionVerbs ring_attention_verbs(RingAttention *ra) {
-    AttentionVerbs verbs = {ra, ring_attention_forward_verb, ring_attention_backward_verb};
-    return verbs;
-}
+// ring_attention_verbs(ra): the model's attention verbs, computed by this ring
+ATTENTION_VERBS_OF(ring_attention, RingAttention, AttentionVerbs, float)
 
 #endif // CP_RING_ATTENTION_H
