@@ -6,13 +6,14 @@ train_gpt2cp: context-parallel GPT-2 training on NVIDIA GPUs (CUDA, cuBLAS, NCCL
 
 The CPU twin (train_gpt2cp_cpu.c) with the model on the GPU: the same mesh of
 dp = N / cp replicas, the same sharder, data, schedule, logs and outputs
-(train_common.h), the same ring attention algorithm (cp/ring_attention.cuh mirrors
-cp/ring_attention.h). Per step:
+(train_common.h), the same attention algorithms of -ca (ring, all-gather, Ulysses
+and their hybrid: cp/attention.cuh mirrors cp/attention.h). Per step:
 
     1. every rank of a replica reads the replica's window of B x (T+1) tokens
     2. the sharder keeps this rank's share of each row (host), which goes to the GPU
-    3. forward and backward run on the local tokens on the GPU; attention gets the
-       other tokens around the ring, its K/V blocks moved by the transport
+    3. forward and backward run on the local tokens on the GPU; attention is the
+       only layer that needs other tokens, and gets them by the algorithm of -ca,
+       its messages moved by the transport
     4. the loss is the mean over the valid targets of the whole global batch;
        gradients are summed over all ranks (the transport's all_reduce_sum on
        device memory), so every rank takes the same step (at -z 1 each rank

@@ -58,6 +58,7 @@ typedef struct {
     GPT2 *model;
     Activations *acts;
     CpAttention *attention;
+    AttentionVerbs attn; // bound to the last forward's layout, for its backward
     double weight_basis; // the training step's loss weight basis (cp/loss.h), 0 before its first micro-batch
 } Trainer;
 
@@ -76,16 +77,16 @@ static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets
         activations_free(tr->acts);
         activations_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
     }
-    AttentionVerbs attn = cp_attention_bind(tr->attention, &sh->layout);
+    tr->attn = cp_attention_bind(tr->attention, &sh->layout); // the batch's coordinates, once
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     if (micro_steps > 0) {
         double valid = local_valid_count(sh->local.targets, n);
         tr->ranks->world->all_reduce_sum(tr->ranks->world, &valid, 1, COMM_DOUBLE);
         tr->weight_basis = loss_weight_basis(tr->weight_basis, valid, micro_steps);
         gpt2_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
-                           loss_weight(tr->weight_basis), &attn);
+                           loss_weight(tr->weight_basis), &tr->attn);
     } else {
-        gpt2_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
+        gpt2_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &tr->attn);
     }
     return global_loss_stats(tr->ranks->world, local_loss_stats(tr->acts->t.losses, sh->local.targets, n));
 }
@@ -165,7 +166,7 @@ int main(int argc, char **argv) {
     CpAttentionComms comms = {ranks.cp, ranks.ulysses, ranks.ring};
     cp_attention_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), comms, cfg.B,
                       run.local_T, c.channels, c.num_heads);
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, 0.0};
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, 0.0};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -198,10 +199,10 @@ int main(int argc, char **argv) {
                                            run.train_loader.loss_mask, &sh, run.grad_accum_steps);
             step_stats.loss_sum += stats.loss_sum;
             step_stats.valid_count += stats.valid_count;
-            AttentionVerbs attn = cp_attention_bind(&attention, &sh.layout);
-            gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, &attn);
+            gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
             if (cfg.token_loss_path) {
-                write_token_losses(&run, &cfg, &sh, ranks.cp, ranks.dp, acts.t.losses, run.train_loader.loss_mask);
+                write_token_losses(&run, &cfg, &sh, ranks.cp, ranks.dp, shard_losses(&tr),
+                                   run.train_loader.loss_mask);
             }
             cp_sharder_free(&sh);
         }

@@ -72,10 +72,11 @@ static void cp_attention_cuda_free(CpAttentionCuda *a) {
     }
 }
 
-// The verbs for this step's layout; rebuilds the buffers for another local length.
-// Prepares the step's coordinates and tile visibility on the device (a collective
+// The verbs for a batch's layout; rebuilds the buffers for another local length.
+// Prepares the batch's coordinates and tile visibility on the device (a collective
 // over the CP group; for ulysses and hybrid over the Ulysses group, then the ring of
-// groups): bind once per step, and every layer's passes use them.
+// groups): bind once per batch, and the forward and backward passes of every layer
+// use them.
 static AttentionVerbsCuda cp_attention_cuda_bind(CpAttentionCuda *a, const ShardLayout *layout) {
     if (layout->B != a->B || layout->local_len != a->T) {
         cp_attention_cuda_free(a);

@@ -7,7 +7,9 @@ Buffers fit one local length. Binding a step's layout of another length rebuilds
 them at that length: the packed layout's length depends on the data (the trainer
 keeps it from shrinking, so this happens only when a batch needs more room).
 Binding is collective over the Ulysses group for ulysses and hybrid (its ranks
-share their tokens' coordinates), so every rank of a CP group binds alike.
+all-gather their tokens' coordinates), so every rank of a CP group binds alike.
+A trainer binds once per batch: the forward and the backward pass of a
+micro-batch, every layer of both, use the verbs one bind returns.
 */
 #ifndef CP_ATTENTION_H
 #define CP_ATTENTION_H
@@ -75,7 +77,8 @@ static void cp_attention_free(CpAttention *a) {
     }
 }
 
-// The verbs for this step's layout (the coordinates of the local tokens).
+// The verbs for a batch's layout (the coordinates of the local tokens); rebuilds
+// the buffers for another local length.
 static AttentionVerbs cp_attention_bind(CpAttention *a, const ShardLayout *layout) {
     if (layout->B != a->B || layout->local_len != a->T) {
         cp_attention_free(a);

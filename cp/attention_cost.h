@@ -29,7 +29,7 @@ Per rank, B rows of Tl = P / cp local tokens, C channels, NH heads; a K/V block
 typedef struct {
     size_t forward_bytes, backward_bytes; // bytes that leave the rank, per layer
     long forward_messages, backward_messages;
-    size_t step_bytes;                    // once per step (Ulysses: the coordinates of its group)
+    size_t step_bytes;                    // once per bind, a batch's (Ulysses: the coordinates of its group)
     long step_messages;
 } AttentionCost;
 

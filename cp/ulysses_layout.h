@@ -5,7 +5,8 @@ ranks holds the tokens of all U ranks, for NH / U heads: they form the group's
 row, which the attention then treats as one rank's local tokens.
 
 Each rank's (B, T) global indices and document ids are all-gathered in the group
-once per step (the layout is the step's, the same for every layer), and each
+once per batch, when the trainer binds the attention to the batch's layout (the
+same for every layer and both passes), and each
 group row is ordered by global index: token t of row b that came from group rank
 i sits at slot[i][b][t] of the group's row. Ordering by index (and not by rank)
 keeps a sub-block's indices contiguous wherever the layout allows, so that
