@@ -3,25 +3,30 @@ What the two trainers (train_gpt2cp_cpu.c and train_gpt2cp.cu) share, one job a
 file under train/:
 
     train/config.h    the command line and its checks
-    train/agree.h     the checks that every rank runs the same job
-    train/memory.h    the estimated peak memory per rank, and the check that it fits
-    train/progress.h  the start-up table, the progress line, peak memory
-    train/outputs.h   what a run writes: its -o directory (owned, locked), no output an input
-    train/run.h       the host side of a run: model init, data, logs, each step's chores
-    train/resume.h    checkpoints and resume
-    train/sample.h    sampling
-    train/zero.h      ZeRO-1 (-z 1): each rank's shard of the optimizer state, the parameter gather
+    train/agree.h          the checks that every rank runs the same job
+    train/model_init.h     the run's model on the host: its configuration, checks, weights
+    train/memory.h         the estimated peak memory per rank, and the check that it fits
+    train/progress.h       the start-up table, the progress line, peak memory
+    train/outputs.h        what a run writes: its -o directory (owned, locked), no output an input
+    train/run.h            the run's data, logs and schedule, each batch's sharding, each step's chores
+    train/between_steps.h  validation, HellaSwag, and at which steps they, samples and checkpoints run
+    train/resume.h         checkpoints and resume
+    train/sample.h         sampling
+    train/zero.h           ZeRO-1 (-z 1): each rank's shard of the optimizer state, the parameter gather
 
-and, here, the start of a run that ties them together. The trainers differ only
-in where the model runs.
+and, here, the start of a run that ties them together; cp/mesh_mpi.h gives both
+the mesh's MPI communicators. The trainers differ only in where the model runs.
 */
 #ifndef TRAIN_COMMON_H
 #define TRAIN_COMMON_H
 
+#include "cp/mesh_mpi.h"
 #include "train/agree.h"
+#include "train/between_steps.h"
 #include "train/config.h"
-#include "train/outputs.h"
 #include "train/memory.h"
+#include "train/model_init.h"
+#include "train/outputs.h"
 #include "train/progress.h"
 #include "train/resume.h"
 #include "train/run.h"

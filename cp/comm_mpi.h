@@ -1,7 +1,7 @@
 /*
-The transport on host memory over MPI (the CPU twin's transport), and the MPI
-runtime every trainer starts with: MPI_Init, and the hooks that turn any rank's
-fatal error into the end of the whole job.
+The transport on host memory over MPI: the CPU twin's, and the host-memory groups
+of the GPU trainer. A program that uses it starts MPI with mpi_runtime_init
+(cp/mpi_runtime.h), which also reads the watchdog's GPT2CP_TIMEOUT.
 
 No wait blocks in MPI: every verb posts non-blocking requests (MPI_Isend/Irecv,
 MPI_Iallreduce, MPI_Iallgather, ...) and waits for them in one test loop,
@@ -27,54 +27,11 @@ Who did not answer:
 #define CP_COMM_MPI_H
 
 #include <mpi.h>
-#include <signal.h>
-#include <time.h>
 #include <unistd.h>
 #include "comm.h"
 #include "comm_watchdog.h"
+#include "mpi_runtime.h"
 #include "../llmc/utils.h"
-
-// ----------------------------------------------------------------------------
-// the runtime
-
-// MPI_Abort asks the launcher to end every rank. A rank cut off from the launcher
-// (its host lost from the network) can wait in it for ever: an alarm ends this
-// rank after MPI_ABORT_GRACE_SECONDS regardless.
-#define MPI_ABORT_GRACE_SECONDS 5
-static void mpi_abort_job(void) {
-    signal(SIGALRM, SIG_DFL);
-    alarm(MPI_ABORT_GRACE_SECONDS);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-}
-
-// The other ranks of a fatal_everywhere wait here for rank 0 to print and abort.
-// The wait is bounded: should rank 0 not see the error after all, this rank
-// stops waiting, prints its own line and ends the job itself.
-static void mpi_wait_for_printer(void) {
-    MPI_Request request;
-    MPI_Ibarrier(MPI_COMM_WORLD, &request);
-    time_t start = time(NULL);
-    int done = 0;
-    while (!done && time(NULL) - start < 10) {
-        MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-        usleep(1000);
-    }
-}
-
-static void mpi_runtime_init(int *argc, char ***argv) {
-    MPI_Init(argc, argv);
-    int rank;
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-    fatal_rank = rank;
-    fatal_exit_hook = mpi_abort_job;
-    fatal_wait_for_printer = mpi_wait_for_printer;
-    // an MPI error is never recoverable here: let MPI end the job at once
-    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
-    comm_timeout_init();
-}
-
-// ----------------------------------------------------------------------------
-// the transport
 
 // the requests of one wait: a ring exchange's receive and send, or one collective
 #define COMM_MPI_OPS 2

@@ -16,6 +16,7 @@ rank's view of the job (its flags; its model and data) with rank 0's.
 #include <omp.h>
 #endif
 #include "../cp/comm_mpi.h"
+#include "../cp/mpi_runtime.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/utils.h"

@@ -1,8 +1,8 @@
 /*
-The host side of a run, shared by both trainers: the model's initialisation on
-the host, the mesh's MPI communicators, the data, logs and schedule (TrainRun),
-what happens around each step (validation, samples, checkpoints, the progress
-line, the per-token loss gather), and what ends a run early (a non-finite loss).
+The host side of a run, shared by both trainers: the data, logs, schedule and
+outputs of a run (TrainRun), each batch's sharding, and the chores of each
+training step: the update's checks (a non-finite loss ends the run, -sl and -sg
+skip it), the progress line and log, the per-token loss gather (-tl).
 */
 #ifndef TRAIN_RUN_H
 #define TRAIN_RUN_H
@@ -14,7 +14,7 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include "../cp/comm_mpi.h"
+#include "../cp/comm.h"
 #include "../cp/layout.h"
 #include "../cp/loss.h"
 #include "../cp/mesh.h"
@@ -34,77 +34,7 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 #include "memory.h"
 #include "progress.h"
 
-#define RANDOM_INIT_SEED 42 // llm.c's
 #define SAMPLE_SEED 1337
-
-// The configuration of the run's model, before anything is allocated: the header
-// of the checkpoint resumed from or of -e FILE, or for one of llm.c's descriptors
-// (dN, gpt2:dN, gpt3:cN) its model with a position table that covers -t
-// (random_init_max_seq_len). source: where the model comes from, for messages.
-static GPT2Config run_model_config(const TrainConfig *cfg, int resume_step, char *source, size_t source_size) {
-    GPT2Config c;
-    char why[256];
-    int descriptor = resume_step < 0 ? gpt2_config_from_descriptor(cfg->init, &c, why, sizeof(why)) : 0;
-    if (descriptor < 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
-    if (descriptor > 0) {
-        c.max_seq_len = random_init_max_seq_len(cfg, c.max_seq_len);
-        if (gpt2_config_check(c, why, sizeof(why)) != 0) { fatal_everywhere("-e %s: %s", cfg->init, why); }
-        snprintf(source, source_size, "the random init -e %s", cfg->init);
-        return c;
-    }
-    char path[4096];
-    if (resume_step >= 0) { model_path(path, sizeof(path), cfg->output_dir, resume_step); }
-    else { snprintf(path, sizeof(path), "%s", cfg->init); }
-    snprintf(source, source_size, "the checkpoint '%s'", path);
-    return gpt2_checkpoint_config(path);
-}
-
-// The model of configuration c (run_model_config) into host memory: the weights of
-// the checkpoint resumed from, else -e (an llm.c checkpoint, or llm.c's random init
-// of a descriptor's model). Every rank builds the same weights (the trainers
-// broadcast rank 0's all the same).
-static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step, GPT2Config c) {
-    if (resume_step >= 0) {
-        char path[4096];
-        model_path(path, sizeof(path), cfg->output_dir, resume_step);
-        gpt2_load_checkpoint(model, path);
-    } else if (!init_is_checkpoint_file(cfg->init)) {
-        gpt2_init_random(model, c, RANDOM_INIT_SEED);
-    } else {
-        gpt2_load_checkpoint(model, cfg->init);
-    }
-}
-
-// Checks the run against the model and (T, cp, layout) before anything is
-// allocated for them. source: where the model comes from (run_model_config).
-static void check_run_against_model(const TrainConfig *cfg, CpLayoutKind layout, const Mesh *mesh, GPT2Config c,
-                                    const char *source) {
-    validate_against_model(cfg, c, source);
-    CpSharder probe;
-    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, run_documents(cfg));
-    if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
-}
-
-// The mesh's MPI communicators: world, this replica's CP group, the DP group of
-// this CP rank, this rank alone, and the CP group's Ulysses group and ring
-// (cp/mesh.h; U = ulysses_size). The caller owns (wraps) all six.
-typedef struct {
-    MPI_Comm world, cp, dp, self, ulysses, ring;
-} MeshComms;
-
-static Mesh mesh_split_mpi(int cp_size, int ulysses_size, MeshComms *mc) {
-    int world_rank, world_size;
-    MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size);
-    Mesh m = mesh_init(world_rank, world_size, cp_size, ulysses_size);
-    MPI_Comm_dup(MPI_COMM_WORLD, &mc->world);
-    MPI_Comm_split(MPI_COMM_WORLD, m.dp_rank, m.cp_rank, &mc->cp);
-    MPI_Comm_split(MPI_COMM_WORLD, m.cp_rank, m.dp_rank, &mc->dp);
-    MPI_Comm_dup(MPI_COMM_SELF, &mc->self);
-    MPI_Comm_split(mc->cp, m.ring_rank, m.ulysses_rank, &mc->ulysses);
-    MPI_Comm_split(mc->cp, m.ulysses_rank, m.ring_rank, &mc->ring);
-    return m;
-}
 
 // What a run needs besides the model: sizes, data, tokenizer, logs, the -tl file,
 // the schedule, the sampling RNG and the step timer.
@@ -291,57 +221,6 @@ static void check_step_finite(const TrainConfig *cfg, int step, float loss, floa
                      "training stopped before the update; %s", step, loss, grad_norm, last);
 }
 
-// The forward pass of a batch (B rows of T inputs and targets, and the targets' loss
-// mask or NULL) on this rank's shard (the trainer's own); returns the loss
-// statistics of the global batch. The sharder is built by it and freed by the caller.
-typedef LossStats (*ForwardStep)(void *trainer, const int *inputs, const int *targets,
-                                 const unsigned char *loss_mask, CpSharder *sh);
-// The per-token losses of the last forward pass, (B, local T) on the host.
-typedef const float *(*ShardLosses)(void *trainer);
-
-// The mean loss over the first `batches` batches of the validation data.
-static float validation_loss(ForwardStep forward_step, void *trainer, DataLoader *val_loader, int batches) {
-    dataloader_reset(val_loader);
-    LossStats total = {0.0, 0.0};
-    for (int i = 0; i < batches; i++) {
-        CpSharder sh;
-        dataloader_next_batch(val_loader);
-        LossStats s = forward_step(trainer, val_loader->inputs, val_loader->targets, val_loader->loss_mask, &sh);
-        cp_sharder_free(&sh);
-        total.loss_sum += s.loss_sum;
-        total.valid_count += s.valid_count;
-    }
-    return mean_loss(total);
-}
-
-// -h 1: llm.c's HellaSwag accuracy over the eval file. Every replica runs its share
-// of the examples; each batch's per-token losses are gathered over the CP group to
-// (B, T) rows, scored on every CP rank alike, and the right answers summed over
-// the replicas. cp, dp: host-memory transports of the CP and DP groups.
-static float hellaswag_accuracy(ForwardStep forward_step, ShardLosses shard_losses, void *trainer, TrainRun *run,
-                                Comm *cp, Comm *dp) {
-    EvalLoader *el = &run->eval_loader;
-    float *rows = (float *)mallocCheck((size_t)el->B * el->T * sizeof(float));
-    evalloader_reset(el);
-    double correct = 0.0;
-    for (int i = 0; i < el->num_batches; i++) {
-        evalloader_next_batch(el);
-        CpSharder sh;
-        forward_step(trainer, el->inputs, el->targets, NULL, &sh);
-        if (cp_gather_tokens(&sh, cp, shard_losses(trainer), (size_t)sh.layout.B * sh.layout.local_len, sizeof(float), 1, rows) != CP_OK) {
-            fatal("%s", sh.error);
-        }
-        cp_sharder_free(&sh);
-        correct += evalloader_correct(el, rows);
-    }
-    free(rows);
-    dp->all_reduce_sum(dp, &correct, 1, COMM_DOUBLE);
-    if (fatal_rank == 0) {
-        printf("HellaSwag: %d/%d = %f\n", (int)correct, el->num_examples, correct / el->num_examples);
-    }
-    return (float)(correct / el->num_examples);
-}
-
 // llm.c's -sl / -sg: both detectors see every step's loss and gradient norm (the
 // same on every rank), and the update is skipped when a z-score is above its
 // threshold. Returns 1 to skip.
@@ -357,34 +236,6 @@ static int skip_update(TrainRun *run, const TrainConfig *cfg, int master, float 
         return 1;
     }
     return 0;
-}
-
-// What happens before the training step `step` (the last "step" only evaluates).
-// None of it at the step a run resumed from: the run that wrote the checkpoint
-// did it all just before, and its sampling RNG state includes the sample.
-static int run_before_step(const TrainRun *run, int step) {
-    return !(run->resumed && step == run->start_step);
-}
-
-static int run_validates(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
-    return run_before_step(run, step) && cfg->val_every > 0 && (step % cfg->val_every == 0 || last_step);
-}
-
-// llm.c's rule: HellaSwag at the validation steps after the first, and at the end
-static int run_evaluates(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
-    return run_before_step(run, step) && run->run_hellaswag &&
-           ((cfg->val_every > 0 && step > 0 && step % cfg->val_every == 0) || last_step);
-}
-
-static int run_samples(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
-    return run_before_step(run, step) && cfg->sample_every > 0 &&
-           ((step > 0 && step % cfg->sample_every == 0) || last_step);
-}
-
-// llm.c's rule: -n N > 0 writes every N steps and at the end, -n 0 never
-static int run_checkpoints(const TrainRun *run, const TrainConfig *cfg, int step, int last_step) {
-    return run_before_step(run, step) && cfg->output_dir != NULL && cfg->checkpoint_every > 0 &&
-           (last_step || (step > 0 && step % cfg->checkpoint_every == 0));
 }
 
 // After a training step: the progress line (master) and the log.
