@@ -80,8 +80,7 @@ static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets
     tr->attn = cp_attention_bind(tr->attention, &sh->layout); // the batch's coordinates, once
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     if (micro_steps > 0) {
-        double valid = local_valid_count(sh->local.targets, n);
-        tr->ranks->world->all_reduce_sum(tr->ranks->world, &valid, 1, COMM_DOUBLE);
+        double valid = global_valid_count(tr->ranks->world, sh->local.targets, n);
         tr->weight_basis = loss_weight_basis(tr->weight_basis, valid, micro_steps);
         gpt2_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
                            loss_weight(tr->weight_basis), &tr->attn);
@@ -146,6 +145,7 @@ int main(int argc, char **argv) {
     }
     CpLayoutKind layout = validate_train_config(&cfg);
     check_flags_agree(&cfg, NULL);
+    int kind = cp_attention_from_name(cfg.attention);
     Ranks ranks = ranks_init(cfg.cp_size, cp_ulysses_degree(&cfg));
     const Mesh *mesh = &ranks.mesh;
     int master = mesh->world_rank == 0;
@@ -164,8 +164,7 @@ int main(int argc, char **argv) {
     activations_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
     CpAttention attention;
     CpAttentionComms comms = {ranks.cp, ranks.ulysses, ranks.ring};
-    cp_attention_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), comms, cfg.B,
-                      run.local_T, c.channels, c.num_heads);
+    cp_attention_init(&attention, (CpAttentionKind)kind, comms, cfg.B, run.local_T, c.channels, c.num_heads);
     Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, 0.0};
 
     for (int step = run.start_step; step <= run.steps; step++) {

@@ -45,6 +45,14 @@ static double local_valid_count(const int *targets, size_t n) {
     return count;
 }
 
+// The valid targets of the batch over `comm` (the world for a training step):
+// every rank's among its n local tokens, summed.
+static double global_valid_count(Comm *comm, const int *targets, size_t n) {
+    double count = local_valid_count(targets, n);
+    comm->all_reduce_sum(comm, &count, 1, COMM_DOUBLE);
+    return count;
+}
+
 // The weight of one token's loss in the mean loss: 1 / (valid targets of the global
 // batch), 0 when there are none. A training step needs it before its forward pass,
 // in which the classifier's backward runs (llmc/classifier.h).
