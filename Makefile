@@ -93,7 +93,7 @@ train_gpt2cp: train_gpt2cp.cu $(CUDA_DEPS) $(GPU_FLAGS_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(call nvcc_pass,$(MPI_COMPILE_FLAGS)) $< -o $@ $(call nvcc_pass,$(MPI_LINK_FLAGS)) $(CUDA_LDLIBS)
 
 # the GPU tests without CMake (scripts/gpu_check.sh); CTest builds the same files
-$(BUILD_DIR)/gpu/%: test/%.cu test/gpu_test_utils.cuh test/test_utils.h $(CUDA_DEPS)
+$(BUILD_DIR)/gpu/%: test/%.cu test/lib/gpu_test_utils.cuh test/lib/test_utils.h $(CUDA_DEPS)
 	@mkdir -p $(@D)
 	$(NVCC) $(NVCC_FLAGS) -I. $(call nvcc_pass,$(MPI_COMPILE_FLAGS)) $< -o $@ $(call nvcc_pass,$(MPI_LINK_FLAGS)) $(CUDA_LDLIBS)
 

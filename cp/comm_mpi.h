@@ -20,7 +20,7 @@ Who did not answer:
     none is missing: the ranks arrived and the exchange itself stalled). Empty
     messages carry no buffer, so the sends are released at once and never waited.
     Known limit: in a world-wide collective with dp > 1, a rank has been seen to
-    name a peer that was itself waiting in that collective (test/e2e_hang.sh); the
+    name a peer that was itself waiting in that collective (test/e2e_watchdog.sh); the
     first line, from a rank that waits on the stopped one, names the right rank.
 */
 #ifndef CP_COMM_MPI_H

@@ -21,7 +21,7 @@
 #   5. the BF16 build against the FP32 build, run for run: cp 1, 2 round_robin, 4
 #      contiguous, per step within BF16_TOLERANCE (0.05)
 #   6. model files of version 5 (bf16): the BF16 build writes one of the right size;
-#      both builds train from llm.c's bf16 file of test/llmc_files.py, the FP32 build
+#      both builds train from llm.c's bf16 file of test/lib/llmc_files.py, the FP32 build
 #      against the CPU twin from its fp32 twin, and the FP32 build's own checkpoint
 #      of it (version 3) holds its weights exactly
 #   7. the table ($OUT/gpu_check.txt): per run, |step loss - reference| at step 1
@@ -59,7 +59,7 @@ step() {
 for p in FP32 BF16; do
     spawn step "test_gpu_kernels_$p" 60 "${MPIRUN[@]}" -np 1 "$(bin $p test_gpu_kernels)"
     for np in $RING_RANKS; do
-        spawn step "test_gpu_ring_attention_${p}_np$np" 60 "${MPIRUN[@]}" -np "$np" "$(bin $p test_gpu_ring_attention)"
+        spawn step "test_gpu_attention_algorithms_${p}_np$np" 60 "${MPIRUN[@]}" -np "$np" "$(bin $p test_gpu_attention_algorithms)"
     done
 done
 
@@ -159,7 +159,7 @@ else
     fail "the BF16 build wrote no checkpoint $written"
 fi
 if passed gpu_v5_saved; then
-    widened=$(python3 test/llmc_files.py maxdiff "$REF/bf16_models/exact_v5.bin" "$WORK/gpu_v5_saved/model_00000000.bin")
+    widened=$(python3 test/lib/llmc_files.py maxdiff "$REF/bf16_models/exact_v5.bin" "$WORK/gpu_v5_saved/model_00000000.bin")
     [[ $widened == 0.000e+00 ]] && say "the FP32 build's checkpoint of llm.c's bf16 file: its weights exactly" ||
         fail "the FP32 build's checkpoint of llm.c's bf16 file differs from it by up to $widened"
 else

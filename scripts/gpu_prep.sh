@@ -11,8 +11,8 @@
 #                  them, and the call reads them
 #   ref/           the CPU twin's runs the check compares the GPU trainer with
 #                  (main.log, -tl per-token losses), their data (short documents), and
-#                  llm.c's bf16 model pair (test/llmc_files.py bf16_models)
-#   bin/FP32, bin/BF16   train_gpt2cp, test_gpu_kernels, test_gpu_ring_attention and
+#                  llm.c's bf16 model pair (test/lib/llmc_files.py bf16_models)
+#   bin/FP32, bin/BF16   train_gpt2cp, test_gpu_kernels, test_gpu_attention_algorithms and
 #                  bench_attention_gpu for sm_90, built here with nvcc (the call builds
 #                  them there only where these do not start); not in emulation
 #   bundle/        Open MPI for a GPU machine without it (scripts/gpu_bundle.sh); not
@@ -36,7 +36,7 @@ TIME_SCALE=1                                           # the steps' timeouts and
 CHECK=(-e d2 -b 4 -t 256 -x 20 -f 0 -l 1e-3 -v 0 -s 0)   # every training of the check
 CHECK_STEPS=20
 CHECK_TOKENS=1024                                      # B x T: the per-token losses of a step
-RING_RANKS="1 2 3 4"                                   # test_gpu_ring_attention
+RING_RANKS="1 2 3 4"                                   # test_gpu_attention_algorithms
 SANITIZED=(-t 256 -b 1 -nh 2 -hs 64 -r 1)              # bench_attention_gpu under compute-sanitizer
 ATTENTION_LENGTHS="1024 4096 16384"                    # the benchmark's
 ATTENTION_SHAPE=(-b 1 -nh 12 -hs 64)
@@ -68,10 +68,10 @@ source "$PREP/sizes.sh"
 
 # ---- the CPU twin's references
 make -s train_gpt2cp_cpu
-source test/binary_files.sh
+source test/lib/binary_files.sh
 short_documents "$PREP/ref/short_documents.bin" $((CHECK_STEPS * CHECK_TOKENS + 1))
 mkdir -p "$PREP/ref/bf16_models"
-python3 test/llmc_files.py bf16_models "$PREP/ref/bf16_models" > /dev/null
+python3 test/lib/llmc_files.py bf16_models "$PREP/ref/bf16_models" > /dev/null
 MPIRUN=(mpirun --bind-to none)
 [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
 reference() {
@@ -97,9 +97,9 @@ if [[ $SIZES == gpu ]]; then
         tar --exclude=./build --exclude=./gpu_bundle --exclude=./gpu_prep --exclude=./dev/data --exclude=./.git \
             -cf - . | tar -C "$tree" -xf -
         make -s -C "$tree" -j 2 PRECISION=$p train_gpt2cp bench_attention_gpu build/gpu/test_gpu_kernels \
-            build/gpu/test_gpu_ring_attention
+            build/gpu/test_gpu_attention_algorithms
         cp "$tree/train_gpt2cp" "$tree/bench_attention_gpu" "$tree/build/gpu/test_gpu_kernels" \
-            "$tree/build/gpu/test_gpu_ring_attention" "$PREP/bin/$p/"
+            "$tree/build/gpu/test_gpu_attention_algorithms" "$PREP/bin/$p/"
         strip "$PREP/bin/$p/"*
     done
     bash scripts/gpu_bundle.sh "$PREP/bundle"

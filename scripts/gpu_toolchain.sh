@@ -12,7 +12,7 @@
 #                           summary; on failure shows its tail and returns 1
 #   tokens_per_s FILE       the mean tok/s of a trainer's progress lines after step 1
 #   bin PRECISION NAME      the path of a GPU binary (train_gpt2cp, test_gpu_kernels,
-#                           test_gpu_ring_attention, bench_attention_gpu) of the FP32
+#                           test_gpu_attention_algorithms, bench_attention_gpu) of the FP32
 #                           or BF16 build
 #
 # What the call needs that a GPU machine lacks was prepared where apt works, by
@@ -176,13 +176,13 @@ if ! prepared_binaries_start; then
         tar -C "$REPO" --exclude=./build --exclude=./gpu_bundle --exclude=./gpu_prep --exclude=./dev/data \
             --exclude=./.git -cf - . | tar -C "$PRECISION_DIR/$p" -xf - || { say "error: cannot copy the sources"; return 1; }
         run "build_$p" 300 make -C "$PRECISION_DIR/$p" -j 8 "${MAKE_FLAGS[@]}" PRECISION=$p train_gpt2cp \
-            bench_attention_gpu build/gpu/test_gpu_kernels build/gpu/test_gpu_ring_attention &
+            bench_attention_gpu build/gpu/test_gpu_kernels build/gpu/test_gpu_attention_algorithms &
         pids+=($!)
     done
     for pid in "${pids[@]}"; do wait "$pid" || { say "error: the GPU build failed"; return 1; }; done
     for p in FP32 BF16; do
         cp "$PRECISION_DIR/$p/train_gpt2cp" "$PRECISION_DIR/$p/bench_attention_gpu" \
-            "$PRECISION_DIR/$p/build/gpu/test_gpu_kernels" "$PRECISION_DIR/$p/build/gpu/test_gpu_ring_attention" \
+            "$PRECISION_DIR/$p/build/gpu/test_gpu_kernels" "$PRECISION_DIR/$p/build/gpu/test_gpu_attention_algorithms" \
             "$BIN_DIR/$p/"
     done
 fi

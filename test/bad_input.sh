@@ -31,7 +31,7 @@ mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd) # absolute: the symbolic links made below must lead somewhere
 
 # put_i32, put_u16
-source "$(dirname "$0")/binary_files.sh"
+source "$(dirname "$0")/lib/binary_files.sh"
 
 # a small and fast run; each case appends the flags that make it bad (a later flag
 # wins), so that a check that stopped working ends in one quick step, not a hang

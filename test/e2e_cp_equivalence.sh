@@ -6,11 +6,11 @@
 #
 #   bash test/e2e_cp_equivalence.sh COMPARE_RUNS
 #
-# COMPARE_RUNS: the compare_runs binary (test/compare_runs.c). Env: see e2e_lib.sh.
+# COMPARE_RUNS: the compare_runs binary (test/lib/compare_runs.c). Env: see test/lib/e2e_lib.sh.
 set -euo pipefail
 COMPARE=${1:?usage: e2e_cp_equivalence.sh COMPARE_RUNS}
 E2E_NAME=e2e_cp_equivalence
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 if [[ ! -x $COMPARE ]]; then
     echo "FAIL: compare tool '$COMPARE' is missing (cmake --build the test dir)" >&2
     exit 1

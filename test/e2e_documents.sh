@@ -7,12 +7,12 @@
 # tolerances, checked by compare_runs). The masking must be live: the -dm 0 run
 # on the same data gives other per-token losses.
 #
-#   bash test/e2e_documents.sh COMPARE_RUNS      (env: see e2e_lib.sh)
+#   bash test/e2e_documents.sh COMPARE_RUNS      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 COMPARE=${1:?usage: e2e_documents.sh COMPARE_RUNS}
 E2E_NAME=e2e_documents
-source "$(dirname "$0")/e2e_lib.sh"
-source "$(dirname "$0")/binary_files.sh" # short_documents
+source "$(dirname "$0")/lib/e2e_lib.sh"
+source "$(dirname "$0")/lib/binary_files.sh" # short_documents
 
 STEPS=20 B=2 T=100
 # rows of several short documents over the span the runs read

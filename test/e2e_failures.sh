@@ -13,11 +13,11 @@
 #      bytes appended, the file replaced): every rank stops with a line naming
 #      the file, instead of training on tokens nobody validated
 #
-#   bash test/e2e_failures.sh      (env: see e2e_lib.sh)
+#   bash test/e2e_failures.sh      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=e2e_failures
-source "$(dirname "$0")/e2e_lib.sh"
-source "$(dirname "$0")/binary_files.sh" # put_u16
+source "$(dirname "$0")/lib/e2e_lib.sh"
+source "$(dirname "$0")/lib/binary_files.sh" # put_u16
 
 BASE=(-e d1 -b 2 -t 64 -v 0 -s 0 -cp 2)
 

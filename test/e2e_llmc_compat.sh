@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# What an llm.c user relies on, end to end on the CPU trainer (issue 12):
+# What an llm.c user relies on, end to end on the CPU trainer:
 #   1. -e d2 builds llm.c's weights bit for bit: checked by an independent Python
-#      generator (test/random_init_reference.py); -e gpt2:d2 is the same model;
+#      generator (test/lib/random_init_reference.py); -e gpt2:d2 is the same model;
 #      normal_ of lengths that are no multiple of 16 (the tail llm.c redraws) too
 #   2. -k cosine | linear | constant | wsd: main.log's lr of every step is llm.c's
 #      formula (a bad -k, and a -d that is no multiple: bad_input.sh)
@@ -13,7 +13,7 @@
 #   6. -a 1 trains on the first batch of -j, as a file of exactly that batch does
 #   7. -sl / -sg skip exactly the step of an injected spike (its weights unchanged),
 #      at the z-score an independent recomputation from main.log gives
-#   8. -h 1: HellaSwag on a small eval file (test/llmc_files.py, llm.c's format) with
+#   8. -h 1: HellaSwag on a small eval file (test/lib/llmc_files.py, llm.c's format) with
 #      a model trained on a token cycle: the expected 4/6 at cp 1, cp 2 and dp 2;
 #      a missing eval file is noted and skipped, as in llm.c
 #  10. -sh 1 (the default) reads the training data in llm.c's shuffled order (an
@@ -22,14 +22,14 @@
 #   9. llm.c's flags that cannot act here are accepted with a note; -pn -pr -pg
 #      that fit mpirun's world are accepted (those that do not: bad_input.sh)
 #
-#   bash test/e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS     (env: see e2e_lib.sh)
+#   bash test/e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS     (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=e2e_llmc_compat
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 need python3 python3
 TEST_RANDOM_INIT=${1:?usage: e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS}
 COMPARE=${2:?usage: e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS}
-REFERENCE=$REPO_ROOT/test/random_init_reference.py
+REFERENCE=$REPO_ROOT/test/lib/random_init_reference.py
 
 COMMON=(-b 2 -t 32 -v 0 -s 0)
 
@@ -101,7 +101,7 @@ assert sorted(streams["tel"]) == [0, 3, 6], streams["tel"]
 print(f"ok   main.log: {len(lines)} lines in llm.c's format (6 decimals); vislog's parser reads trl at steps 0..5, tel at 0, 3, 6")
 EOF
 
-FILES=$REPO_ROOT/test/llmc_files.py
+FILES=$REPO_ROOT/test/lib/llmc_files.py
 model_at() { printf '%s/model_%08d.bin' "$1" "$2"; }
 
 # ---- 4. gradient accumulation

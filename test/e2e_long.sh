@@ -9,12 +9,12 @@
 # table), a model with a 4096-row table
 # continues at T = 4096, and a -t past its table is refused with both numbers.
 #
-#   bash test/e2e_long.sh COMPARE_RUNS      (env: see e2e_lib.sh)
+#   bash test/e2e_long.sh COMPARE_RUNS      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 COMPARE=${1:?usage: e2e_long.sh COMPARE_RUNS}
 E2E_NAME=e2e_long
-source "$(dirname "$0")/e2e_lib.sh"
-source "$(dirname "$0")/binary_files.sh" # short_documents
+source "$(dirname "$0")/lib/e2e_lib.sh"
+source "$(dirname "$0")/lib/binary_files.sh" # short_documents
 
 # -e d1 (C 64) keeps a step near a second at this length; 3 steps at lr 3e-3 move
 # the loss by about 0.4 (compare_runs wants the reference alive). Every run's

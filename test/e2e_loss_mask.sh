@@ -22,11 +22,11 @@
 # 3. dev/loss_mask.c on a hand-made tokenizer and token file gives the mask worked
 #    out by hand, and the trainer trains on it, writing NaN where it masks.
 #
-#   bash test/e2e_loss_mask.sh COMPARE_RUNS      (env: see e2e_lib.sh)
+#   bash test/e2e_loss_mask.sh COMPARE_RUNS      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 COMPARE=${1:?usage: e2e_loss_mask.sh COMPARE_RUNS}
 E2E_NAME=e2e_loss_mask
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 
 STEPS=10 B=2
 COMMON=(-e d1 -b $B -x $STEPS -l 1e-3 -v 0 -s 0 -sh 0)

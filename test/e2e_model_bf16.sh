@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # llm.c's bf16 model files (version 5), against files written independently by
-# test/llmc_files.py (plain Python, llm.c's format; its bf16 rounding checked there
+# test/lib/llmc_files.py (plain Python, llm.c's format; its bf16 rounding checked there
 # against a hand-computed table of ties, NaN, infinities, overflow and subnormals):
 #
 #   1. the CPU trainer loads a v5 file and trains as from the v3 file of the same
@@ -8,20 +8,20 @@
 #      gpt2cp's checksum in the header and without (as llm.c writes it); the
 #      checkpoint it writes (v3) is, byte for byte, the script's v3 file: the
 #      widening is exact
-#   2. the trainers' writer (gpt2_save_checkpoint through test/model_file_writer.c)
+#   2. the trainers' writer (gpt2_save_checkpoint through test/lib/model_file_writer.c)
 #      turns weights of any bits, the table's among them, into exactly the bytes
 #      of the script's v5 file (and of its v3 file), checksum included
 #
-#   bash test/e2e_model_bf16.sh MODEL_FILE_WRITER      (env: see e2e_lib.sh)
+#   bash test/e2e_model_bf16.sh MODEL_FILE_WRITER      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 WRITER=${1:?usage: e2e_model_bf16.sh MODEL_FILE_WRITER}
 E2E_NAME=e2e_model_bf16
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 need python3 python3
 
 FILES=$WORK/files
 mkdir -p "$FILES"
-read -r maxT V Vp L NH C < <(python3 test/llmc_files.py bf16_models "$FILES") ||
+read -r maxT V Vp L NH C < <(python3 test/lib/llmc_files.py bf16_models "$FILES") ||
     { echo "FAIL: llmc_files.py bf16_models"; exit 1; }
 echo "the script's files: maxT $maxT, V $V (Vp $Vp), L $L, NH $NH, C $C; its bf16 rounding matches the table"
 

@@ -13,10 +13,10 @@
 # Exit 77 (skipped) with a note where namespaces cannot be made or entered (not
 # root, no iproute2, no permission, a chroot), leaving no namespace or mount behind.
 #
-#   bash test/e2e_multihost.sh     (env: see e2e_lib.sh)
+#   bash test/e2e_multihost.sh     (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=e2e_multihost
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 
 skip() { echo "SKIP e2e_multihost: $*"; exit 77; }
 [[ $(id -u) -eq 0 ]] || skip "needs root to make network namespaces"

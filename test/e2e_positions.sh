@@ -16,12 +16,12 @@
 #    (compare_runs, DESIGN 5 tolerances); and -rp 1 is live: its first step's
 #    per-token losses differ from -rp 0's.
 #
-#   bash test/e2e_positions.sh COMPARE_RUNS      (env: see e2e_lib.sh)
+#   bash test/e2e_positions.sh COMPARE_RUNS      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 COMPARE=${1:?usage: e2e_positions.sh COMPARE_RUNS}
 E2E_NAME=e2e_positions
-source "$(dirname "$0")/e2e_lib.sh"
-source "$(dirname "$0")/binary_files.sh" # put_i32, short_documents
+source "$(dirname "$0")/lib/e2e_lib.sh"
+source "$(dirname "$0")/lib/binary_files.sh" # put_i32, short_documents
 
 # the 4-head model: d1's init read as 4 heads of 16 channels (test/e2e_ulysses.sh)
 MODEL=$WORK/d1_4heads.bin

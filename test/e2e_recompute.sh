@@ -9,10 +9,10 @@
 # GPT-2's vocabulary then end in a short one. Then -r 2 against -r 0 at cp 2
 # round_robin.
 #
-#   bash test/e2e_recompute.sh        (env: see e2e_lib.sh)
+#   bash test/e2e_recompute.sh        (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=e2e_recompute
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 
 COMMON=(-e d2 -b 2 -t 200 -x 3 -l 1e-3 -v 0 -s 0)
 trl_lines() { grep ' trl:' "$1"; }

@@ -9,10 +9,10 @@
 #      (again bit for bit); -y 1 on a directory without a checkpoint starts afresh
 #   4. the packed layout with short documents resumes bit for bit too
 #
-#   bash test/e2e_resume.sh        (env: see e2e_lib.sh)
+#   bash test/e2e_resume.sh        (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=e2e_resume
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 
 B=2 T=64
 # warmup over 15 steps, so that the schedule is mid-warmup at the resume point;
@@ -116,7 +116,7 @@ done
 # the same length as the uninterrupted one (the state keeps it), so again bit for bit
 echo
 echo "== packed layout with documents: resume bit for bit"
-source "$(dirname "$0")/binary_files.sh" # short_documents
+source "$(dirname "$0")/lib/binary_files.sh" # short_documents
 short_documents "$WORK/docs.bin" $((20 * B * T + 1))
 PACKED=(-cp 2 -cl packed -dm 1 -i "$WORK/docs.bin")
 train P 2 "${PACKED[@]}" -x 20 -o "$WORK/P" -tl "$WORK/P.tl"

@@ -8,10 +8,10 @@
 # losses (-tl) identical, byte for byte (the same ranks compute the same sums).
 # Exit 77 (skipped) with the reason where Slurm cannot start (not root, no Slurm).
 #
-#   bash test/e2e_slurm.sh     (env: see e2e_lib.sh)
+#   bash test/e2e_slurm.sh     (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=e2e_slurm
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 
 skip() { echo "SKIP e2e_slurm: $*"; exit 77; }
 [[ $(id -u) -eq 0 ]] || skip "slurmd runs as root to start jobs; not root here"

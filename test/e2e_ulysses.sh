@@ -11,12 +11,12 @@
 # smallest model whose heads split 4 ways; d4 (L 4, C 256, NH 4) makes each run
 # about 4 times as long.
 #
-#   bash test/e2e_ulysses.sh COMPARE_RUNS      (env: see e2e_lib.sh)
+#   bash test/e2e_ulysses.sh COMPARE_RUNS      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 COMPARE=${1:?usage: e2e_ulysses.sh COMPARE_RUNS}
 E2E_NAME=e2e_ulysses
-source "$(dirname "$0")/e2e_lib.sh"
-source "$(dirname "$0")/binary_files.sh" # put_i32, short_documents
+source "$(dirname "$0")/lib/e2e_lib.sh"
+source "$(dirname "$0")/lib/binary_files.sh" # put_i32, short_documents
 
 STEPS=20 B=2 T=50
 COMMON=(-b $B -t $T -x $STEPS -l 1e-3 -v 0 -s 0)

@@ -18,11 +18,11 @@
 #      uninterrupted run bit for bit: its weights came from the state files
 # (bad -z values and resumes at another -z or world size: bad_input.sh)
 #
-#   bash test/e2e_zero.sh        (env: see e2e_lib.sh)
+#   bash test/e2e_zero.sh        (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=e2e_zero
-source "$(dirname "$0")/e2e_lib.sh"
-source "$(dirname "$0")/binary_files.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
+source "$(dirname "$0")/lib/binary_files.sh"
 
 COMMON=(-e d1 -b 2 -t 64 -l 1e-3 -u 2 -c 0.1 -v 3 -m 2 -s 0 -n 3)
 # same_bytes WHAT FILE1 FILE2: the files are identical

@@ -7,10 +7,10 @@
 # first loss is that of a fresh model on GPT-2's vocabulary (about ln 50257 = 10.8),
 # whose sample prints as UTF-8 text (whole characters, anything else escaped).
 #
-#   bash test/readme_own_text.sh     (env: see e2e_lib.sh)
+#   bash test/readme_own_text.sh     (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=readme_own_text
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 need python3 python3
 
 commands=$(awk '/^## Train on your own text/ { inside = 1; next }

@@ -1,6 +1,6 @@
 /*
-Unit test of the reference attention (test/reference_attention.h) that
-test_ring_attention.c checks the ring against.
+Unit test of the reference attention (test/lib/reference_attention.h) that
+test_attention_algorithms.c checks the ring against.
 
   forward   against a second, naive evaluation of the definition written here
             (exp of raw scores without the max shift, which is safe for the small
@@ -18,8 +18,8 @@ leaks) shows up at ~1e-2 or more.
 */
 #include <stdio.h>
 #include <stdlib.h>
-#include "test/reference_attention.h"
-#include "test/test_utils.h"
+#include "test/lib/reference_attention.h"
+#include "test/lib/test_utils.h"
 
 #define B 2
 #define T 7

@@ -2,7 +2,7 @@
 Unit test of the tiled BLAS block attention (attend_block_*_tiled,
 cp/attention_block_tiled.h) against the plain loops (attend_block_*_loops in
 cp/attention_block.h, the NO_BLAS reference, itself checked against
-test/reference_attention.h by test_attention_algorithms).
+test/lib/reference_attention.h by test_attention_algorithms).
 
 One rank's view of a ring, in one process: the local queries of rank `rank` meet the
 K/V blocks of every rank of a cp group of np, own block first, as the ring meets them,
@@ -40,7 +40,7 @@ threads and must give the same bits.
 #endif
 #include "cp/attention_block_tiled.h"
 #include "cp/layout.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 #define B 2
 #define NH 3

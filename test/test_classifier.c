@@ -28,7 +28,7 @@ vec_expf: within 4 ulp (relative 4.8e-7) of exp in double over [-87, 88]; NaN,
 #include <string.h>
 #include "llmc/classifier.h"
 #include "llmc/rand.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 #define N 37
 #define C 24

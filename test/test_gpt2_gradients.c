@@ -40,7 +40,7 @@ also makes the point generic.
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
 #include "llmc/gpt2.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 #define B 2
 #define T 7

@@ -17,7 +17,7 @@ to write fails. Accumulating kernels (backward passes) start from the same rando
 values on both sides, so a kernel that overwrites instead of adding fails too.
 
 Tolerances (relative 2-norm of the difference over the tensor, see
-test/gpu_test_utils.cuh):
+test/lib/gpu_test_utils.cuh):
   1e-6  elementwise kernels and sums taken in the CPU's own order (encoder,
         embedding gradients, GELU, residual, AdamW): only libm vs CUDA math ulps
   1e-5  reductions over <= 4C = 384 channels or <= 703 tokens in another
@@ -52,7 +52,7 @@ With no GPU the binary exits 77 (skipped).
 #include "cp/sharder.h"
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2.h"
-#include "test/gpu_test_utils.cuh"
+#include "test/lib/gpu_test_utils.cuh"
 
 #define B 2
 #define T 37   // odd: no kernel may assume a multiple of the warp

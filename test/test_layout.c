@@ -15,14 +15,14 @@ Checked against:
     documents masked or not, positions restarting at each document or not, and a
     loss mask (its zeros become ignored targets), and the length rules of the token
     verbs, including the text of their error messages.
-The shard -> gather identity needs a Comm of several ranks: see test_gather.c.
+The shard -> gather identity needs a Comm of several ranks: see test_shard_gather.c.
 */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cp/layout.h"
 #include "cp/sharder.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 #define MAX_CP 8
 

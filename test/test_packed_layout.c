@@ -20,7 +20,7 @@ Checked against what the layout must be, computed here independently:
   - without document masking the layout is refused with a clear message.
 */
 #include <mpi.h>
-#include "test_utils.h"
+#include "test/lib/test_utils.h"
 #include "cp/comm_mpi.h"
 #include "cp/sharder.h"
 

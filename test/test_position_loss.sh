@@ -7,10 +7,10 @@
 #      (both layouts) give the same table to its four decimals
 #   3. a file that is no whole number of rows is refused
 #
-#   bash test/test_position_loss.sh     (env: see e2e_lib.sh)
+#   bash test/test_position_loss.sh     (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=test_position_loss
-source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/lib/e2e_lib.sh"
 need gnuplot gnuplot-nox
 need python3 python3
 

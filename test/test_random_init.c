@@ -10,10 +10,10 @@ llm.c's random init, the parts this binary can check by itself:
 
     test_random_init                      the checks above
     test_random_init normals SEED N STD   prints mt_normal's N values as hex floats,
-                                          for test/random_init_reference.py to check
+                                          for test/lib/random_init_reference.py to check
                                           against its own generator
 
-The whole weights of -e d2 are checked by test/random_init_reference.py against
+The whole weights of -e d2 are checked by test/lib/random_init_reference.py against
 an independent Python generator (test/e2e_llmc_compat.sh).
 */
 #include <math.h>
@@ -21,7 +21,7 @@ an independent Python generator (test/e2e_llmc_compat.sh).
 #include <stdlib.h>
 #include "llmc/gpt2.h"
 #include "llmc/rand.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 static void check_pytorch_sequence(void) {
     Mt19937 mt;
@@ -35,7 +35,7 @@ static void check_pytorch_sequence(void) {
     // PyTorch's recipe in float arithmetic where PyTorch uses double (n < 16) and
     // adds 1e-12 inside the log, so llm.c claims (and gets) PyTorch's values to the
     // 6 decimals it prints; the bits of llm.c's own arithmetic are checked by
-    // test/random_init_reference.py
+    // test/lib/random_init_reference.py
     const float tol = 1e-6f;
     const double normal8[8] = {0.7947664260864258, 1.4369317293167114, -0.2292192131280899, 0.47556325793266296,
                                -0.6334410905838013, -0.5791953802108765, -0.0925704762339592, -0.8659197092056274};

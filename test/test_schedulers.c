@@ -6,7 +6,7 @@ lengths and final fractions, at every step of the run.
 #include <math.h>
 #include <stdio.h>
 #include "llmc/schedulers.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 // llm.c's formulas, step from 0, in double
 static double expected_lr(LrScheduleKind kind, double peak, int warmup, int steps, double frac, int step) {

@@ -19,7 +19,7 @@ optional section of the fp32 master weights of that range.
 #include <string.h>
 #include <unistd.h>
 #include "llmc/checkpoint.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 #define NUM_PARAMETERS 1000
 #define HEADER_BYTES (1024 + 32 * 8 + 256)

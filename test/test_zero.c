@@ -21,7 +21,7 @@ MPI test of ZeRO-1 (train/zero.h) and of the sharded AdamW update it drives.
 #include "cp/comm_mpi.h"
 #include "llmc/gpt2.h"
 #include "train/zero.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 static const size_t SIZES[] = {1, 2, 3, 5, 7, 8, 64, 1003, 100003};
 #define NUM_SIZES (sizeof(SIZES) / sizeof(SIZES[0]))

@@ -10,7 +10,7 @@ fuzzer=${1:?usage: run_fuzz.sh FUZZER KIND SECONDS}
 kind=${2:?kind}
 seconds=${3:?seconds}
 here=$(cd "$(dirname "$0")" && pwd)
-source "$here/../binary_files.sh"
+source "$here/../lib/binary_files.sh"
 work=${BUILD_DIR:-/tmp}/fuzz_work_$kind
 rm -rf "$work"
 mkdir -p "$work/corpus" "$work/artifacts"

@@ -17,8 +17,8 @@ SEED=${EMU_MUTATION_SEED:-1}
 # the runs that exercise a file's sites, each "ranks binary", cheapest first
 runs_for() {
     case $1 in
-        cp/attention_block.cuh) echo "1:test_gpu_ring_attention_FP32 1:test_gpu_ring_attention_BF16" ;;
-        cp/comm_*) echo "2:test_gpu_ring_attention_FP32" ;;
+        cp/attention_block.cuh) echo "1:test_gpu_attention_algorithms_FP32 1:test_gpu_attention_algorithms_BF16" ;;
+        cp/comm_*) echo "2:test_gpu_attention_algorithms_FP32" ;;
         llmc/*) echo "1:test_gpu_kernels_FP32 1:test_gpu_kernels_BF16" ;;
         *) echo "" ;;
     esac

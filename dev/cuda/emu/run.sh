@@ -3,7 +3,7 @@
 #
 #     bash dev/cuda/emu/run.sh [tests] [trainer] [mutations] [gpu_call]     (default: tests)
 #
-#   tests      the GPU tests (test_gpu_kernels, test_gpu_ring_attention on 1 to 4
+#   tests      the GPU tests (test_gpu_kernels, test_gpu_attention_algorithms on 1 to 4
 #              ranks, in both precisions: -DENABLE_FP32 and -DENABLE_BF16), once per
 #              seed of EMU_SEEDS (default: one seed drawn at random, printed)
 #   trainer    train_gpt2cp against the CPU twin, over the staged MPI transport and
@@ -68,7 +68,7 @@ build() {
 }
 for p in FP32 BF16; do
     build test_gpu_kernels test/test_gpu_kernels.cu $p
-    build test_gpu_ring_attention test/test_gpu_ring_attention.cu $p
+    build test_gpu_attention_algorithms test/test_gpu_attention_algorithms.cu $p
     built
 done
 build checks_test dev/cuda/emu/checks_test.cu FP32
@@ -118,7 +118,7 @@ if [[ " ${PARTS[*]} " == *" tests "* ]]; then
             echo "== seed $seed, $p"
             EMU_SEED=$seed "${MPIRUN[@]}" -np 1 "$WORK/test_gpu_kernels_$p" 2>&1 | grep -v '^ok '
             for np in 1 2 3 4; do
-                EMU_SEED=$seed "${MPIRUN[@]}" -np $np "$WORK/test_gpu_ring_attention_$p" 2>&1 | grep -v '^ok '
+                EMU_SEED=$seed "${MPIRUN[@]}" -np $np "$WORK/test_gpu_attention_algorithms_$p" 2>&1 | grep -v '^ok '
             done
         done
     done

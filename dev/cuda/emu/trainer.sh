@@ -37,7 +37,7 @@ for r in 0 2; do
 done
 # documents: the packed layout and the all-gather attention with -dm 1, on text with
 # an EOT every few tokens (the GPU's packed path, and its buffers growing with a batch)
-source test/binary_files.sh
+source test/lib/binary_files.sh
 cp dev/data/austen/austen_val.bin "$WORK/docs.bin"
 for t in 3 11 12 30 47 51 70 99 120; do put_u16 "$WORK/docs.bin" $((1024 + 2 * t)) 50256; done
 "${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -i "$WORK/docs.bin" -sh 0 -dm 1 -o "$WORK/cpu_docs" -tl "$WORK/cpu_docs.tl" > "$WORK/cpu_docs.out"
@@ -136,10 +136,10 @@ done
 diff "$WORK/gpu/main.log" "$WORK/gpu_z1_resume/main.log"
 cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_z1_resume/model_00000002.bin"
 echo "-z 1: -z 0's main.log, per-token losses and weights bit for bit, state files halved, resume bit for bit"
-# llm.c's bf16 model file (version 5, written by test/llmc_files.py): the trainer
+# llm.c's bf16 model file (version 5, written by test/lib/llmc_files.py): the trainer
 # loads it and trains as the CPU twin does from its fp32 twin (the same weights)
 mkdir -p "$WORK/bf16_files"
-python3 test/llmc_files.py bf16_models "$WORK/bf16_files" > /dev/null
+python3 test/lib/llmc_files.py bf16_models "$WORK/bf16_files" > /dev/null
 "${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -e "$WORK/bf16_files/exact_v3.bin" -i "$WORK/bf16_files/tokens.bin" -o "$WORK/cpu_v3" -tl "$WORK/cpu_v3.tl" > "$WORK/cpu_v3.out"
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -e "$WORK/bf16_files/exact_v5.bin" -i "$WORK/bf16_files/tokens.bin" -cp 2 -ct mpi -o "$WORK/gpu_v5" -tl "$WORK/gpu_v5.tl" > "$WORK/gpu_v5.out"
 compare cpu_v3 gpu_v5
@@ -152,7 +152,7 @@ echo "-e a version 5 (bf16) file: the CPU twin's losses from its version 3 twin"
 # GPT-2's 50257 tokens is most of a d1 step)
 BF16_LOSS_TOL=0.02
 "${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu -e d2 -b 1 -t 32 -x 0 -n 1 -v 0 -s 0 -o "$WORK/d2" > "$WORK/d2.out"
-python3 test/llmc_files.py small "$WORK/d2/model_00000000.bin" "$WORK/small.bin" dev/data/austen/austen_train.bin \
+python3 test/lib/llmc_files.py small "$WORK/d2/model_00000000.bin" "$WORK/small.bin" dev/data/austen/austen_train.bin \
     "$WORK/small_train.bin" 256 64
 SMALL=(-e "$WORK/small.bin" -i "$WORK/small_train.bin" -j "$WORK/small_train.bin" -b 1 -t 32 -x 20 -f 0 -l 1e-3 -v 0 -s 0 -n 0 -ct mpi)
 for run in "1 contiguous" "2 contiguous" "2 round_robin" "4 contiguous" "4 round_robin"; do

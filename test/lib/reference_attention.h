@@ -2,7 +2,7 @@
 Reference causal self-attention for the tests, in double precision, on the whole
 sequence of one process: the full (T, T) probability matrix per (row, head), no
 blocks, no online softmax, nothing shared with cp/ring_attention.h. What the ring
-computes across ranks must equal this (test_ring_attention.c); this itself is
+computes across ranks must equal this (test_attention_algorithms.c); this itself is
 checked by finite differences (test_attention_reference.c).
 
     visible(i, j) = j <= i  and  doc[j] == doc[i]       (doc NULL: one document)

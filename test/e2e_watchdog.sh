@@ -13,10 +13,10 @@
 #      it passes (the timeout bounds a wait without progress, not the total wait)
 #   3. GPT2CP_TIMEOUT of 'abc', '0', '-1', 'nan', '': one error line naming it
 #
-#   bash test/e2e_hang.sh      (env: see e2e_lib.sh)
+#   bash test/e2e_watchdog.sh      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
-E2E_NAME=e2e_hang
-source "$(dirname "$0")/e2e_lib.sh"
+E2E_NAME=e2e_watchdog
+source "$(dirname "$0")/lib/e2e_lib.sh"
 
 BASE=(-e d1 -b 2 -t 64 -v 0 -s 0 -n 0)
 

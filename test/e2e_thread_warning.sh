@@ -8,10 +8,10 @@
 #   2. OMP_NUM_THREADS = 1: no warning
 # (the check itself counts the affinity mask, whatever set it.)
 #
-#   bash test/startup_warning.sh      (env: see e2e_lib.sh)
+#   bash test/e2e_thread_warning.sh      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
-E2E_NAME=startup_warning
-source "$(dirname "$0")/e2e_lib.sh"
+E2E_NAME=e2e_thread_warning
+source "$(dirname "$0")/lib/e2e_lib.sh"
 
 COMMON=(-e d1 -b 1 -t 16 -x 1 -v 0 -s 0 -cp 2)
 cores=$(getconf _NPROCESSORS_ONLN) # not nproc: it honours OMP_NUM_THREADS

@@ -21,7 +21,7 @@ while the tensor as a whole agrees to fp32 rounding. Each test states its bound.
 #include <stdlib.h>
 #include <mpi.h>
 #include "llmc/cuda_common.cuh"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 #define SKIP_RETURN_CODE 77
 

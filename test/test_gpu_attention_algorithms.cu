@@ -4,7 +4,7 @@ MPI test of the context-parallel attention algorithms on the GPU, ring attention
 Ulysses (U = np) and the Ulysses x ring hybrid (U 2 x R 2 at np 4, else U 1) of
 cp/ulysses_attention.cuh, against their CPU twins (cp/ring_attention.h,
 cp/allgather_attention.h, cp/ulysses_attention.h, all checked against a
-double-precision reference by test_ring_attention.c), and of the device
+double-precision reference by test_attention_algorithms.c), and of the device
 transport's verbs.
 
 On every rank of the CP group the same local Q, K, V and dO go through each
@@ -85,7 +85,7 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #include "cp/sharder.h"
 #include "cp/ulysses_attention.cuh"
 #include "cp/ulysses_attention.h"
-#include "test/gpu_test_utils.cuh"
+#include "test/lib/gpu_test_utils.cuh"
 
 #define B 2
 #define MAX_SEQ_LEN 512

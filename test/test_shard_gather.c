@@ -16,7 +16,7 @@ that cp_check_config rejects exactly those).
 #include <string.h>
 #include "cp/comm_mpi.h"
 #include "cp/sharder.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 #define B 3
 #define MAX_SEQ_LEN 150
@@ -160,7 +160,7 @@ int main(int argc, char **argv) {
         cp_sharder_free(&sh);
     }
 
-    if (comm->rank == 0) { printf("test_gather np %d: OK (%d configs, %d skipped)\n", np, tested, skipped); }
+    if (comm->rank == 0) { printf("test_shard_gather np %d: OK (%d configs, %d skipped)\n", np, tested, skipped); }
     comm->destroy(comm);
     MPI_Finalize();
     return 0;

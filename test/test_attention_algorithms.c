@@ -2,7 +2,7 @@
 MPI test of the context-parallel attention algorithms, ring attention
 (cp/ring_attention.h), all-gather attention (cp/allgather_attention.h), Ulysses
 (U = np) and the Ulysses x ring hybrid (cp/ulysses_attention.h; U 2 x R 2 at
-np 4, U 1 x R np otherwise), against the single-process reference (test/reference_attention.h, itself checked by finite
+np 4, U 1 x R np otherwise), against the single-process reference (test/lib/reference_attention.h, itself checked by finite
 differences in test_attention_reference.c).
 
 Every rank draws the same Q, K, V and dO for the whole (B, T) sequence, computes
@@ -43,8 +43,8 @@ check_block_skipping.
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
 #include "cp/ulysses_attention.h"
-#include "test/reference_attention.h"
-#include "test/test_utils.h"
+#include "test/lib/reference_attention.h"
+#include "test/lib/test_utils.h"
 
 #define B 2
 #define NH 12 // divisible by every np of the suite (1 to 4): Ulysses gives each rank NH / np heads
@@ -392,7 +392,7 @@ int main(int argc, char **argv) {
     // that leave a rank without a real token (np 3 contiguous T 3 and 7, np 4 T 3)
     CHECK(tested >= 3 * (num_T + 2) - 4, "only %d cases ran", tested);
     if (comm->rank == 0) {
-        printf("test_ring_attention np %d: OK, %d cases", np, tested);
+        printf("test_attention_algorithms np %d: OK, %d cases", np, tested);
         for (int a = 0; a < NUM_ALGORITHMS; a++) {
             printf("; worst |%s - ref|:", algorithm_names[a]);
             for (int q = 0; q < NUM_QUANTITIES; q++) { printf(" %s %.2g", quantity_names[q], worst_diff[a][q]); }

@@ -16,7 +16,7 @@ Types float, double and int32; counts 1 (one element each), 7 (odd) and 100003
 #include <stdlib.h>
 #include <string.h>
 #include "cp/comm_mpi.h"
-#include "test/test_utils.h"
+#include "test/lib/test_utils.h"
 
 #define CANARY -12345
 
@@ -114,7 +114,7 @@ int main(int argc, char **argv) {
     size_t sizes[] = {1, 7, 400012};
     for (int i = 0; i < 3; i++) { check_all_to_all(comm, sizes[i]); }
     if (comm->rank == 0) {
-        printf("test_comm np %d: OK, reduce_scatter_sum of 3 types x 3 counts, all_to_all of 3 sizes\n", comm->size);
+        printf("test_comm_mpi np %d: OK, reduce_scatter_sum of 3 types x 3 counts, all_to_all of 3 sizes\n", comm->size);
     }
     comm->destroy(comm);
     MPI_Finalize();
