@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
     train_config_defaults(&cfg);
     if (help_asked_anywhere(parse_train_args(argc, argv, &cfg, NULL))) {
         if (fatal_rank == 0) { print_usage(stdout, argv[0], NULL); }
-        MPI_Finalize();
+        job_comm_finalize();
         return 1;
     }
     CpLayoutKind layout = validate_train_config(&cfg);
@@ -216,6 +216,6 @@ int main(int argc, char **argv) {
     activations_free(&acts);
     gpt2_free(&model);
     ranks_free(&ranks);
-    MPI_Finalize();
+    job_comm_finalize();
     return 0;
 }

@@ -143,7 +143,7 @@ static void model_params_write(FILE *fp, const char *path, const float *params, 
 // the file ends first.
 static int model_params_read(FILE *fp, float *params, size_t n, int version, uint64_t *sum) {
     if (version != CHECKPOINT_VERSION_BF16) {
-        if (fread(params, sizeof(float), n, fp) != n) { return -1; }
+        if (fread_progress(params, sizeof(float), n, fp) != n) { return -1; }
         *sum = fnv1a(FNV_OFFSET, params, n * sizeof(float));
         return 0;
     }
@@ -152,6 +152,7 @@ static int model_params_read(FILE *fp, float *params, size_t n, int version, uin
     for (size_t i = 0; i < n; i += MODEL_BF16_CHUNK) {
         size_t m = n - i < MODEL_BF16_CHUNK ? n - i : MODEL_BF16_CHUNK;
         if (fread(bits, sizeof(uint16_t), m, fp) != m) { return -1; }
+        note_progress();
         *sum = fnv1a(*sum, bits, m * sizeof(uint16_t));
         for (size_t j = 0; j < m; j++) { params[i + j] = bf16_to_float(bits[j]); }
     }
@@ -434,11 +435,12 @@ static int state_read(const char *path, TrainState *s, const StateBuffers *buf, 
                          (unsigned long long)buf->end);
     }
     uint64_t n = buf->end - buf->begin;
-    if (status == 0 && (fread(buf->m, sizeof(float), n, fp) != n || fread(buf->v, sizeof(float), n, fp) != n)) {
+    if (status == 0 &&
+        (fread_progress(buf->m, sizeof(float), n, fp) != n || fread_progress(buf->v, sizeof(float), n, fp) != n)) {
         status = problem(why, why_size, "cannot read its optimizer moments");
     }
     int master = status == 0 && s->has_master_weights && buf->master != NULL;
-    if (master && fread(buf->master, sizeof(float), n, fp) != n) {
+    if (master && fread_progress(buf->master, sizeof(float), n, fp) != n) {
         status = problem(why, why_size, "cannot read its master weights");
     }
     fclose(fp);

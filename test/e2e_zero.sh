@@ -16,6 +16,9 @@
 #      from the exact one, the ranks' master-weight sections put together are the
 #      exact weights, and the resume, at -z 1 np 4 and at -z 0 np 2, is again the
 #      uninterrupted run bit for bit: its weights came from the state files
+#   5. a shard larger than the MPI transport's per-call limit (1 GiB: GPT-2 774M at
+#      np 2), here with the limit lowered to 1 MiB (GPT2CP_TEST_MPI_MAX_BYTES):
+#      every collective goes in pieces, and -z 1 is again -z 0 bit for bit
 # (bad -z values and resumes at another -z or world size: bad_input.sh)
 #
 #   bash test/e2e_zero.sh        (env: see e2e_lib.sh)
@@ -117,4 +120,13 @@ for mesh in "4 2 1" "2 1 0"; do
     same_bytes "$name resumed main.log" "$ref/main.log" "$WORK/$name/main.log"
     same_bytes "$name resumed -tl losses" "$ref.tl" "$WORK/$name.tl"
 done
+
+# ---- 5. transfers in pieces: the parameter gather of a shard past the per-call limit
+echo
+echo "== np 2 -z 1 with the per-call limit lowered to 1 MiB (the shard: $(($(parameters "$WORK/z1_np2.out") * 4 / 2)) bytes)"
+GPT2CP_TEST_MPI_MAX_BYTES=$((1 << 20)) train z1_pieces 2 -cp 1 -x 6 -z 1 -o "$WORK/z1_pieces" -tl "$WORK/z1_pieces.tl"
+same_bytes "main.log in pieces" "$WORK/z0_np2/main.log" "$WORK/z1_pieces/main.log"
+same_bytes "-tl losses in pieces" "$WORK/z0_np2.tl" "$WORK/z1_pieces.tl"
+same_bytes "model 6 in pieces" "$WORK/z0_np2/model_00000006.bin" "$WORK/z1_pieces/model_00000006.bin"
+
 finish

@@ -149,13 +149,9 @@ static void check_ranks_agree(const JobView *mine, const char *rule) {
 // ranks on this node (llm.c's device is the rank modulo -pg). Each rank checks its
 // own; the job ends on every rank if one does not fit.
 static void check_launch_flags(const TrainConfig *cfg) {
-    int rank, size, node_size;
+    int rank, size, node_size = mpi_node_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
     char why[256];
     const char *problem_found = NULL;
     if (cfg->num_processes != 0 && cfg->num_processes != size) {

@@ -118,10 +118,7 @@ static void format_bytes(char *buf, size_t size, size_t bytes) {
 // can hand out without swapping), else sysconf's free pages; shared by the ranks
 // of this node.
 static int host_memory_available(size_t *bytes, int *sharers, char *source, size_t source_size) {
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, sharers);
-    MPI_Comm_free(&node);
+    *sharers = mpi_node_size;
     FILE *fp = fopen("/proc/meminfo", "r");
     if (fp != NULL) {
         char line[256];

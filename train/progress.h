@@ -125,9 +125,12 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
 static void warn_if_threads_outnumber_cores(const Mesh *mesh) {
 #ifdef _OPENMP
     int mine[2] = {omp_get_max_threads(), omp_get_num_procs()}; // threads, cores
-    int *all = mesh->world_rank == 0 ? (int *)mallocCheck(2 * (size_t)mesh->world_size * sizeof(int)) : NULL;
-    MPI_Gather(mine, 2, MPI_INT, all, 2, MPI_INT, 0, MPI_COMM_WORLD);
-    if (mesh->world_rank != 0) { return; }
+    int *all = (int *)mallocCheck(2 * (size_t)mesh->world_size * sizeof(int));
+    job_comm()->all_gather(job_comm(), mine, all, sizeof(mine));
+    if (mesh->world_rank != 0) {
+        free(all);
+        return;
+    }
     int over = 0, first = -1;
     for (int r = 0; r < mesh->world_size; r++) {
         if (all[2 * r] > all[2 * r + 1]) { over++; if (first < 0) { first = r; } }

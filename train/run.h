@@ -91,17 +91,20 @@ typedef struct {
     MPI_Comm world, cp, dp, self, ulysses, ring;
 } MeshComms;
 
+// Collective. MPI makes communicators only with blocking calls: a watched barrier
+// first names a rank that does not come, and each call runs under COMM_BLOCKING.
 static Mesh mesh_split_mpi(int cp_size, int ulysses_size, MeshComms *mc) {
     int world_rank, world_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     Mesh m = mesh_init(world_rank, world_size, cp_size, ulysses_size);
-    MPI_Comm_dup(MPI_COMM_WORLD, &mc->world);
-    MPI_Comm_split(MPI_COMM_WORLD, m.dp_rank, m.cp_rank, &mc->cp);
-    MPI_Comm_split(MPI_COMM_WORLD, m.cp_rank, m.dp_rank, &mc->dp);
-    MPI_Comm_dup(MPI_COMM_SELF, &mc->self);
-    MPI_Comm_split(mc->cp, m.ring_rank, m.ulysses_rank, &mc->ulysses);
-    MPI_Comm_split(mc->cp, m.ulysses_rank, m.ring_rank, &mc->ring);
+    job_comm()->barrier(job_comm());
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &mc->world));
+    COMM_BLOCKING("MPI_Comm_split", MPI_Comm_split(MPI_COMM_WORLD, m.dp_rank, m.cp_rank, &mc->cp));
+    COMM_BLOCKING("MPI_Comm_split", MPI_Comm_split(MPI_COMM_WORLD, m.cp_rank, m.dp_rank, &mc->dp));
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_SELF, &mc->self));
+    COMM_BLOCKING("MPI_Comm_split", MPI_Comm_split(mc->cp, m.ring_rank, m.ulysses_rank, &mc->ulysses));
+    COMM_BLOCKING("MPI_Comm_split", MPI_Comm_split(mc->cp, m.ulysses_rank, m.ring_rank, &mc->ring));
     return m;
 }
 
