@@ -463,6 +463,27 @@ expect_error tl_is_val_data_hard_link 2 "rank 0: -tl '.*hard_link\.bin' is the -
     "${BASE[@]}" -cp 2 -v 1 -j "$WORK/tokens_input.bin" -tl "$WORK/hard_link.bin"
 expect_error tl_is_tokenizer 2 "rank 0: -tl '.*gpt2_tokenizer\.bin' is the -tk input" \
     "${BASE[@]}" "${SAMPLES[@]}" -cp 2 -tl "$TOKENIZER"
+# every file an input flag names is compared, read by this run or not (a run without
+# samples reads no tokenizer, one that does not validate no -j; -hf is read by -h 1)
+cp "$TOKENIZER" "$WORK/tokenizer_copy.bin"
+expect_error tl_is_unread_tokenizer 2 "rank 0: -tl '.*tokenizer_copy\.bin' is the -tk input" \
+    "${BASE[@]}" -s 0 -cp 2 -tk "$WORK/tokenizer_copy.bin" -tl "$WORK/tokenizer_copy.bin"
+expect_error tl_is_unread_val_data 2 "rank 0: -tl '.*tokens_input\.bin' is the -j input" \
+    "${BASE[@]}" -v 0 -cp 2 -j "$WORK/tokens_input.bin" -tl "$WORK/tokens_input.bin"
+cp "$TOKENS" "$WORK/hellaswag_input.bin"
+expect_error tl_is_hellaswag_file 2 "rank 0: -tl '.*hellaswag_input\.bin' is the -hf input" \
+    "${BASE[@]}" -cp 2 -h 1 -hf "$WORK/hellaswag_input.bin" -tl "$WORK/hellaswag_input.bin"
+# no cap on the inputs compared: -tl is the last of 5000 -i files (each its own file)
+python3 - "$WORK/many" <<'PY'
+import os, struct, sys
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+tokens = struct.pack("<256i", 20240520, 1, 64, *([0] * 253)) + bytes(range(128))
+for i in range(5000):
+    with open(os.path.join(d, "shard_%05d.bin" % i), "wb") as f: f.write(tokens)
+PY
+expect_error tl_is_last_of_5000_inputs 2 "rank 0: -tl '.*many/shard_04999\.bin' is the -i input '.*many/shard_04999\.bin'" \
+    "${BASE[@]}" -cp 2 -i "$WORK/many/shard_*.bin" -tl "$WORK/many/shard_04999.bin"
 mkdir -p "$WORK/log_input"; cp "$TOKENS" "$WORK/log_input/main.log"
 expect_error main_log_is_train_data 2 "rank 0: the -i input '.*log_input/main\.log' is a file the run writes in its -o directory" \
     "${BASE[@]}" -cp 2 -i "$WORK/log_input/main.log" -o "$WORK/log_input"

@@ -201,9 +201,7 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     run->steps = cfg->steps >= 0 ? cfg->steps : (int)(run->train_loader.epoch_steps / run->grad_accum_steps);
     // the tokenizer only prints samples: a run that prints none does not read it
     if (cfg->sample_every > 0) { tokenizer_init(&run->tokenizer, cfg->tokenizer_path, c.vocab_size); }
-    check_outputs_are_not_inputs(cfg, &run->train_loader, cfg->val_every > 0 ? &run->val_loader : NULL,
-                                 !run->resumed && init_is_checkpoint_file(cfg->init) ? cfg->init : NULL,
-                                 cfg->sample_every > 0 ? cfg->tokenizer_path : NULL);
+    check_outputs_are_not_inputs(cfg);
     logger_init(&run->logger, cfg->output_dir, master, resume_step);
     if (cfg->token_loss_path && master) {
         size_t bytes_per_step = (size_t)run->grad_accum_steps * mesh->dp_size * cfg->B * cfg->T * sizeof(float);
