@@ -26,6 +26,7 @@
 set -euo pipefail
 E2E_NAME=e2e_llmc_compat
 source "$(dirname "$0")/e2e_lib.sh"
+source "$(dirname "$0")/binary_files.sh" # same_model: model files but for their checkpoint's run id and step
 TEST_RANDOM_INIT=${1:?usage: e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS}
 COMPARE=${2:?usage: e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS}
 REFERENCE=$REPO_ROOT/test/random_init_reference.py
@@ -37,7 +38,7 @@ echo "== -e dN: llm.c's weights"
 train init_d2 1 -e d2 -x 0 -n 1 -o "$WORK/init_d2"
 train init_gpt2_d2 1 -e gpt2:d2 -x 0 -n 1 -o "$WORK/init_gpt2_d2"
 python3 "$REFERENCE" model "$WORK/init_d2/model_00000000.bin" || fail "-e d2 is not llm.c's init"
-if cmp -s "$WORK/init_d2/model_00000000.bin" "$WORK/init_gpt2_d2/model_00000000.bin"; then
+if same_model "$WORK/init_d2/model_00000000.bin" "$WORK/init_gpt2_d2/model_00000000.bin"; then
     echo "ok   -e gpt2:d2 builds the same weights as -e d2"
 else
     fail "-e gpt2:d2 and -e d2 build different weights"
@@ -181,7 +182,7 @@ for kind in loss grad; do
     else
         fail "-s${kind:0:1} 3: $skips skip line(s), '$line', recomputed z $z"
     fi
-    if cmp -s "$(model_at "$WORK/skip_$kind" 140)" "$(model_at "$WORK/skip_$kind" 141)"; then
+    if same_model "$(model_at "$WORK/skip_$kind" 140)" "$(model_at "$WORK/skip_$kind" 141)"; then
         echo "ok   -s${kind:0:1} 3: the weights after step 140 are those before it"
     else
         fail "-s${kind:0:1} 3: the skipped step changed the weights"

@@ -19,8 +19,15 @@ B=2 T=64
 # validation every 10 steps and a checkpoint every 10
 COMMON=(-e d1 -b $B -t $T -l 1e-3 -u 15 -v 10 -m 2 -s 0 -n 10)
 STEP_BYTES=$((B * T * 4)) # one step of -tl at dp 1
+# same_checkpoint_file WHAT same_model|same_state FILE1 FILE2: the checkpoint files
+# are identical but for the run id of the job that wrote them (binary_files.sh)
+same_checkpoint_file() {
+    if "$2" "$3" "$4"; then echo "ok   $1 identical but for the run id ($(stat -c %s "$3") bytes)"; else fail "$1: $3 and $4 differ"; fi
+}
 # train lines of steps FIRST..LAST of a main.log
 trl_lines() { awk -F'[: ]' -v a="$2" -v b="$3" '$3 == "trl" && $2 >= a && $2 <= b' "$1"; }
+
+source "$(dirname "$0")/binary_files.sh" # short_documents, same_model, same_state
 
 # same_bytes WHAT FILE1 FILE2 [SKIP]: the files are identical (from byte SKIP on)
 same_bytes() {
@@ -50,9 +57,9 @@ fi
 same_bytes "main.log" "$WORK/A/main.log" "$WORK/B/main.log"
 [[ $(stat -c %s "$WORK/B.tl") -eq $((20 * STEP_BYTES)) ]] || fail "B.tl holds $(stat -c %s "$WORK/B.tl") bytes, expected 20 steps"
 same_bytes "-tl losses of steps 10..19" "$WORK/A.tl" "$WORK/B.tl" $((10 * STEP_BYTES))
-same_bytes "final weights" "$WORK/A/model_00000020.bin" "$WORK/B/model_00000020.bin"
+same_checkpoint_file "final weights" same_model "$WORK/A/model_00000020.bin" "$WORK/B/model_00000020.bin"
 for r in 00000 00001; do
-    same_bytes "final state of rank $r" "$WORK/A/state_00000020_$r.bin" "$WORK/B/state_00000020_$r.bin"
+    same_checkpoint_file "final state of rank $r" same_state "$WORK/A/state_00000020_$r.bin" "$WORK/B/state_00000020_$r.bin"
 done
 for f in DONE_00000010 DONE_00000020 model_00000010.bin state_00000010_00001.bin; do
     [[ -f $WORK/A/$f ]] || fail "A wrote no $f"
@@ -84,7 +91,7 @@ if grep -q '^resuming from step 10: ' "$WORK/D.out"; then echo "ok   resumed fro
 else fail "D did not resume from step 10: $(grep -m1 '^resuming\|^error' "$WORK/D.out" || true)"; fi
 # A's -tl file held 20 steps: the resumed run cut it back to the 10 before its checkpoint
 same_bytes "-tl after resuming a longer file" "$WORK/A.tl" "$WORK/D.tl"
-same_bytes "rewritten checkpoint 20" "$WORK/A/model_00000020.bin" "$WORK/D/model_00000020.bin"
+same_checkpoint_file "rewritten checkpoint 20" same_model "$WORK/A/model_00000020.bin" "$WORK/D/model_00000020.bin"
 # so did main.log: the steps past checkpoint 10 are not there twice
 grep -q "^note: $WORK/D/main.log: [0-9]* line(s) logged after checkpoint 10" "$WORK/D.out" ||
     fail "D does not say that it cut main.log back"
@@ -107,7 +114,7 @@ for missing in model_00000020.bin; do
     else
         fail "$missing missing: no fallback to step 10 with a note: $(grep -m1 '^note\|^resuming\|^error' "$WORK/F.out" || true)"
     fi
-    same_bytes "final weights after the fallback" "$WORK/A/model_00000020.bin" "$WORK/F/model_00000020.bin"
+    same_checkpoint_file "final weights after the fallback" same_model "$WORK/A/model_00000020.bin" "$WORK/F/model_00000020.bin"
     same_bytes "main.log after the fallback" "$WORK/A/main.log" "$WORK/F/main.log"
 done
 
@@ -116,7 +123,6 @@ done
 # the same length as the uninterrupted one (the state keeps it), so again bit for bit
 echo
 echo "== packed layout with documents: resume bit for bit"
-source "$(dirname "$0")/binary_files.sh" # short_documents
 short_documents "$WORK/docs.bin" $((20 * B * T + 1))
 PACKED=(-cp 2 -cl packed -dm 1 -i "$WORK/docs.bin")
 train P 2 "${PACKED[@]}" -x 20 -o "$WORK/P" -tl "$WORK/P.tl"
@@ -124,7 +130,7 @@ train Q_first 2 "${PACKED[@]}" -x 10 -o "$WORK/Q" -tl "$WORK/Q.tl"
 train Q_resumed 2 "${PACKED[@]}" -x 20 -y 1 -o "$WORK/Q" -tl "$WORK/Q.tl"
 same_bytes "packed main.log" "$WORK/P/main.log" "$WORK/Q/main.log"
 same_bytes "packed -tl" "$WORK/P.tl" "$WORK/Q.tl"
-same_bytes "packed model at step 20" "$WORK/P/model_00000020.bin" "$WORK/Q/model_00000020.bin"
+same_checkpoint_file "packed model at step 20" same_model "$WORK/P/model_00000020.bin" "$WORK/Q/model_00000020.bin"
 
 echo
 echo "== -y 1 without a checkpoint starts afresh"
