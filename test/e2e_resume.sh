@@ -7,7 +7,14 @@
 #   3. crash safety: with the newest step's DONE marker gone, its model file cut
 #      short and .tmp leftovers around, -y 1 resumes from the previous complete step
 #      (again bit for bit); -y 1 on a directory without a checkpoint starts afresh
-#   4. the packed layout with short documents resumes bit for bit too
+#   4. the packed layout with short documents resumes bit for bit too, at dp 1 and
+#      at dp 2 (each replica pads its own rows: a per-replica state field)
+#   5. resumed at another shape (cp 1, B 1), the -tl file keeps the rows of the 10
+#      steps before the checkpoint byte for byte and the new rows follow (of the
+#      new shape); so does a copy of the run's files (the -tl file is known by its
+#      contents, not its name)
+#   6. gradient accumulation (-d: 4 micro-batches a step), shuffled: resumed at
+#      step 3, bit for bit
 #
 #   bash test/e2e_resume.sh        (env: see e2e_lib.sh)
 set -euo pipefail
@@ -131,6 +138,41 @@ train Q_resumed 2 "${PACKED[@]}" -x 20 -y 1 -o "$WORK/Q" -tl "$WORK/Q.tl"
 same_bytes "packed main.log" "$WORK/P/main.log" "$WORK/Q/main.log"
 same_bytes "packed -tl" "$WORK/P.tl" "$WORK/Q.tl"
 same_checkpoint_file "packed model at step 20" same_model "$WORK/P/model_00000020.bin" "$WORK/Q/model_00000020.bin"
+# dp 2: each replica's rows pad to their own length, and each replica resumes its own
+train P2 4 "${PACKED[@]}" -x 12 -o "$WORK/P2" -tl "$WORK/P2.tl"
+train Q2_first 4 "${PACKED[@]}" -x 6 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
+read -r pad0 pad1 < <(for r in 0 2; do od -An -tu8 -j $((1024 + 4 * 8)) -N 8 "$(printf '%s/state_00000006_%05d.bin' "$WORK/Q2" $r)"; done | tr -s ' \n' ' ')
+[[ $pad0 -ne $pad1 ]] && echo "ok   the replicas' rows pad to $pad0 and $pad1 tokens at step 6" ||
+    fail "both replicas pad to $pad0 tokens: the case shows nothing (other documents are needed)"
+train Q2_resumed 4 "${PACKED[@]}" -x 12 -y 1 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
+same_bytes "packed dp 2 main.log" "$WORK/P2/main.log" "$WORK/Q2/main.log"
+same_bytes "packed dp 2 -tl" "$WORK/P2.tl" "$WORK/Q2.tl"
+same_checkpoint_file "packed dp 2 model at step 12" same_model "$WORK/P2/model_00000012.bin" "$WORK/Q2/model_00000012.bin"
+
+# ---- 5. -tl across a resume at another shape: the rows of earlier steps stay
+echo
+echo "== -tl: resumed at cp 1, B 1, the rows of the steps before the checkpoint stay"
+mkdir -p "$WORK/G"
+cp "$WORK/B"/*00000010* "$WORK/G/"
+cp "$WORK/A.tl" "$WORK/G.tl" # the 20 steps of the uninterrupted run: its first 10 are the checkpoint's
+train G 1 -cp 1 -b 1 -x 12 -y 1 -o "$WORK/G" -tl "$WORK/G.tl"
+expected=$((10 * STEP_BYTES + 2 * 1 * T * 4))
+[[ $(stat -c %s "$WORK/G.tl") -eq $expected ]] && echo "ok   G.tl: $expected bytes (10 steps of 2 x $T, 2 of 1 x $T)" ||
+    fail "G.tl holds $(stat -c %s "$WORK/G.tl") bytes, expected $expected"
+cmp -s <(head -c $((10 * STEP_BYTES)) "$WORK/A.tl") <(head -c $((10 * STEP_BYTES)) "$WORK/G.tl") &&
+    echo "ok   the rows of steps 0..9 are the uninterrupted run's byte for byte" ||
+    fail "the -tl rows of steps 0..9 changed at the resume at another shape"
+
+# ---- 6. gradient accumulation, shuffled
+echo
+echo "== -d: 4 micro-batches a step, shuffled, resumed at step 3"
+ACC=(-cp 2 -d $((4 * B * T)) -sh 1 -n 3 -v 3)
+train H 2 "${ACC[@]}" -x 6 -o "$WORK/H" -tl "$WORK/H.tl"
+train I_first 2 "${ACC[@]}" -x 3 -o "$WORK/I" -tl "$WORK/I.tl"
+train I_resumed 2 "${ACC[@]}" -x 6 -y 1 -o "$WORK/I" -tl "$WORK/I.tl"
+same_bytes "accumulated main.log" "$WORK/H/main.log" "$WORK/I/main.log"
+same_bytes "accumulated -tl" "$WORK/H.tl" "$WORK/I.tl"
+same_checkpoint_file "accumulated model at step 6" same_model "$WORK/H/model_00000006.bin" "$WORK/I/model_00000006.bin"
 
 echo
 echo "== -y 1 without a checkpoint starts afresh"
