@@ -119,6 +119,10 @@ static void mpi_runtime_finalize(void) {
 
 // MPI counts are int: move big buffers in pieces of at most 1 GiB
 #define COMM_MPI_MAX_BYTES ((size_t)1 << 30)
+// MPI's non-blocking all-reduce (Open MPI's libnbc) allocates a scratch buffer of
+// the whole message, which the ranks that receive in its tree write: the gradient
+// all-reduce goes in pieces of at most this, so that the scratch stays small
+#define COMM_MPI_REDUCE_PIECE_BYTES ((size_t)64 << 20)
 
 typedef struct {
     MPI_Comm comm;
@@ -322,9 +326,16 @@ static void comm_mpi_slice_free(MPI_Datatype type) {
     if (type != MPI_BYTE) { MPI_Type_free(&type); }
 }
 
+// The scratch memory an all-reduce of `bytes` holds on a rank: a piece's (the
+// memory estimate counts it, train/memory.h).
+static size_t comm_mpi_all_reduce_scratch(size_t bytes) {
+    return bytes < COMM_MPI_REDUCE_PIECE_BYTES ? bytes : COMM_MPI_REDUCE_PIECE_BYTES;
+}
+
 static void comm_mpi_all_reduce_sum(Comm *comm, void *buf, size_t count, CommType type) {
     size_t elem = comm_type_size(type);
     size_t max_count = comm_mpi_piece_count(comm_mpi_impl(comm), elem);
+    if (max_count > COMM_MPI_REDUCE_PIECE_BYTES / elem) { max_count = COMM_MPI_REDUCE_PIECE_BYTES / elem; }
     char *p = (char *)buf;
     for (size_t done = 0; done < count; done += max_count) {
         size_t n = count - done < max_count ? count - done : max_count;

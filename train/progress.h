@@ -93,7 +93,10 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     }
     printf("| %-21s | %-50s |\n", "transport", f->transport);
     char padded[128];
-    if (strcmp(cfg->layout, "packed") == 0) { snprintf(padded, sizeof(padded), "%d at least (depends on the documents)", f->padded_T); }
+    if (strcmp(cfg->layout, "packed") == 0) {
+        snprintf(padded, sizeof(padded), "%d to %d (the documents decide)", f->padded_T,
+                 f->memory->local_T * cfg->cp_size);
+    }
     else { snprintf(padded, sizeof(padded), "%d", f->padded_T); }
     printf("| %-21s | %-50s |\n", "padded T", padded);
     printf("| %-21s | %-50d |\n", "tokens per rank (row)", f->local_T);
@@ -108,7 +111,8 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     struct { const char *name; size_t bytes; } rows[] = {
         {"est. peak per rank", m->total}, {"  params, grads, m, v", m->parameters + m->gradients + m->adamw},
         {"  activations", m->activations}, {"  classifier", m->classifier}, {"  attention", m->attention},
-        {"  data, sampling", m->data}};
+        {"  data, sampling", m->data}, {"  transport scratch", m->scratch}, {"  runtime (MPI, libs)", m->runtime},
+        {"  margin", m->margin}};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         char value[64];
         format_bytes(value, sizeof(value), rows[i].bytes);
