@@ -139,15 +139,20 @@ same_bytes "packed main.log" "$WORK/P/main.log" "$WORK/Q/main.log"
 same_bytes "packed -tl" "$WORK/P.tl" "$WORK/Q.tl"
 same_checkpoint_file "packed model at step 20" same_model "$WORK/P/model_00000020.bin" "$WORK/Q/model_00000020.bin"
 # dp 2: each replica's rows pad to their own length, and each replica resumes its own
-train P2 4 "${PACKED[@]}" -x 12 -o "$WORK/P2" -tl "$WORK/P2.tl"
-train Q2_first 4 "${PACKED[@]}" -x 6 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
-read -r pad0 pad1 < <(for r in 0 2; do od -An -tu8 -j $((1024 + 4 * 8)) -N 8 "$(printf '%s/state_00000006_%05d.bin' "$WORK/Q2" $r)"; done | tr -s ' \n' ' ')
-[[ $pad0 -ne $pad1 ]] && echo "ok   the replicas' rows pad to $pad0 and $pad1 tokens at step 6" ||
+# (documents all through the data the 18 steps read; validation at the checkpoint;
+# at step 12 the replicas' rows pad to 68 and 64 tokens)
+short_documents "$WORK/docs_dp2.bin" $((18 * 2 * B * T + 1))
+PACKED2=(-cp 2 -cl packed -dm 1 -i "$WORK/docs_dp2.bin" -v 6)
+train P2 4 "${PACKED2[@]}" -x 18 -o "$WORK/P2" -tl "$WORK/P2.tl"
+train Q2_first 4 "${PACKED2[@]}" -x 12 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
+pads=$(for r in 0 2; do od -An -tu8 -j $((1024 + 4 * 8)) -N 8 "$(printf '%s/state_00000012_%05d.bin' "$WORK/Q2" $r)"; done)
+read -r pad0 pad1 <<<"$(echo $pads)"
+[[ $pad0 -ne $pad1 ]] && echo "ok   the replicas' rows pad to $pad0 and $pad1 tokens at step 12" ||
     fail "both replicas pad to $pad0 tokens: the case shows nothing (other documents are needed)"
-train Q2_resumed 4 "${PACKED[@]}" -x 12 -y 1 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
+train Q2_resumed 4 "${PACKED2[@]}" -x 18 -y 1 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
 same_bytes "packed dp 2 main.log" "$WORK/P2/main.log" "$WORK/Q2/main.log"
 same_bytes "packed dp 2 -tl" "$WORK/P2.tl" "$WORK/Q2.tl"
-same_checkpoint_file "packed dp 2 model at step 12" same_model "$WORK/P2/model_00000012.bin" "$WORK/Q2/model_00000012.bin"
+same_checkpoint_file "packed dp 2 model at step 18" same_model "$WORK/P2/model_00000018.bin" "$WORK/Q2/model_00000018.bin"
 
 # ---- 5. -tl across a resume at another shape: the rows of earlier steps stay
 echo
