@@ -157,9 +157,13 @@ python3 test/llmc_files.py small "$WORK/d2/model_00000000.bin" "$WORK/small.bin"
 SMALL=(-e "$WORK/small.bin" -i "$WORK/small_train.bin" -j "$WORK/small_train.bin" -b 1 -t 32 -x 20 -f 0 -l 1e-3 -v 0 -s 0 -n 0 -ct mpi)
 for run in "1 contiguous" "2 contiguous" "2 round_robin" "4 contiguous" "4 round_robin"; do
     read -r cp layout <<< "$run"
+    # the two builds' runs side by side (independent jobs: both cores busy at cp 1)
+    pids=()
     for p in FP32 BF16; do
-        "${MPIRUN[@]}" -np $cp "$WORK/train_gpt2cp_$p" "${SMALL[@]}" -cp $cp -cl $layout -o "$WORK/${p}_cp${cp}_$layout" > "$WORK/${p}_cp${cp}_$layout.out"
+        "${MPIRUN[@]}" -np $cp "$WORK/train_gpt2cp_$p" "${SMALL[@]}" -cp $cp -cl $layout -o "$WORK/${p}_cp${cp}_$layout" \
+            > "$WORK/${p}_cp${cp}_$layout.out" & pids+=($!)
     done
+    for pid in "${pids[@]}"; do wait "$pid"; done
     paste <(awk -F'trl:' '/trl:/ { print $2 + 0 }' "$WORK/FP32_cp${cp}_$layout/main.log") \
           <(awk -F'trl:' '/trl:/ { print $2 + 0 }' "$WORK/BF16_cp${cp}_$layout/main.log") |
         awk -v what="cp $cp $layout" -v tol=$BF16_LOSS_TOL '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
