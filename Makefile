@@ -4,9 +4,11 @@
 #   make train_gpt2cp       the GPU trainer (CUDA + cuBLAS + NCCL + MPI)
 #   make test               installs what is missing, builds, runs the CTest suite
 #   make run                installs what is missing, builds, trains the embedded default
+#   make encode             ./encode: text to an llm.c token file (GPT-2 BPE; needs libpcre2-dev)
 #
 # Options: NO_BLAS=1 (plain C matmuls), NO_OMP=1, SAN=1 (AddressSanitizer and
-# UndefinedBehaviorSanitizer on the CPU code), CUDA_HOME=/usr/local/cuda.
+# UndefinedBehaviorSanitizer on the CPU code), CUDA_HOME=/usr/local/cuda,
+# CTEST_ARGS (passed to ctest: CTEST_ARGS="-L 'unit|mpi'" runs the tests of those labels).
 
 MPICC ?= mpicc
 CUDA_HOME ?= /usr/local/cuda
@@ -72,7 +74,7 @@ endif
 CUDA_DEPS = $(wildcard cp/*.h cp/*.cuh llmc/*.h llmc/*.cuh train/*.h) train_common.h
 CMAKE_CUDA_ARGS = $(if $(HAVE_NVCC),-DCMAKE_CUDA_COMPILER=$(shell command -v $(NVCC)) -DGPU_ARCH=$(GPU_ARCH))
 
-.PHONY: all test run clean
+.PHONY: all test run clean gpu_prep
 
 all: train_gpt2cp_cpu
 
@@ -106,18 +108,34 @@ endif
 
 test:
 	bash scripts/install_deps.sh
-	$(MAKE) train_gpt2cp_cpu
-	$(if $(HAVE_NVCC),$(MAKE) train_gpt2cp,@echo "note: no nvcc at $(NVCC): train_gpt2cp and the GPU tests are not built (set CUDA_HOME)")
+	$(MAKE) train_gpt2cp_cpu encode
+	$(if $(HAVE_NVCC),,@echo "note: no nvcc at $(NVCC): train_gpt2cp and the GPU tests are not built (set CUDA_HOME)")
 	cmake -S test -B $(TEST_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DSAN=$(SAN) -DNO_BLAS=$(NO_BLAS) $(CMAKE_CUDA_ARGS) > /dev/null
-	cmake --build $(TEST_BUILD_DIR) -j 2
-	cd $(TEST_BUILD_DIR) && ctest --output-on-failure -j 2
+	@# the GPU trainer (one nvcc process) builds beside the suite's binaries, so that both cores stay busy
+	$(if $(HAVE_NVCC),$(MAKE) train_gpt2cp & gpu=$$!;) cmake --build $(TEST_BUILD_DIR) -j 2; status=$$?; \
+		$(if $(HAVE_NVCC),wait $$gpu || status=1;) exit $$status
+	cd $(TEST_BUILD_DIR) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
 
 run:
 	bash scripts/run_default.sh
 
+# what the one-call GPU check (scripts/gpu_call.sh) carries to a GPU machine: its
+# binaries, the CPU twin's references, Open MPI, in gpu_prep/ (GPU_PREP_SIZES=emulation:
+# the emulated dry run's)
+gpu_prep:
+	bash scripts/gpu_prep.sh
+
+# text to llm.c token files: GPT-2's BPE, the pre-tokenizer regex run by PCRE2
+encode: encode.c llmc/bpe.h llmc/tokenizer.h llmc/utf8.h llmc/utils.h
+	$(CC) -O2 -Wall -Wextra -Wno-unused-function -std=gnu11 $< -o $@ -lpcre2-8
+
 # dev tool: which tokens each CP rank owns and its attention work (no MPI needed)
 cp_layout: dev/cp_layout.c $(DEPS)
 	$(CC) -O2 -Wall -Wextra -Wno-unused-function -Wno-unknown-pragmas -std=gnu11 -DNO_BLAS $< -o $@ -lm
+
+# dev tool: the loss mask of a token file for "train only on the answer" data (-lm 1 reads it)
+loss_mask: dev/loss_mask.c $(DEPS)
+	$(CC) -O2 -Wall -Wextra -Wno-unused-function -std=gnu11 $< -o $@
 
 # dev benchmark: per-rank memory, messages and time of each attention algorithm (dev/bench/README.md)
 bench_attention: dev/bench/attention_algorithms.c $(DEPS)
@@ -142,4 +160,4 @@ bench_attention_gpu: dev/bench/attention_gpu.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) -I. $< -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt
 
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp cp_layout bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu $(BUILD_DIR)
+	rm -rf train_gpt2cp_cpu train_gpt2cp encode cp_layout loss_mask bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu $(BUILD_DIR) gpu_prep

@@ -69,10 +69,11 @@ static int device_sharers = 1;
 // its own per rank; -ct mpi may share.
 static int select_device(int use_nccl) {
     int local_rank = mpi_node_rank, local_size = mpi_node_size;
-    int devices = cuda_device_count();
+    char why[256];
+    int devices = cuda_device_count(why, sizeof(why));
     if (devices == 0) {
-        fatal_everywhere("no CUDA device found: train_gpt2cp needs an NVIDIA GPU and its driver "
-                         "(train_gpt2cp_cpu trains on the CPU)");
+        fatal_everywhere("%s: train_gpt2cp needs an NVIDIA GPU and a driver that matches its CUDA runtime "
+                         "(train_gpt2cp_cpu trains on the CPU)", why);
     }
     if (use_nccl && local_size > devices) {
         fatal_everywhere("-ct nccl: %d ranks on this node but %d GPU(s); NCCL needs one GPU per rank: "
@@ -171,17 +172,19 @@ typedef struct {
     AttentionVerbsCuda attn; // bound to the last forward's layout, for its backward
     double *loss_stats;  // device double[2]
     float *losses_host;  // (B, local T) the last forward pass's per-token losses, for -tl and -h 1
+    double weight_basis; // the training step's loss weight basis (cp/loss.h), 0 before its first micro-batch
 } Trainer;
 
-// The forward pass of a batch (B rows of T inputs and targets) on this rank's
-// shard; returns the loss statistics of the global batch. With micro_steps > 0,
-// the pass of one of the micro_steps micro-batches of a training step, as the CPU
-// twin's: the classifier's backward runs with the forward
-// (gpt2_cuda_forward_train), weighted by the whole step's loss weight,
-// accumulating into gradients the caller zeroed. The sharder is the step's: built
-// here, freed by the caller after the backward pass.
-static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, CpSharder *sh, int micro_steps) {
-    shard_rows(sh, inputs, targets, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
+// The forward pass of a batch (B rows of T inputs and targets, and the targets'
+// loss mask or NULL) on this rank's shard; returns the loss statistics of the
+// global batch. With micro_steps > 0, the pass of one of the micro_steps
+// micro-batches of a training step, as the CPU twin's: the classifier's backward
+// runs with the forward (gpt2_cuda_forward_train), weighted by 1 / the step's
+// weight basis, accumulating into gradients the caller zeroed. The sharder is the
+// step's: built here, freed by the caller after the backward pass.
+static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, const unsigned char *loss_mask,
+                              CpSharder *sh, int micro_steps) {
+    shard_rows(sh, inputs, targets, loss_mask, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_cuda_free(tr->acts);
         activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
@@ -190,8 +193,9 @@ static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     if (micro_steps > 0) {
         double valid = global_valid_count_cuda(tr->ranks->world, tr->loss_stats, sh->local.targets, n);
+        tr->weight_basis = loss_weight_basis(tr->weight_basis, valid, micro_steps);
         gpt2_cuda_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
-                                loss_weight(valid * micro_steps), &tr->attn);
+                                loss_weight(tr->weight_basis), &tr->attn);
     } else {
         gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &tr->attn);
     }
@@ -199,8 +203,9 @@ static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets
     return global_loss_stats_cuda(tr->ranks->world, tr->loss_stats);
 }
 
-static LossStats forward_step_verb(void *trainer, const int *inputs, const int *targets, CpSharder *sh) {
-    return forward_step((Trainer *)trainer, inputs, targets, sh, 0);
+static LossStats forward_step_verb(void *trainer, const int *inputs, const int *targets,
+                                   const unsigned char *loss_mask, CpSharder *sh) {
+    return forward_step((Trainer *)trainer, inputs, targets, loss_mask, sh, 0);
 }
 
 // the last forward pass's per-token losses to the host: (B, local T)
@@ -300,7 +305,7 @@ int main(int argc, char **argv) {
     cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.B,
                            run.local_T, c.channels, c.num_heads);
     double *loss_stats = (double *)cudaMallocCheck(2 * sizeof(double));
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, loss_stats, NULL};
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, loss_stats, NULL, 0.0};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -325,27 +330,31 @@ int main(int argc, char **argv) {
         if (cfg.overfit_single_batch) { dataloader_reset(&run.train_loader); }
         // -d: the gradients of grad_accum_steps micro-batches add up, as the CPU twin
         gpt2_cuda_zero_grad(&model);
+        tr.weight_basis = 0.0;
         LossStats step_stats = {0.0, 0.0};
         for (int micro = 0; micro < run.grad_accum_steps; micro++) {
             CpSharder sh;
             dataloader_next_batch(&run.train_loader);
-            LossStats stats = forward_step(&tr, run.train_loader.inputs, run.train_loader.targets, &sh,
-                                           run.grad_accum_steps);
+            LossStats stats = forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
+                                           run.train_loader.loss_mask, &sh, run.grad_accum_steps);
             step_stats.loss_sum += stats.loss_sum;
             step_stats.valid_count += stats.valid_count;
             gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
             if (cfg.token_loss_path) {
-                write_token_losses(&run, &cfg, &sh, ranks.cp_host, ranks.dp_host, shard_losses(&tr));
+                write_token_losses(&run, &cfg, &sh, ranks.cp_host, ranks.dp_host, shard_losses(&tr),
+                                   run.train_loader.loss_mask);
             }
             cp_sharder_free(&sh);
         }
         float loss = mean_loss(step_stats);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
-        float grad_norm = (float)sqrt(global_norm_squared_cuda(model.grads_memory, model.num_parameters));
+        // the gradients hold the step's mean loss's gradient times 1 / grad_scale (cp/loss.h)
+        double grad_scale = step_gradient_scale(tr.weight_basis, step_stats.valid_count);
+        float grad_norm = (float)(grad_scale * sqrt(global_norm_squared_cuda(model.grads_memory, model.num_parameters)));
         check_step_finite(&cfg, step, loss, grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
         if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
-            gpt2_cuda_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
+            gpt2_cuda_update(&model, lr, cfg.weight_decay, (float)grad_scale * grad_clip_scale(grad_norm), step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
             // the other ranks' shards came in fp32: their floatX copy too
             if (cfg.zero_stage >= 1) { gpt2_cuda_round_weights(&model); }

@@ -58,18 +58,20 @@ typedef struct {
     GPT2 *model;
     Activations *acts;
     CpAttention *attention;
+    double weight_basis; // the training step's loss weight basis (cp/loss.h), 0 before its first micro-batch
 } Trainer;
 
-// The forward pass of a batch (B rows of T inputs and targets) on this rank's
-// shard; returns the loss statistics of the global batch. With micro_steps > 0,
-// the pass of one of the micro_steps micro-batches of a training step: the
-// classifier's backward runs with the forward (gpt2_forward_train), weighted by
-// the loss weight of the whole step (its valid targets counted first: every
-// micro-batch has as many, pads are never counted), accumulating into gradients
-// the caller zeroed before the step's first micro-batch. The sharder is the
-// step's: built here, freed by the caller after the backward pass.
-static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, CpSharder *sh, int micro_steps) {
-    shard_rows(sh, inputs, targets, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
+// The forward pass of a batch (B rows of T inputs and targets, and the targets'
+// loss mask or NULL) on this rank's shard; returns the loss statistics of the
+// global batch. With micro_steps > 0, the pass of one of the micro_steps
+// micro-batches of a training step: the classifier's backward runs with the
+// forward (gpt2_forward_train), weighted by 1 / the step's weight basis (its valid
+// targets counted first; pads and masked targets are never counted), accumulating
+// into gradients the caller zeroed before the step's first micro-batch. The
+// sharder is the step's: built here, freed by the caller after the backward pass.
+static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, const unsigned char *loss_mask,
+                              CpSharder *sh, int micro_steps) {
+    shard_rows(sh, inputs, targets, loss_mask, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_free(tr->acts);
         activations_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
@@ -79,16 +81,18 @@ static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets
     if (micro_steps > 0) {
         double valid = local_valid_count(sh->local.targets, n);
         tr->ranks->world->all_reduce_sum(tr->ranks->world, &valid, 1, COMM_DOUBLE);
+        tr->weight_basis = loss_weight_basis(tr->weight_basis, valid, micro_steps);
         gpt2_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
-                           loss_weight(valid * micro_steps), &attn);
+                           loss_weight(tr->weight_basis), &attn);
     } else {
         gpt2_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &attn);
     }
     return global_loss_stats(tr->ranks->world, local_loss_stats(tr->acts->t.losses, sh->local.targets, n));
 }
 
-static LossStats forward_step_verb(void *trainer, const int *inputs, const int *targets, CpSharder *sh) {
-    return forward_step((Trainer *)trainer, inputs, targets, sh, 0);
+static LossStats forward_step_verb(void *trainer, const int *inputs, const int *targets,
+                                   const unsigned char *loss_mask, CpSharder *sh) {
+    return forward_step((Trainer *)trainer, inputs, targets, loss_mask, sh, 0);
 }
 
 static const float *shard_losses(void *trainer) { return ((Trainer *)trainer)->acts->t.losses; }
@@ -206,7 +210,7 @@ int main(int argc, char **argv) {
     CpAttentionComms comms = {ranks.cp, ranks.ulysses, ranks.ring};
     cp_attention_init(&attention, (CpAttentionKind)cp_attention_from_name(cfg.attention), comms, cfg.B,
                       run.local_T, c.channels, c.num_heads);
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention};
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, 0.0};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -230,26 +234,31 @@ int main(int argc, char **argv) {
         // -d: the gradients of grad_accum_steps micro-batches add up to the gradient
         // of the step's mean loss
         gpt2_zero_grad(&model);
+        tr.weight_basis = 0.0;
         LossStats step_stats = {0.0, 0.0};
         for (int micro = 0; micro < run.grad_accum_steps; micro++) {
             CpSharder sh;
             dataloader_next_batch(&run.train_loader);
-            LossStats stats = forward_step(&tr, run.train_loader.inputs, run.train_loader.targets, &sh,
-                                           run.grad_accum_steps);
+            LossStats stats = forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
+                                           run.train_loader.loss_mask, &sh, run.grad_accum_steps);
             step_stats.loss_sum += stats.loss_sum;
             step_stats.valid_count += stats.valid_count;
             AttentionVerbs attn = cp_attention_bind(&attention, &sh.layout);
             gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, &attn);
-            if (cfg.token_loss_path) { write_token_losses(&run, &cfg, &sh, ranks.cp, ranks.dp, acts.t.losses); }
+            if (cfg.token_loss_path) {
+                write_token_losses(&run, &cfg, &sh, ranks.cp, ranks.dp, acts.t.losses, run.train_loader.loss_mask);
+            }
             cp_sharder_free(&sh);
         }
         float loss = mean_loss(step_stats);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
-        float grad_norm = (float)sqrt(global_norm_squared(model.grads_memory, model.num_parameters));
+        // the gradients hold the step's mean loss's gradient times 1 / grad_scale (cp/loss.h)
+        double grad_scale = step_gradient_scale(tr.weight_basis, step_stats.valid_count);
+        float grad_norm = (float)(grad_scale * sqrt(global_norm_squared(model.grads_memory, model.num_parameters)));
         check_step_finite(&cfg, step, loss, grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
         if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
-            gpt2_update(&model, lr, cfg.weight_decay, grad_clip_scale(grad_norm), step + 1);
+            gpt2_update(&model, lr, cfg.weight_decay, (float)grad_scale * grad_clip_scale(grad_norm), step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
         }
         train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);

@@ -371,14 +371,17 @@ __device__ static __forceinline__ void warp_mma(float c[NT][4], const float *a, 
             }
         }
     } else {
-        #pragma unroll
-        for (int n = 0; n < NT; n++) {
+        // each of the lane's elements sums its products in k order; A's two rows and
+        // B's two columns of the lane are read once per k
+        for (int k = 0; k < K; k++) {
+            float a0 = a[g * lda + k], a1 = a[(g + 8) * lda + k];
             #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int row = g + 8 * (i >> 1), col = 8 * n + 2 * t + (i & 1);
-                float sum = c[n][i];
-                for (int k = 0; k < K; k++) { sum += a[row * lda + k] * b_at<BL>(b, ldb, k, col); }
-                c[n][i] = sum;
+            for (int n = 0; n < NT; n++) {
+                float b0 = b_at<BL>(b, ldb, k, 8 * n + 2 * t), b1 = b_at<BL>(b, ldb, k, 8 * n + 2 * t + 1);
+                c[n][0] += a0 * b0;
+                c[n][1] += a0 * b1;
+                c[n][2] += a1 * b0;
+                c[n][3] += a1 * b1;
             }
         }
     }
@@ -546,8 +549,8 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forwar
         }
         fragments_store<NT>(pw, Tl::LD_P, s);
         __syncwarp();
+        // the next tile's first __syncthreads orders these reads of P before its writes
         warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, vs, Tl::LD_KN);
-        __syncwarp(); // P is read before the next tile overwrites it
     }
     // merge (o_blk = acc / l, lse_blk = m + log l) into the running (o, lse)
     float lse_old[2];
@@ -652,8 +655,8 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         }
         fragments_store<NT>(pw, Tl::LD_P, s);
         __syncwarp();
+        // the next tile's first __syncthreads orders these reads of dS before its writes
         warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, ks, Tl::LD_KN);
-        __syncwarp();
     }
     #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -737,8 +740,8 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         __syncwarp();
         fragments_store<NT>(pw, Tl::LD_P, dpt);
         __syncwarp();
+        // the next tile's first __syncthreads orders these reads of dS^T before its writes
         warp_mma<P, DT, R, B_KN>(acc_dk, pw, Tl::LD_P, qs, Tl::LD_KN);
-        __syncwarp();
     }
     #pragma unroll
     for (int r = 0; r < 2; r++) {

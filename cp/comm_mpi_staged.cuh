@@ -71,8 +71,9 @@ static void comm_staged_hand_over(CommMpiStaged *impl, const CommExchange *until
             if (landed == cudaErrorNotReady) { return; }
             cudaCheck(landed);
         }
-        // MPI writes host_recv next: the slot's previous copy back out of it is done
-        cudaCheck(cudaEventSynchronize(ex->done));
+        // MPI writes host_recv next. The slot's previous copy back out of it is done:
+        // it ran on the transport's stream before this exchange's copy to host_send,
+        // which the host has just seen land
         ex->host_exchange = impl->host->ring_start(impl->host, ex->host_send, ex->host_recv, ex->bytes);
         ex->posted = 1;
         impl->handed++;

@@ -221,6 +221,7 @@ static void comm_nccl_all_to_all(Comm *comm, const void *send_buf, void *recv_bu
                            impl->streams.stream));
     }
     ncclCheck(ncclGroupEnd());
+    comm_nccl_milestone(impl->streams.stream, "all_to_all", -1);
     comm_streams_compute_after(&impl->streams, impl->streams.done);
 }
 

@@ -14,6 +14,14 @@ indices, so no other code ever asks which layout produced a shard.
                  chunk r with its mirror gives every rank the same attention work
                  (the "head-tail" or "zigzag" balancing).
 
+    striped      pad to a multiple of cp; rank r owns r, r + cp, r + 2cp, ... (token i
+                 goes to rank i mod cp), as ring-flash-attention's stripe variant and
+                 Striped Attention (Brandon et al., 2023). Every block of every rank
+                 then spans the whole row, so under a causal mask each rank's work is
+                 even at every ring step, not only summed over the ring, without
+                 cutting the row into 2*cp chunks; and a rank holds 1/cp of every
+                 document, so documents balance too. Its index sets are strided, not
+                 contiguous: cp/block_mask.h decides from their ranges alone.
     packed       documents (each opened by an EOT token) are laid out one after
                  another, each padded to a multiple of 2*cp and split head-tail
                  over the ranks on its own, like TransformerEngine's THD format:
@@ -23,9 +31,10 @@ indices, so no other code ever asks which layout produced a shard.
                  padded documents, the batch's P the longest row (shorter rows end
                  in a pad region split the same way).
 
-Example, T = 10, cp = 2 -> P = 12:
+Example, T = 10, cp = 2 -> P = 12 (striped: P = 10):
     round_robin  r0 = [0 1 2 9 10 11]   r1 = [3 4 5 6 7 8]
     contiguous   r0 = [0 1 2 3 4 5]     r1 = [6 7 8 9 10 11]
+    striped      r0 = [0 2 4 6 8]       r1 = [1 3 5 7 9]
 Packed, documents [0, 6) and [6, 10) at cp 2: padded to 8 and 4, P = 12;
     r0 = [0 1 6 7 8 11]   r1 = [2 3 4 5 9 10]   (slots 6 and 7 are pad)
 */
@@ -39,10 +48,15 @@ typedef enum {
     CP_LAYOUT_CONTIGUOUS = 1,
     CP_LAYOUT_ROUND_ROBIN = 2,
     CP_LAYOUT_PACKED = 3,
+    CP_LAYOUT_STRIPED = 4,
 } CpLayoutKind;
 
-static const char *cp_layout_names[] = {"identity", "contiguous", "round_robin", "packed"};
-#define CP_NUM_LAYOUTS 4
+static const char *cp_layout_names[] = {"identity", "contiguous", "round_robin", "packed", "striped"};
+#define CP_NUM_LAYOUTS 5
+
+// packed is the one layout that depends on the data (cp_row_layout); the others
+// are a function of (P, cp) (cp_local_indices)
+static int cp_layout_depends_on_data(CpLayoutKind kind) { return kind == CP_LAYOUT_PACKED; }
 
 // parse a -cl value; returns -1 when the name is unknown
 static int cp_layout_from_name(const char *name) {
@@ -52,12 +66,12 @@ static int cp_layout_from_name(const char *name) {
     return -1;
 }
 
-// What each rank must be divisible into. identity pads nothing; both splitting
-// layouts pad to 2*cp so that every rank's share splits into two equal halves
-// (round_robin needs the two chunks, ring attention's half-block skipping uses the
-// halves of every layout).
+// What each rank must be divisible into. identity pads nothing; striped pads to cp,
+// one stripe per rank; contiguous and round_robin pad to 2*cp so that every rank's
+// share splits into two equal halves (round_robin needs the two chunks; ring
+// attention's half-block skipping takes the halves of any length).
 static int cp_pad_multiple(CpLayoutKind kind, int cp) {
-    return kind == CP_LAYOUT_IDENTITY ? 1 : 2 * cp;
+    return kind == CP_LAYOUT_IDENTITY ? 1 : kind == CP_LAYOUT_STRIPED ? cp : 2 * cp;
 }
 
 static int cp_padded_len(CpLayoutKind kind, int T, int cp) {
@@ -75,7 +89,7 @@ static int cp_head_tail_span(int start, int len, int cp, int rank, int *indices,
 }
 
 // Global positions owned by `rank`, in local order, for the layouts that are a
-// pure function of (P, cp): identity, contiguous, round_robin. Returns 0, or -1
+// pure function of (P, cp): identity, contiguous, round_robin, striped. Returns 0, or -1
 // (indices untouched) when the arguments break the contract: cp >= 1 (identity:
 // cp 1), rank in [0, cp), P >= 0 a multiple of the layout's cp_pad_multiple
 // (otherwise some slots would belong to no rank), and a layout that does not
@@ -83,11 +97,13 @@ static int cp_head_tail_span(int start, int len, int cp, int rank, int *indices,
 // indices: (P / cp,)
 static int cp_local_indices(CpLayoutKind kind, int P, int cp, int rank, int *indices) {
     if (cp < 1 || rank < 0 || rank >= cp || P < 0 || (kind == CP_LAYOUT_IDENTITY && cp != 1)) { return -1; }
-    if (kind != CP_LAYOUT_IDENTITY && kind != CP_LAYOUT_CONTIGUOUS && kind != CP_LAYOUT_ROUND_ROBIN) { return -1; }
+    if ((int)kind < 0 || (int)kind >= CP_NUM_LAYOUTS || cp_layout_depends_on_data(kind)) { return -1; }
     if (P % cp_pad_multiple(kind, cp) != 0) { return -1; }
     int local_len = P / cp;
     if (kind == CP_LAYOUT_ROUND_ROBIN) {
         cp_head_tail_span(0, P, cp, rank, indices, 0);
+    } else if (kind == CP_LAYOUT_STRIPED) {
+        for (int i = 0; i < local_len; i++) { indices[i] = rank + i * cp; }
     } else { // identity is contiguous with cp = 1
         for (int i = 0; i < local_len; i++) { indices[i] = rank * local_len + i; }
     }
@@ -119,7 +135,7 @@ static int cp_packed_row_len(const int *docs, int T, int cp) {
 // docs: (T) document ids, used by packed only   indices: (P / cp)   slot_original: (P)
 static int cp_row_layout(CpLayoutKind kind, const int *docs, int T, int P, int cp, int rank,
                          int *indices, int *slot_original) {
-    if (kind != CP_LAYOUT_PACKED) {
+    if (!cp_layout_depends_on_data(kind)) {
         for (int g = 0; g < P; g++) { slot_original[g] = g < T ? g : -1; }
         return cp_local_indices(kind, P, cp, rank, indices);
     }

@@ -5,7 +5,8 @@ Each rank holds the per-token losses of its own tokens. The mean loss of the ste
 is the sum over every valid target of the global batch (all dp replicas) divided
 by the number of valid targets. The shards of one replica are disjoint and pad
 slots carry the ignore target, so summing every rank's local sum and local count
-counts each real token exactly once.
+counts each real token exactly once. A target its loss mask leaves out carries the
+ignore target too (cp/sharder.h): it counts in neither.
 */
 #ifndef CP_LOSS_H
 #define CP_LOSS_H
@@ -49,6 +50,24 @@ static double local_valid_count(const int *targets, size_t n) {
 // in which the classifier's backward runs (llmc/classifier.h).
 static float loss_weight(double global_valid_count) {
     return global_valid_count > 0 ? (float)(1.0 / global_valid_count) : 0.0f;
+}
+
+// Gradient accumulation (-d) over micro-batches that hold different numbers of
+// valid targets (loss masks). The classifier's backward runs inside each
+// micro-batch's forward pass, before the step's total is known, so every
+// micro-batch is weighted 1 / basis: basis = the valid targets of the step's first
+// micro-batch that has any, times the number of micro-batches. That is the exact
+// weight, 1 / total, whenever every micro-batch has as many (always without loss
+// masks). Otherwise the accumulated gradient is basis / total times the gradient
+// of the step's mean loss: step_gradient_scale, which the trainers apply to the
+// gradient norm and the update's scale rather than in another pass over the
+// gradients. basis: 0 before the step's first micro-batch.
+static double loss_weight_basis(double basis, double global_valid_count, int micro_steps) {
+    return basis > 0 ? basis : global_valid_count * micro_steps;
+}
+
+static double step_gradient_scale(double basis, double step_valid_count) {
+    return basis > 0 && step_valid_count > 0 ? basis / step_valid_count : 1.0;
 }
 
 static float mean_loss(LossStats s) {

@@ -6,7 +6,8 @@ A sharder is built per step. Its shard_batch applies the layout (cp/layout.h) to
 the step's batch and records what it learned in a ShardLayout; the token verbs then
 take and give tensors in the caller's coordinates:
 
-    cp_shard_batch    inputs, targets (B, T)  ->  local inputs, targets (B, Tl)
+    cp_shard_batch    inputs, targets (B, T) and an optional loss mask (B, T)
+                      ->  local inputs, targets (B, Tl)
                       and the layout: global index, position id, document of each
                       local token
     cp_shard_tokens   any (B, T) or (B, P) token tensor -> (B, Tl), exactly like
@@ -25,12 +26,22 @@ they add nothing to the loss or the gradients, get a position id inside
 [0, max_positions) so the position embedding lookup stays in range, and get
 document -1 of their own, so no real query ever sees a pad key and pad queries
 see only pad keys (attention spends almost nothing on rows whose loss is
-ignored). Under identity, contiguous and round_robin the pad slots sit after
-every real token of the row (global index >= T); under packed each document is
-followed by its own pad slots, and the document ids keep them apart.
+ignored). Under identity, contiguous, round_robin and striped the pad slots sit
+after every real token of the row (global index >= T); under packed each document
+is followed by its own pad slots, and the document ids keep them apart.
 
-Real tokens keep the position id of their place in the caller's row, so the
-model sees exactly what the single-rank run sees.
+The loss mask (the contract's loss_mask) is sharded with the targets: a target
+whose mask is 0 becomes IGNORE_INDEX, as a pad slot's, so it counts neither in the
+loss sum nor in its denominator and sends back no gradient.
+
+Documents (CpDocuments): a token (EOT) opens a document. With mask_attention a
+token attends only to its own document (the layout's document ids; the contract's
+THD / cu_seqlens case). With restart_positions a real token's position id is its
+offset from the first token of its document, as packed (THD) sequences count them
+(the contract's caller-given position_ids);
+otherwise it keeps its place in the caller's row, so the model sees exactly what
+the single-rank run sees. Either way the position comes from the token's original
+index (found from its global index) and its document's start: no layout is named.
 */
 #ifndef CP_SHARDER_H
 #define CP_SHARDER_H
@@ -55,8 +66,29 @@ typedef struct {
     int *global_index;    // (B, Tl) index of each local token in its padded row
     int *original_index;  // (B, Tl) index in the caller's row of length T, -1 for a pad slot
     int *position;        // (B, Tl) position id for the position embedding, in [0, max_positions)
-    int *document;        // (B, Tl) document id of a real token (0 when documents are not masked), -1 for pad
+    int *document;        // (B, Tl) document id of a real token (0 when attention is not masked to
+                          // documents), -1 for pad
 } ShardLayout;
+
+// What the documents of a row change: which token opens one, whether attention
+// stays within a document, whether positions count from each document's start.
+typedef struct {
+    int token;             // the token that opens a document (EOT), or -1: every row is one document
+    int mask_attention;    // 1: a token attends only to the tokens of its own document
+    int restart_positions; // 1: a token's position id is its offset in its document
+} CpDocuments;
+
+// every row one document, nothing masked: plain causal attention
+static CpDocuments cp_no_documents(void) {
+    CpDocuments d = {-1, 0, 0};
+    return d;
+}
+
+// documents opened by `token`, attention masked to them (-dm 1), positions as in the row
+static CpDocuments cp_masked_documents(int token) {
+    CpDocuments d = {token, 1, 0};
+    return d;
+}
 
 // The sharded batch this rank trains on.
 typedef struct {
@@ -68,7 +100,7 @@ typedef struct {
     CpLayoutKind kind;
     int cp_rank, cp_size;
     int max_positions;   // the model's max_seq_len
-    int document_token;  // a token that opens a new document (EOT), or -1: one document per row
+    CpDocuments documents;
     int min_padded_len;  // packed: pad every batch to at least this (0: to its longest row)
     int has_layout;      // set by the first cp_shard_batch
     ShardLayout layout;
@@ -77,13 +109,13 @@ typedef struct {
 } CpSharder;
 
 static void cp_sharder_init(CpSharder *sh, CpLayoutKind kind, int cp_rank, int cp_size,
-                            int max_positions, int document_token) {
+                            int max_positions, CpDocuments documents) {
     memset(sh, 0, sizeof(*sh));
     sh->kind = kind;
     sh->cp_rank = cp_rank;
     sh->cp_size = cp_size;
     sh->max_positions = max_positions;
-    sh->document_token = document_token;
+    sh->documents = documents;
 }
 
 static void cp_sharder_free(CpSharder *sh) {
@@ -117,9 +149,11 @@ static int cp_check_config(CpSharder *sh, int T) {
     if (T > sh->max_positions) {
         return cp_fail(sh, "sequence length %d exceeds the %d positions of the model", T, sh->max_positions);
     }
-    if (sh->kind == CP_LAYOUT_PACKED) {
+    if (cp_layout_depends_on_data(sh->kind)) {
         // data-dependent: a rank may hold only pad in some batch, which is harmless
-        if (sh->document_token < 0) { return cp_fail(sh, "layout packed needs documents: document masking is off"); }
+        if (sh->documents.token < 0 || !sh->documents.mask_attention) {
+            return cp_fail(sh, "layout packed needs documents: document masking is off");
+        }
         return CP_OK;
     }
     int P = cp_padded_len(sh->kind, T, sh->cp_size);
@@ -154,17 +188,29 @@ static void cp_row_documents(const int *inputs, int T, int document_token, int *
     }
 }
 
+// The index in the row of the first token of each token's document.
+// docs: (T) from cp_row_documents   starts: (T)
+static void cp_row_document_starts(const int *docs, int T, int *starts) {
+    for (int t = 0; t < T; t++) { starts[t] = t > 0 && docs[t] == docs[t - 1] ? starts[t - 1] : t; }
+}
+
 // Applies the layout to the batch: records the ShardLayout and fills sh->local.
-// inputs, targets: (B, T)
-static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, int B, int T) {
+// inputs, targets: (B, T)   loss_mask: (B, T) 1 where the target counts, 0 where it
+// is masked; NULL: every target counts
+static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, const unsigned char *loss_mask,
+                          int B, int T) {
     cp_sharder_free(sh); // a rejected batch leaves no layout behind either
     if (B < 1) { return cp_fail(sh, "shard_batch: batch size %d must be at least 1", B); }
     if (cp_check_config(sh, T) != CP_OK) { return CP_ERROR; }
     int cp = sh->cp_size;
-    int *docs = (int *)mallocCheck((size_t)B * T * sizeof(int)); // (B, T)
-    for (int b = 0; b < B; b++) { cp_row_documents(inputs + (size_t)b * T, T, sh->document_token, docs + (size_t)b * T); }
+    int *docs = (int *)mallocCheck((size_t)B * T * sizeof(int));   // (B, T)
+    int *starts = (int *)mallocCheck((size_t)B * T * sizeof(int)); // (B, T)
+    for (int b = 0; b < B; b++) {
+        cp_row_documents(inputs + (size_t)b * T, T, sh->documents.token, docs + (size_t)b * T);
+        cp_row_document_starts(docs + (size_t)b * T, T, starts + (size_t)b * T);
+    }
     int P = cp_padded_len(sh->kind, T, cp);
-    if (sh->kind == CP_LAYOUT_PACKED) {
+    if (cp_layout_depends_on_data(sh->kind)) {
         // every row is padded to the longest row's packed length, and the batch to
         // the caller's minimum: a trainer keeps its buffers' size that way, instead
         // of resizing them for every batch of a slightly different length
@@ -194,6 +240,7 @@ static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, 
         if (cp_row_layout(sh->kind, row_docs, T, P, cp, sh->cp_rank, indices, slot_original) != 0) {
             free(slot_original);
             free(docs);
+            free(starts);
             cp_sharder_free(sh);
             return cp_fail(sh, "shard_batch: layout %s cannot split %d tokens over cp %d (rank %d)",
                            cp_layout_names[sh->kind], P, cp, sh->cp_rank);
@@ -202,16 +249,20 @@ static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, 
             size_t li = (size_t)b * Tl + i;
             int g = indices[i];
             int o = slot_original[g]; // -1: a pad slot
+            size_t bo = (size_t)b * T + (o >= 0 ? o : 0); // the token's place in the caller's batch
             lay->original_index[li] = o;
-            // real tokens keep their place in the row, as in the single-rank run
-            lay->position[li] = o >= 0 ? o : (g < sh->max_positions ? g : sh->max_positions - 1);
-            lay->document[li] = o >= 0 ? row_docs[o] : -1;
-            sh->local.inputs[li] = o >= 0 ? inputs[(size_t)b * T + o] : 0;
-            sh->local.targets[li] = o >= 0 ? targets[(size_t)b * T + o] : IGNORE_INDEX;
+            // a real token's place in the row, or in its document; a pad's inside the table
+            int place = o >= 0 && sh->documents.restart_positions ? o - starts[bo] : o;
+            lay->position[li] = o >= 0 ? place : (g < sh->max_positions ? g : sh->max_positions - 1);
+            lay->document[li] = o < 0 ? -1 : sh->documents.mask_attention ? row_docs[o] : 0;
+            sh->local.inputs[li] = o >= 0 ? inputs[bo] : 0;
+            int counts = o >= 0 && (loss_mask == NULL || loss_mask[bo] != 0);
+            sh->local.targets[li] = counts ? targets[bo] : IGNORE_INDEX;
         }
     }
     free(slot_original);
     free(docs);
+    free(starts);
     sh->has_layout = 1;
     return CP_OK;
 }

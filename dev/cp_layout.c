@@ -6,6 +6,7 @@ attention work each rank does, for one (T, cp, layout). Optionally draws it as a
     ./cp_layout -t 16 -cp 4 -cl round_robin
     ./cp_layout -t 1024 -cp 4 -cl contiguous -png docs/contiguous.png
     ./cp_layout -t 1024 -cp 4 -cl packed -i dev/data/austen/austen_train.bin -b 8 -dm 1
+    ./cp_layout -t 1024 -cp 4 -cl striped
 
 Every number comes from the same cp/ code the trainers run: each rank's tokens from
 a CpSharder (cp_sharder_init + cp_shard_batch, as the trainer shards each step), the
@@ -38,6 +39,16 @@ awk '$1 == "rank" {print $5}' picks the computed column of every rank:
 real and pad count the rank's tokens over all rows, the ranges are row 0's. The
 imbalance of a column is max/mean over the ranks (1.000 = perfectly balanced); cp1
 is the same count for one rank holding the whole row (layout identity).
+
+Then the balance of every ring step, since a step of the ring waits for the slowest
+rank (the next block comes from a neighbour that must have finished its own):
+    $1 step  $2 s  $3 - $4 -  $5 $6 $7 the imbalance of computed, visible, useful
+                                       over the ranks at step s alone
+    $1 ring  $2 - $3 - $4 -   $5 $6 $7 the sum over the steps of each step's max,
+                                       over the sum of each step's mean: how much
+                                       longer a ring in lock step takes than work
+                                       spread evenly (1.000: balanced at every step)
+A step where no rank has any work of a column counts as balanced there (1.000).
 
 With -m MODEL (dN, the trainers' -e presets: d12 is GPT-2 124M) it also prints what
 each attention algorithm sends per rank and layer at this padded length, B rows and
@@ -102,7 +113,8 @@ typedef struct {
     int B, T;
     int *inputs;        // (B, T)
     int *targets;       // (B, T)
-    int document_token; // the token that opens a document, or -1: one document per row
+    int document_token; // the token that opens a document (attention masked to documents), or -1: one
+                        // document per row
 } Batch;
 
 // One row of T tokens 0 and no document token: the layout alone.
@@ -115,7 +127,7 @@ static Batch dummy_batch(int T) {
 // loader (one data-parallel replica, its first step).
 static Batch file_batch(const char *path, int B, int T, int document_token) {
     DataLoader dl;
-    dataloader_init(&dl, path, "-i", B, T, 0, 1, ANY_TOKEN, 0);
+    dataloader_init(&dl, path, "-i", B, T, 0, 1, ANY_TOKEN, 0, 0);
     dataloader_next_batch(&dl);
     Batch batch = {B, T, (int *)mallocCheck((size_t)B * T * sizeof(int)), (int *)mallocCheck((size_t)B * T * sizeof(int)),
                    document_token};
@@ -136,9 +148,10 @@ static void batch_free(Batch *batch) {
 static int shard_all_ranks(CpSharder *sh, CpLayoutKind kind, int cp, const Batch *batch) {
     int status = CP_OK;
     // max_positions = T keeps every position id in range
-    for (int r = 0; r < cp; r++) { cp_sharder_init(&sh[r], kind, r, cp, batch->T, batch->document_token); }
+    CpDocuments documents = batch->document_token >= 0 ? cp_masked_documents(batch->document_token) : cp_no_documents();
+    for (int r = 0; r < cp; r++) { cp_sharder_init(&sh[r], kind, r, cp, batch->T, documents); }
     for (int r = 0; r < cp && status == CP_OK; r++) {
-        status = cp_shard_batch(&sh[r], batch->inputs, batch->targets, batch->B, batch->T);
+        status = cp_shard_batch(&sh[r], batch->inputs, batch->targets, NULL, batch->B, batch->T);
         if (status != CP_OK && r != 0) { memcpy(sh[0].error, sh[r].error, sizeof(sh[0].error)); }
     }
     return status;
@@ -148,11 +161,28 @@ static const char *visibility_name(BlockVisibility v) {
     return v == BLOCK_SKIP ? "BLOCK_SKIP" : v == BLOCK_FULL ? "BLOCK_FULL" : "BLOCK_MASKED";
 }
 
-// Walks the ring schedule over every row and counts every rank's work; fills grid
-// when given. work: (cp,)
-static void ring_work(const CpSharder *sh, int cp, Work *work, PairGrid *grid) {
+// The tiles a block of Tl tokens is cut into: the ring's RING_SUBBLOCKS sub-blocks
+// (tile 0, what cp/block_mask.h and the plain loops take), or tiles of `tile` rows,
+// as the tiled attention cuts it (the GPU kernels and the CPU's BLAS build: 64).
+static int block_tiles(int Tl, int tile) {
+    return tile ? (Tl + tile - 1) / tile : RING_SUBBLOCKS;
+}
+
+static SubBlock block_tile(const int *index, const int *document, int Tl, int tile, int t) {
+    if (tile == 0) { return sub_block_of(index, document, Tl, t); }
+    return sub_block_range(index, document, t * tile, (t + 1) * tile < Tl ? (t + 1) * tile : Tl);
+}
+
+// Walks the ring schedule over every row and counts every rank's work, in all and
+// at each step, with blocks cut into tiles as block_tiles says; fills grid when
+// given. work: (cp,)   step_work: (cp steps, cp ranks)
+static void ring_work(const CpSharder *sh, int cp, int tile, Work *work, Work *step_work, PairGrid *grid) {
     int B = sh[0].layout.B;
     int Tl = sh[0].layout.local_len;
+    int nt = block_tiles(Tl, tile);
+    SubBlock *qs = (SubBlock *)mallocCheck((size_t)nt * sizeof(SubBlock));
+    SubBlock *ks = (SubBlock *)mallocCheck((size_t)nt * sizeof(SubBlock));
+    memset(step_work, 0, (size_t)cp * cp * sizeof(Work));
     for (int r = 0; r < cp; r++) {
         Work w = {0, 0, 0};
         for (int b = 0; b < B; b++) {
@@ -163,12 +193,14 @@ static void ring_work(const CpSharder *sh, int cp, Work *work, PairGrid *grid) {
                 // the K/V block this rank holds at step s
                 const ShardLayout *k = &sh[(r - s + cp) % cp].layout;
                 const int *k_index = k->global_index + row, *k_doc = k->document + row;
-                BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS];
-                SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
-                block_visibility_table(q_index, q_doc, k_index, k_doc, Tl, vis, qs, ks);
-                for (int a = 0; a < RING_SUBBLOCKS; a++) {
-                    for (int c = 0; c < RING_SUBBLOCKS; c++) {
-                        int computed = vis[a][c] != BLOCK_SKIP;
+                for (int t = 0; t < nt; t++) {
+                    qs[t] = block_tile(q_index, q_doc, Tl, tile, t);
+                    ks[t] = block_tile(k_index, k_doc, Tl, tile, t);
+                }
+                for (int a = 0; a < nt; a++) {
+                    for (int c = 0; c < nt; c++) {
+                        BlockVisibility vis = block_visibility(&qs[a], &ks[c]);
+                        int computed = vis != BLOCK_SKIP;
                         for (int i = qs[a].start; i < qs[a].end; i++) {
                             int qi = q_index[i];
                             for (int j = ks[c].start; j < ks[c].end; j++) {
@@ -176,14 +208,15 @@ static void ring_work(const CpSharder *sh, int cp, Work *work, PairGrid *grid) {
                                 int visible = pair_visible(qi, q_doc[i], kj, k_doc[j]);
                                 // a tile decision that disagrees with its own pairs would
                                 // make these numbers (and the trainers) silently wrong
-                                if ((visible && !computed) || (!visible && vis[a][c] == BLOCK_FULL)) {
+                                if ((visible && !computed) || (!visible && vis == BLOCK_FULL)) {
                                     fatal("cp/block_mask.h: rank %d row %d step %d tile (%d, %d) is %s but pair "
-                                          "(q %d, k %d) is %s", r, b, s, a, c, visibility_name(vis[a][c]), qi, kj,
+                                          "(q %d, k %d) is %s", r, b, s, a, c, visibility_name(vis), qi, kj,
                                           visible ? "visible" : "masked");
                                 }
-                                w.computed += computed;
-                                w.visible += visible;
-                                w.useful += visible && q_original[i] >= 0;
+                                Work *ws = &step_work[(size_t)s * cp + r];
+                                ws->computed += computed;
+                                ws->visible += visible;
+                                ws->useful += visible && q_original[i] >= 0;
                                 if (grid) {
                                     size_t cell = (size_t)(qi / grid->bin) * grid->cells + kj / grid->bin;
                                     grid->computed[cell] += computed;
@@ -195,8 +228,16 @@ static void ring_work(const CpSharder *sh, int cp, Work *work, PairGrid *grid) {
                 }
             }
         }
+        for (int s = 0; s < cp; s++) {
+            const Work *ws = &step_work[(size_t)s * cp + r];
+            w.computed += ws->computed;
+            w.visible += ws->visible;
+            w.useful += ws->useful;
+        }
         work[r] = w;
     }
+    free(qs);
+    free(ks);
 }
 
 // ----------------------------------------------------------------------------
@@ -234,21 +275,25 @@ static WorkStats work_stats(const Work *work, int cp) {
             st.total[c] += v;
         }
         st.mean[c] = (double)st.total[c] / cp;
-        // every row has a real token, which sees itself: the total, hence the mean, is > 0
-        st.imbalance[c] = st.max[c] / st.mean[c];
+        // summed over the ring the total is > 0 (every row has a real token, which sees
+        // itself); a single step may have no work at all, which is balanced
+        st.imbalance[c] = st.total[c] > 0 ? st.max[c] / st.mean[c] : 1.0;
     }
     return st;
 }
 
 #define ROW_LABEL "%-9s %4s %7s %7s"
 
-// data: NULL for the layout alone, else what -i read (a comment line)
-static void print_table(const CpSharder *sh, int cp, const Work *work, const WorkStats *st, const Work *cp1,
+// data: NULL for the layout alone, else what -i read (a comment line); tile: as ring_work's
+static void print_table(const CpSharder *sh, int cp, int tile, const Work *work, const WorkStats *st, const Work *cp1,
                         const char *data) {
     const ShardLayout *lay0 = &sh[0].layout;
     int B = lay0->B, T = lay0->original_seq_len, P = lay0->padded_seq_len, Tl = lay0->local_len;
-    printf("# cp_layout T %d cp %d layout %s: padded to P %d, %d tokens per rank, %d sub-blocks per block\n",
-           T, cp, cp_layout_names[sh[0].kind], P, Tl, RING_SUBBLOCKS);
+    char tiles[64];
+    if (tile) { snprintf(tiles, sizeof(tiles), "tiles of %d rows", tile); }
+    else { snprintf(tiles, sizeof(tiles), "%d sub-blocks per block", RING_SUBBLOCKS); }
+    printf("# cp_layout T %d cp %d layout %s: padded to P %d, %d tokens per rank, %s\n",
+           T, cp, cp_layout_names[sh[0].kind], P, Tl, tiles);
     if (data) { printf("# data: %s\n", data); }
     printf("# computed: pairs in tiles not skipped; visible: pairs the mask keeps (pad queries too); "
            "useful: visible pairs of real queries\n");
@@ -271,6 +316,27 @@ static void print_table(const CpSharder *sh, int cp, const Work *work, const Wor
     printf(ROW_LABEL " %14lld %14lld %14lld\n", "total", "-", "-", "-", st->total[0], st->total[1], st->total[2]);
     // one rank, the whole row, the same tile skipping; useful = T*(T+1)/2 per row of one document
     printf(ROW_LABEL " %14lld %14lld %14lld\n", "cp1", "-", "-", "-", cp1->computed, cp1->visible, cp1->useful);
+}
+
+// The balance of each ring step, and of the ring in lock step (the header says what
+// the lines hold). step_work: (cp steps, cp ranks)
+static void print_steps(const Work *step_work, int cp) {
+    printf("# the ring step by step: imbalance (max/mean over the ranks) at each step; ring: the sum of the "
+           "steps' max over the sum of their mean\n");
+    double max_sum[NUM_WORK_COLUMNS] = {0}, mean_sum[NUM_WORK_COLUMNS] = {0};
+    for (int s = 0; s < cp; s++) {
+        WorkStats st = work_stats(step_work + (size_t)s * cp, cp);
+        char step[16];
+        snprintf(step, sizeof(step), "%d", s);
+        printf(ROW_LABEL " %14.3f %14.3f %14.3f\n", "step", step, "-", "-", st.imbalance[0], st.imbalance[1],
+               st.imbalance[2]);
+        for (int c = 0; c < NUM_WORK_COLUMNS; c++) {
+            max_sum[c] += (double)st.max[c];
+            mean_sum[c] += st.mean[c];
+        }
+    }
+    printf(ROW_LABEL " %14.3f %14.3f %14.3f\n", "ring", "-", "-", "-", max_sum[0] / mean_sum[0],
+           max_sum[1] / mean_sum[1], max_sum[2] / mean_sum[2]);
 }
 
 // What -i read, for the table: "FILE: B rows of T tokens from its start, D documents
@@ -371,7 +437,7 @@ static void write_picture(const char *png, const unsigned char *bytes, long size
 // removes the temporary files. Left: the P x P attention matrix, each visible pair in
 // the colour of the rank that computes it, with the tile boundaries; right: the work
 // per rank.
-static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *work, const WorkStats *st,
+static void draw_png(const char *png, const CpSharder *sh, int cp, int tile, const Work *work, const WorkStats *st,
                      const PairGrid *g) {
     const ShardLayout *lay0 = &sh[0].layout;
     int T = lay0->original_seq_len, P = lay0->padded_seq_len, Tl = lay0->local_len;
@@ -425,12 +491,17 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *w
     // tile boundaries: where the (rank, sub-block) that owns a global index changes
     int *tile_of = (int *)mallocCheck((size_t)P * sizeof(int));
     for (int r = 0; r < cp; r++) {
-        for (int s = 0; s < RING_SUBBLOCKS; s++) {
-            SubBlock sb = sub_block_of(sh[r].layout.global_index, sh[r].layout.document, Tl, s);
-            for (int i = sb.start; i < sb.end; i++) { tile_of[sh[r].layout.global_index[i]] = r * RING_SUBBLOCKS + s; }
+        for (int s = 0; s < block_tiles(Tl, tile); s++) {
+            SubBlock sb = block_tile(sh[r].layout.global_index, sh[r].layout.document, Tl, tile, s);
+            for (int i = sb.start; i < sb.end; i++) { tile_of[sh[r].layout.global_index[i]] = r * block_tiles(Tl, tile) + s; }
         }
     }
-    for (int i = 1; i < P; i++) {
+    // strided layouts (striped) change tiles at every index: past MAX_CELLS edges they
+    // would paint the picture grey, and are left out
+    int edges = 0;
+    for (int i = 1; i < P; i++) { edges += tile_of[i] != tile_of[i - 1]; }
+    int draw_edges = edges <= MAX_CELLS;
+    for (int i = 1; i < P && draw_edges; i++) {
         if (tile_of[i] == tile_of[i - 1]) { continue; }
         fprintf(f, "set arrow from %d,0 to %d,%d nohead front lw 0.6 lc rgb '#808080'\n", i, i, extent);
         fprintf(f, "set arrow from 0,%d to %d,%d nohead front lw 0.6 lc rgb '#808080'\n", i, extent, i);
@@ -449,7 +520,8 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, const Work *w
     }
     fprintf(f, ", \\\n  NaN with boxes fs solid 1.0 lc rgb '#%06x' title 'computed, masked'", MASKED_COLOR);
     fprintf(f, ", \\\n  NaN with boxes fs empty lc rgb '#808080' title 'not computed'");
-    fprintf(f, ", \\\n  NaN with lines lc rgb '#808080' title 'tile edges'");
+    fprintf(f, ", \\\n  NaN with lines lc rgb '#808080' title '%s'",
+            draw_edges ? "tile edges" : "tile edges: too many to draw");
     if (pad_from_T) { fprintf(f, ", \\\n  NaN with lines lw 2 dt 2 lc rgb 'black' title 'pad from %d'", T); }
     fprintf(f, "\n");
 
@@ -517,8 +589,8 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
 
 __attribute__((format(printf, 1, 2), noreturn))
 static void usage_error(const char *fmt, ...) {
-    fprintf(stderr, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|packed|identity [-i FILE [-b B] [-dm 0|1]]"
-                    " [-m dN [-cu U]] [-png FILE]\n"
+    fprintf(stderr, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|striped|packed|identity [-i FILE [-b B] [-dm 0|1]]"
+                    " [-tile R] [-m dN [-cu U]] [-png FILE]\n"
                     "  -t    sequence length T (1..%d)\n"
                     "  -cp   context-parallel size (ranks in the ring, >= 1)\n"
                     "  -cl   layout (cp/layout.h); identity needs -cp 1, packed needs -dm 1\n"
@@ -526,11 +598,13 @@ static void usage_error(const char *fmt, ...) {
                     "        one document)\n"
                     "  -b    rows read with -i (default 1; B * T <= %d)\n"
                     "  -dm   with -i, 1: an EOT token (%d) opens a document, attention is masked to documents\n"
+                    "  -tile count computed pairs in tiles of R rows, as the tiled attention cuts a block (the GPU\n"
+                    "        kernels and the CPU's BLAS build: 64; default: the ring's %d sub-blocks per block)\n"
                     "  -m    a model preset dN (d12: GPT-2 124M): also print each attention algorithm's\n"
                     "        bytes and messages per rank and layer\n"
                     "  -cu   with -m, the Ulysses degree of hybrid (default 2, or 1 where 2 does not divide cp)\n"
                     "  -png  also draw the attention matrix (summed over the rows) and the work per rank\n"
-                    "        (needs gnuplot)\n", MAX_T, MAX_BT, EOT_TOKEN);
+                    "        (needs gnuplot)\n", MAX_T, MAX_BT, EOT_TOKEN, RING_SUBBLOCKS);
     va_list args;
     va_start(args, fmt);
     fprintf(stderr, "error: ");
@@ -551,13 +625,14 @@ static int parse_int(const char *flag, const char *value) {
 
 int main(int argc, char **argv) {
     int T = 0, cp = 0, kind = -1, have_T = 0, have_cp = 0, B = 1, documents = 0, have_B = 0, have_dm = 0;
-    int depth = 0, U = 0;
+    int depth = 0, U = 0, tile = 0;
     const char *png = NULL, *input = NULL;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
         int known = strcmp(flag, "-t") == 0 || strcmp(flag, "-cp") == 0 || strcmp(flag, "-cl") == 0
                     || strcmp(flag, "-png") == 0 || strcmp(flag, "-i") == 0 || strcmp(flag, "-b") == 0
-                    || strcmp(flag, "-dm") == 0 || strcmp(flag, "-m") == 0 || strcmp(flag, "-cu") == 0;
+                    || strcmp(flag, "-dm") == 0 || strcmp(flag, "-m") == 0 || strcmp(flag, "-cu") == 0
+                    || strcmp(flag, "-tile") == 0;
         if (!known) { usage_error("unknown flag '%s'", flag); }
         if (i + 1 >= argc) { usage_error("%s needs a value", flag); }
         const char *value = argv[++i];
@@ -576,6 +651,9 @@ int main(int argc, char **argv) {
             }
         }
         else if (strcmp(flag, "-cu") == 0) { U = parse_int(flag, value); }
+        else if (strcmp(flag, "-tile") == 0) {
+            if ((tile = parse_int(flag, value)) < 1) { usage_error("-tile %d: a tile has at least 1 row", tile); }
+        }
         else { png = value; }
     }
     if (!have_T) { usage_error("-t is required"); }
@@ -610,27 +688,30 @@ int main(int argc, char **argv) {
         grid.computed = (long long *)callocCheck((size_t)grid.cells * grid.cells, sizeof(long long));
     }
     Work *work = (Work *)mallocCheck((size_t)cp * sizeof(Work));
-    ring_work(sh, cp, work, png ? &grid : NULL);
+    Work *step_work = (Work *)mallocCheck((size_t)cp * cp * sizeof(Work));
+    ring_work(sh, cp, tile, work, step_work, png ? &grid : NULL);
     WorkStats st = work_stats(work, cp);
 
     // the reference: one rank, the whole rows, the same documents
     CpSharder whole;
-    Work cp1;
+    Work cp1, cp1_step;
     if (shard_all_ranks(&whole, CP_LAYOUT_IDENTITY, 1, &batch) != CP_OK) { fatal("%s", whole.error); }
-    ring_work(&whole, 1, &cp1, NULL);
+    ring_work(&whole, 1, tile, &cp1, &cp1_step, NULL);
     cp_sharder_free(&whole);
 
-    print_table(sh, cp, work, &st, &cp1, input ? data : NULL);
+    print_table(sh, cp, tile, work, &st, &cp1, input ? data : NULL);
+    print_steps(step_work, cp);
     if (depth > 0) { print_comm(&sh[0], cp, U, depth); }
     fflush(stdout);
     if (png) {
-        draw_png(png, sh, cp, work, &st, &grid);
+        draw_png(png, sh, cp, tile, work, &st, &grid);
         free(grid.visible);
         free(grid.computed);
     }
     for (int r = 0; r < cp; r++) { cp_sharder_free(&sh[r]); }
     free(sh);
     free(work);
+    free(step_work);
     batch_free(&batch);
     return 0;
 }

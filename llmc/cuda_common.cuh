@@ -16,6 +16,7 @@ only where an event says so.
 #ifndef LLMC_CUDA_COMMON_CUH
 #define LLMC_CUDA_COMMON_CUH
 
+#include <dlfcn.h>
 #include <float.h>
 #include <math.h>
 #include <time.h>
@@ -44,16 +45,30 @@ static void cublas_check(cublasStatus_t status, const char *file, int line) {
 }
 #define cublasCheck(status) cublas_check((status), __FILE__, __LINE__)
 
-// The number of CUDA devices, 0 when there is none or no usable driver: a machine
-// without a GPU is a case to report clearly, never a crash.
-static int cuda_device_count(void) {
+// The number of CUDA devices; 0 where there is no usable one, and then `why` (if
+// not NULL, why_size bytes) says why, so that a broken installation is not
+// mistaken for a machine without a GPU: "no CUDA device found" when the runtime
+// sees none, "no CUDA driver found" when libcuda cannot be loaded (the runtime
+// calls that an insufficient driver), else the runtime's own error (a driver older
+// than the runtime, devices busy or unavailable, ...). Never a crash.
+static int cuda_device_count(char *why, size_t why_size) {
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError(); // clear the sticky error of a driverless machine
-        return 0;
+    if (err == cudaSuccess && count > 0) { return count; }
+    (void)cudaGetLastError(); // clear the sticky error of a driverless machine
+    if (why != NULL) {
+        void *driver = err == cudaErrorInsufficientDriver ? dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD) : NULL;
+        if (driver == NULL && err == cudaErrorInsufficientDriver) { driver = dlopen("libcuda.so.1", RTLD_LAZY); }
+        if (err == cudaSuccess || err == cudaErrorNoDevice) {
+            snprintf(why, why_size, "no CUDA device found");
+        } else if (err == cudaErrorInsufficientDriver && driver == NULL) {
+            snprintf(why, why_size, "no CUDA driver found (libcuda.so.1 cannot be loaded: %s)", dlerror());
+        } else {
+            snprintf(why, why_size, "cudaGetDeviceCount failed: %s (%s)", cudaGetErrorString(err), cudaGetErrorName(err));
+        }
+        if (driver != NULL) { dlclose(driver); }
     }
-    return count;
+    return 0;
 }
 
 // ----------------------------------------------------------------------------

@@ -20,12 +20,17 @@ replica's rank, in llm.c's sequence of draws: so the order is llm.c's for the sa
 files, B, T and number of replicas, the same on every CP rank of a replica and
 different across replicas (as llm.c's processes, replicas may meet on a span).
 
+With loss masks (-lm 1) every shard NAME.bin has its mask NAME.mask beside it
+(llmc/loss_mask.h), read in the same windows: loss_mask holds, for every target of
+the batch, whether it counts.
+
 Every shard is validated once at the start (header, size, every token below the
-vocabulary) and folded into a fingerprint that ranks compare. A shard that is
-changed on disk during the run (rewritten, truncated, replaced) would feed tokens
-nobody validated: its identity (inode, size, modification time) is recorded then,
-and compared whenever the shard is opened again and before every window is read;
-every window's tokens are checked against the vocabulary too.
+vocabulary; its mask's header, length and bytes) and folded into a fingerprint
+that ranks compare. A shard that is changed on disk during the run (rewritten,
+truncated, replaced) would feed tokens nobody validated: its identity (inode, size,
+modification time) is recorded then, and compared whenever the shard is opened
+again and before every window is read; every window's tokens are checked against
+the vocabulary too. Masks alike.
 */
 #ifndef LLMC_DATALOADER_H
 #define LLMC_DATALOADER_H
@@ -36,6 +41,7 @@ every window's tokens are checked against the vocabulary too.
 #include <string.h>
 #include <sys/stat.h>
 #include "checksum.h"
+#include "loss_mask.h"
 #include "rand.h"
 #include "utils.h"
 
@@ -79,6 +85,10 @@ typedef struct {
     uint16_t *window;      // (B*T + 1)
     int *inputs;           // (B, T)
     int *targets;          // (B, T)
+    int loss_masks;        // 1: every shard has a loss mask file
+    FileIdentity *mask_identity; // (number of shards) each shard's mask as validated
+    FILE *mask_fp;         // the current shard's mask
+    unsigned char *loss_mask;   // (B, T) 1 where the target counts; NULL without loss masks
     int shuffle;           // llm.c's shuffled order
     Mt19937 shuffle_rng;   // seeded SHUFFLE_SEED + dp_rank
     int *shard_order;      // (shards) shuffled: the shard read k-th in this epoch
@@ -147,7 +157,24 @@ static size_t tokens_file_validate(const char *path, int vocab_size, uint64_t *f
     return ntok;
 }
 
-// Ends the job if the open shard is no longer the file that was validated.
+// Validates the mask of the token file at tokens_path (ntok tokens), folding it into
+// *fingerprint, and returns the file as validated.
+static FileIdentity loss_mask_validate(const char *tokens_path, size_t ntok, uint64_t *fingerprint) {
+    char path[4096], why[256];
+    if (loss_mask_path(path, sizeof(path), tokens_path) != 0) {
+        fatal_everywhere("-lm 1: token file '%s': its mask file's name is too long", tokens_path);
+    }
+    FILE *fp = open_input_file(path, why, sizeof(why));
+    if (fp == NULL) { fatal_everywhere("loss mask file '%s' (of token file '%s'): %s", path, tokens_path, why); }
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0) { fatal_everywhere("loss mask file '%s': %s", path, strerror(errno)); }
+    int status = loss_mask_file_read(fp, file_size_of(fp, path), ntok, fingerprint, why, sizeof(why));
+    fclose(fp);
+    if (status != 0) { fatal_everywhere("loss mask file '%s' (of token file '%s'): %s", path, tokens_path, why); }
+    return file_identity(&st);
+}
+
+// Ends the job if the open shard (or its mask) is no longer the file that was validated.
 static void dataloader_check_unchanged(const DataLoader *dl) {
     struct stat st;
     const char *path = dl->files.gl_pathv[dl->shard_index];
@@ -155,14 +182,30 @@ static void dataloader_check_unchanged(const DataLoader *dl) {
         fatal("token file '%s' changed on disk during the run (its size, modification time or inode differ "
               "from when it was validated): restart the run on data that stays put", path);
     }
+    if (dl->loss_masks &&
+        (fstat(fileno(dl->mask_fp), &st) != 0 ||
+         !file_identity_same(file_identity(&st), dl->mask_identity[dl->shard_index]))) {
+        fatal("the loss mask of token file '%s' changed on disk during the run (its size, modification time or "
+              "inode differ from when it was validated): restart the run on data that stays put", path);
+    }
 }
 
 static void dataloader_open_shard(DataLoader *dl, size_t index) {
     if (dl->fp) { fclose(dl->fp); }
+    if (dl->mask_fp) { fclose(dl->mask_fp); }
+    dl->mask_fp = NULL;
     const char *path = dl->files.gl_pathv[index];
     char why[256];
     dl->fp = open_input_file(path, why, sizeof(why));
     if (dl->fp == NULL) { fatal("token file '%s': %s (it was there when the run started)", path, why); }
+    if (dl->loss_masks) {
+        char mask_path[4096];
+        loss_mask_path(mask_path, sizeof(mask_path), path); // its length was checked at the start
+        dl->mask_fp = open_input_file(mask_path, why, sizeof(why));
+        if (dl->mask_fp == NULL) {
+            fatal("loss mask file '%s': %s (it was there when the run started)", mask_path, why);
+        }
+    }
     dl->shard_index = index;
     dataloader_check_unchanged(dl);
     // the size and header were validated, and the file is unchanged since
@@ -205,9 +248,9 @@ static size_t dataloader_next_span_(DataLoader *dl) {
 }
 
 // pattern: a glob; what: the flag that named it, for messages; shuffle: llm.c's
-// shuffled order (else in order)
+// shuffled order (else in order); loss_masks: read each shard's mask file too
 static void dataloader_init(DataLoader *dl, const char *pattern, const char *what, int B, int T,
-                            int dp_rank, int dp_size, int vocab_size, int shuffle) {
+                            int dp_rank, int dp_size, int vocab_size, int shuffle, int loss_masks) {
     memset(dl, 0, sizeof(*dl));
     dl->B = B; dl->T = T;
     dl->dp_rank = dp_rank; dl->dp_size = dp_size;
@@ -218,9 +261,12 @@ static void dataloader_init(DataLoader *dl, const char *pattern, const char *wha
     size_t span = (size_t)dp_size * B * T + 1;
     dl->fingerprint = FNV_OFFSET;
     dl->identity = (FileIdentity *)mallocCheck(dl->files.gl_pathc * sizeof(FileIdentity));
+    dl->loss_masks = loss_masks;
+    if (loss_masks) { dl->mask_identity = (FileIdentity *)mallocCheck(dl->files.gl_pathc * sizeof(FileIdentity)); }
     for (size_t i = 0; i < dl->files.gl_pathc; i++) {
         const char *path = dl->files.gl_pathv[i];
         size_t ntok = tokens_file_validate(path, vocab_size, &dl->fingerprint, &dl->identity[i]);
+        if (loss_masks) { dl->mask_identity[i] = loss_mask_validate(path, ntok, &dl->fingerprint); }
         if (ntok < span) {
             fatal_everywhere("token file '%s': %zu tokens, fewer than one step needs (dp %d x B %d x T %d + 1 = %zu)",
                              path, ntok, dp_size, B, T, span);
@@ -232,6 +278,7 @@ static void dataloader_init(DataLoader *dl, const char *pattern, const char *wha
     dl->window = (uint16_t *)mallocCheck(((size_t)B * T + 1) * sizeof(uint16_t));
     dl->inputs = (int *)mallocCheck((size_t)B * T * sizeof(int));
     dl->targets = (int *)mallocCheck((size_t)B * T * sizeof(int));
+    if (loss_masks) { dl->loss_mask = (unsigned char *)mallocCheck((size_t)B * T); }
     dl->shuffle = shuffle;
     if (!shuffle) {
         dataloader_open_shard(dl, 0);
@@ -306,10 +353,26 @@ static void dataloader_next_batch(DataLoader *dl) {
         dl->inputs[i] = dl->window[i];
         dl->targets[i] = dl->window[i + 1];
     }
+    if (!dl->loss_masks) { return; }
+    // the targets are tokens [start + 1, start + B*T + 1), and so are their mask bytes
+    if (fseek(dl->mask_fp, (long)(LOSS_MASK_HEADER_BYTES + start + 1), SEEK_SET) != 0 ||
+        fread(dl->loss_mask, 1, BT, dl->mask_fp) != BT) {
+        fatal("the loss mask of token file '%s': cannot read bytes %zu..%zu: %s", path, start + 1, start + BT,
+              ferror(dl->mask_fp) ? strerror(errno) : "the file is shorter than when it was validated");
+    }
+    for (size_t i = 0; i < BT; i++) {
+        if (dl->loss_mask[i] > 1) {
+            fatal("the loss mask of token file '%s': byte %u at token %zu is neither 0 nor 1 (the file changed "
+                  "during the run?)", path, (unsigned)dl->loss_mask[i], start + i + 1);
+        }
+    }
 }
 
 static void dataloader_free(DataLoader *dl) {
     if (dl->fp) { fclose(dl->fp); }
+    if (dl->mask_fp) { fclose(dl->mask_fp); }
+    free(dl->mask_identity);
+    free(dl->loss_mask);
     globfree(&dl->files);
     free(dl->identity);
     free(dl->window);

@@ -1,5 +1,6 @@
 /*
-The GPT-2 tokenizer, decode only (enough to print samples).
+The GPT-2 tokenizer's table: each token's bytes. Samples decode with it; the
+encoder (llmc/bpe.h) builds its merges from it.
 
 File format (llm.c): 256 int32 header, [0] = 20240328, [1] = 2, [2] = V,
 [3] = EOT token id; then for each token id 0..V-1 a length byte (1..255) and that
@@ -8,11 +9,11 @@ many bytes.
 #ifndef LLMC_TOKENIZER_H
 #define LLMC_TOKENIZER_H
 
-#include <ctype.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
+#include "utf8.h"
 #include "utils.h"
 
 #define TOKENIZER_MAGIC 20240328
@@ -21,7 +22,8 @@ many bytes.
 typedef struct {
     int vocab_size;
     int eot_token;
-    char **token_table; // (vocab_size) NUL-terminated byte strings
+    char **token_table;     // (vocab_size) NUL-terminated byte strings
+    unsigned char *lengths; // (vocab_size) their lengths in bytes (a token may be the byte 0)
 } Tokenizer;
 
 static void tokenizer_free(Tokenizer *t) {
@@ -29,6 +31,7 @@ static void tokenizer_free(Tokenizer *t) {
         for (int i = 0; i < t->vocab_size; i++) { free(t->token_table[i]); }
         free(t->token_table);
     }
+    free(t->lengths);
     memset(t, 0, sizeof(*t));
 }
 
@@ -54,6 +57,7 @@ static int tokenizer_read(Tokenizer *t, FILE *fp, long size, int model_vocab_siz
     t->vocab_size = V;
     t->eot_token = header[3];
     t->token_table = (char **)callocCheck((size_t)V, sizeof(char *));
+    t->lengths = (unsigned char *)callocCheck((size_t)V, 1);
     for (int i = 0; i < V; i++) {
         unsigned char length;
         if (fread(&length, 1, 1, fp) != 1 || length == 0) {
@@ -66,6 +70,7 @@ static int tokenizer_read(Tokenizer *t, FILE *fp, long size, int model_vocab_siz
             return problem(why, why_size, "entry of token %d is truncated", i);
         }
         t->token_table[i][length] = '\0';
+        t->lengths[i] = length;
     }
     long end = ftell(fp);
     if (end != size) {
@@ -94,17 +99,16 @@ static const char *tokenizer_decode(const Tokenizer *t, int token) {
     return t->token_table[token];
 }
 
-// Prints a token's bytes, leaving out control bytes other than whitespace (a
-// token may be a lone byte of a multi-byte character, which is printed raw).
-static void tokenizer_print(const Tokenizer *t, int token) {
+// Prints a token's bytes through the printer p: whole UTF-8 characters (a token
+// may hold a part of one), anything else escaped (llmc/utf8.h).
+static void tokenizer_print(const Tokenizer *t, Utf8Printer *p, int token) {
     const char *piece = tokenizer_decode(t, token);
     if (piece == NULL) {
+        utf8_printer_finish(p, stdout);
         printf("<%d>", token);
         return;
     }
-    for (const unsigned char *p = (const unsigned char *)piece; *p; p++) {
-        if (*p >= 0x80 || isprint(*p) || isspace(*p)) { putchar(*p); }
-    }
+    utf8_printer_put(p, stdout, (const unsigned char *)piece, t->lengths[token]);
 }
 
 #endif // LLMC_TOKENIZER_H

@@ -3,7 +3,8 @@
 # MPI (a bare CUDA image, Ubuntu 24.04-like), so that scripts/gpu_check.sh can run
 # several ranks there. Run it HERE, on a Debian machine with apt:
 #
-#     bash scripts/gpu_bundle.sh            -> gpu_bundle/ (ignored by git)
+#     bash scripts/gpu_bundle.sh [DIR]      -> DIR, default gpu_bundle/ (ignored by git;
+#                                             make gpu_prep puts it in gpu_prep/bundle)
 #
 # It downloads Debian's Open MPI packages and every library package they need that
 # such an image lacks (apt-get download; the dependencies resolved with
@@ -13,7 +14,7 @@
 # documentation), checks with ldd that every remaining binary and component finds
 # its libraries, and writes gpu_bundle/env.sh, which a shell sources to use it:
 #
-#     source gpu_bundle/env.sh    # PATH, LD_LIBRARY_PATH, OPAL_PREFIX, ...
+#     source DIR/env.sh           # PATH, LD_LIBRARY_PATH, OPAL_PREFIX, ...
 #
 # Debian's Open MPI is relocatable through OPAL_PREFIX: every directory it knows
 # (libraries, components, help texts, mpicc's wrapper data) is derived from it.
@@ -22,7 +23,7 @@
 # none, so that a newer system copy is never shadowed by Debian's older one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUNDLE=gpu_bundle
+BUNDLE=${1:-gpu_bundle}
 MULTIARCH=x86_64-linux-gnu
 MAX_MIB=40
 

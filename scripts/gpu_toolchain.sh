@@ -1,35 +1,38 @@
 # What scripts/gpu_check.sh and dev/bench/gpu_bench.sh share (sourced from the repo
-# root, GPU_SCRIPT naming the caller): the work folder build/$GPU_SCRIPT, the report
-# files $OUT/$GPU_SCRIPT.log and .txt (build/$GPU_SCRIPT/ without OUT), the helpers
+# root, GPU_SCRIPT naming the caller): the work folder build/$GPU_SCRIPT, the
+# reports in $OUT (build/$GPU_SCRIPT/ without OUT): $GPU_SCRIPT.log (everything),
+# $GPU_SCRIPT.txt (the tables) and summary.txt (a line per step, written as each
+# step ends, so a step that hangs or fails leaves the others' results), and:
 #
 #   say MESSAGE             prints a line and logs it
 #   fail MESSAGE            says FAIL: MESSAGE and counts it in $failures
-#   run NAME LIMIT CMD...   runs CMD with a timeout, its output to the log and to
-#                           $WORK/NAME.out; on failure shows its tail, returns 1
+#   run NAME LIMIT CMD...   runs CMD under a timeout of LIMIT seconds (x TIME_SCALE;
+#                           less if the call's deadline comes first; none left: skipped), its
+#                           output to the log and to $WORK/NAME.out; a line to the
+#                           summary; on failure shows its tail and returns 1
 #   tokens_per_s FILE       the mean tok/s of a trainer's progress lines after step 1
-#   build_gpu_precisions TARGET...
-#                           make TARGET... (the Makefile's names: train_gpt2cp,
-#                           build/gpu/test_gpu_kernels, ...) with PRECISION=FP32 and
-#                           with PRECISION=BF16 at once, each in its own copy of the
-#                           sources, $PRECISION_DIR/FP32 and $PRECISION_DIR/BF16 (both
-#                           builds write the same names, so two trees let them run
-#                           side by side; each tree stays up to date, so a second
-#                           script builds nothing again): the FP32 trainer is
-#                           $PRECISION_DIR/FP32/train_gpt2cp, the BF16 one
-#                           $PRECISION_DIR/BF16/train_gpt2cp; FP32_ONLY=(TARGET...)
-#                           adds targets that only the FP32 tree builds
+#   bin PRECISION NAME      the path of a GPU binary (train_gpt2cp, test_gpu_kernels,
+#                           test_gpu_ring_attention, bench_attention_gpu) of the FP32
+#                           or BF16 build
 #
-# and the toolchain of the GPU machine:
+# What the call needs that a GPU machine lacks was prepared where apt works, by
+# `make gpu_prep` (scripts/gpu_prep.sh), in gpu_prep/, carried along: its sizes.sh
+# (the runs' sizes, sourced here), the CPU twin's reference runs, the GPU binaries
+# (built there with nvcc; built here only where they do not start), Open MPI.
 #
+# The toolchain of the GPU machine:
 #   CUDA_HOME   nvcc's toolkit (CUDA_HOME, default /usr/local/cuda, else nvcc on PATH)
 #   NCCL_HOME   NCCL in CUDA_HOME, else python3's site-packages nvidia/nccl (the pip
-#               package nvidia-nccl-cu13); HAVE_NCCL 1 or 0: without it the trainer
-#               is built with NO_NCCL=1 and only -ct mpi runs
-#   MAKE_FLAGS  the make variables for the trainer and the GPU tests
-#   HAVE_MPI    1 with the system's mpirun and mpicc, or gpu_bundle/ (made where apt
-#               works by scripts/gpu_bundle.sh and carried along); else 0
+#               package nvidia-nccl-cu13); HAVE_NCCL 1 or 0: without it the -ct nccl
+#               runs are skipped
+#   HAVE_MPI    1 with the system's mpirun, or gpu_prep/bundle; else 0
 #   MPIRUN      mpirun with the flags for ranks sharing one machine (as root too)
-# Returns non-zero (after saying why) when there is no nvcc.
+#
+# GPU_CALL_EMULATION=1: the dry run (dev/cuda/emu/run.sh gpu_call): the binaries are
+# the CUDA emulation's (EMU_BUILD, default build/emu: run.sh builds them), each rank a device of its own
+# (EMU_DEVICES=4), no nvcc, nvidia-smi, compute-sanitizer or torch needed (their
+# steps say so and go on), gpu_prep made with GPU_PREP_SIZES=emulation.
+# Returns non-zero (after saying why) when something the call cannot do without is missing.
 WORK=$REPO/build/$GPU_SCRIPT
 rm -rf "$WORK"
 mkdir -p "$WORK"
@@ -37,20 +40,35 @@ REPORT_DIR=${OUT:-$WORK}
 mkdir -p "$REPORT_DIR"
 LOG=$REPORT_DIR/$GPU_SCRIPT.log
 TABLE=$REPORT_DIR/$GPU_SCRIPT.txt
+SUMMARY=$REPORT_DIR/summary.txt
 : > "$LOG"
 START=$SECONDS
 failures=0
+EMULATION=${GPU_CALL_EMULATION:-0}
+# no wait on another rank may stall a step for long (the trainer's watchdog)
+export GPT2CP_TIMEOUT=60
 
 say() { echo "$*" | tee -a "$LOG"; }
 fail() { say "FAIL: $*"; failures=$((failures + 1)); }
 run() {
     local name=$1 limit=$2
     shift 2
+    local left=$((GPU_CALL_DEADLINE - ($(date +%s) - GPU_CALL_START)))
+    if [[ $left -lt 5 ]]; then
+        say "$name: skipped (the call's ${GPU_CALL_DEADLINE} s are spent)"
+        echo "[$(($(date +%s) - GPU_CALL_START))s] $GPU_SCRIPT $name: SKIPPED (deadline)" >> "$SUMMARY"
+        return 1
+    fi
+    limit=$((limit * TIME_SCALE))
+    [[ $limit -le $left ]] || limit=$left
     local t0=$SECONDS
     timeout "$limit" "$@" > "$WORK/$name.out" 2>&1
     local rc=$?
     cat "$WORK/$name.out" >> "$LOG"
+    local verdict="ok"
+    [[ $rc -eq 0 ]] || verdict="FAIL (exit $rc$([[ $rc -eq 124 ]] && echo ": past its $limit s"))"
     say "[$((SECONDS - START))s] $name: exit $rc ($((SECONDS - t0)) s)"
+    echo "[$(($(date +%s) - GPU_CALL_START))s] $GPU_SCRIPT $name: $verdict, $((SECONDS - t0)) s" >> "$SUMMARY"
     if [[ $rc -ne 0 ]]; then
         tail -n 25 "$WORK/$name.out"
         return 1
@@ -63,23 +81,53 @@ tokens_per_s() { awk '/^step / && $2 !~ /^1\// { for (i = 1; i < NF; i++) if ($(
 for tool in make gcc python3 od awk timeout tar; do
     command -v $tool > /dev/null || { say "error: this script needs '$tool', which is not on PATH"; return 1; }
 done
+PREP=$REPO/gpu_prep
+if [[ ! -f $PREP/sizes.sh ]]; then
+    say "error: no gpu_prep/: make it where apt works ('make gpu_prep', GPU_PREP_SIZES=emulation for the dry run) and carry it"
+    return 1
+fi
+# shellcheck disable=SC1091
+source "$PREP/sizes.sh"
+if [[ $EMULATION -eq 1 && $PREP_SIZES != emulation ]] || [[ $EMULATION -eq 0 && $PREP_SIZES != gpu ]]; then
+    say "error: gpu_prep/ holds the $PREP_SIZES sizes; remake it with GPU_PREP_SIZES=$([[ $EMULATION -eq 1 ]] && echo emulation || echo gpu)"
+    return 1
+fi
+say "gpu_prep: $PREP_SIZES sizes, made at commit $(cat "$PREP/commit" 2> /dev/null)"
+# one summary for the whole call (scripts/gpu_call.sh starts it), else one per script
+[[ -n ${GPU_CALL_START:-} ]] || { : > "$SUMMARY"; GPU_CALL_START=$(date +%s); }
+# the call ends before its deadline: steps after it are skipped, not started
+GPU_CALL_DEADLINE=${GPU_CALL_DEADLINE:-$((450 * TIME_SCALE))}
 
-PRECISION_DIR=$REPO/build/precision
-build_gpu_precisions() {
-    local p pids=() rc=0
+MPIRUN=(mpirun --oversubscribe --bind-to none)
+[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+HAVE_MPI=1
+if mpirun --version > /dev/null 2>&1; then
+    say "MPI: the system's ($(command -v mpirun))"
+elif [[ -f $PREP/bundle/env.sh ]]; then
+    # shellcheck disable=SC1091
+    source "$PREP/bundle/env.sh"
+    say "MPI: gpu_prep/bundle ($(command -v mpirun))"
+else
+    HAVE_MPI=0
+    say "MPI: none (no mpirun, no gpu_prep/bundle)"
+fi
+# containers often forbid the cross-process memory reads (CMA) of Open MPI's shared
+# memory transport; the copy-in/copy-out path always works
+export OMPI_MCA_btl_vader_single_copy_mechanism=none
+
+if [[ $EMULATION -eq 1 ]]; then
+    export EMU_DEVICES=4 OMP_NUM_THREADS=1
+    HAVE_NCCL=1
+    HAVE_GPU_TOOLS=0
+    EMU_BUILD=${EMU_BUILD:-$REPO/build/emu}
+    bin() { echo "$EMU_BUILD/$2_$1"; }
     for p in FP32 BF16; do
-        mkdir -p "$PRECISION_DIR/$p"
-        # the sources only (tar keeps their times: make rebuilds what changed)
-        tar -C "$REPO" --exclude=./build --exclude=./gpu_bundle --exclude=./dev/data --exclude=./.git -cf - . |
-            tar -C "$PRECISION_DIR/$p" -xf - || { say "error: cannot copy the sources to $PRECISION_DIR/$p"; return 1; }
-        local targets=("$@")
-        [[ $p == FP32 ]] && targets+=(${FP32_ONLY[@]+"${FP32_ONLY[@]}"})
-        run "build_$p" 900 make -C "$PRECISION_DIR/$p" -j 4 "${MAKE_FLAGS[@]}" PRECISION=$p "${targets[@]}" &
-        pids+=($!)
+        [[ -x $(bin $p train_gpt2cp) ]] || { say "error: no $(bin $p train_gpt2cp): run dev/cuda/emu/run.sh gpu_call"; return 1; }
     done
-    for p in "${pids[@]}"; do wait "$p" || rc=1; done
-    return $rc
-}
+    say "emulation: the binaries of build/emu, each rank a device of its own"
+    return 0
+fi
+HAVE_GPU_TOOLS=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [[ ! -x $CUDA_HOME/bin/nvcc ]]; then
     if command -v nvcc > /dev/null; then CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")"); else
@@ -98,26 +146,46 @@ if [[ -n ${NCCL_HOME:-} ]]; then
     export NCCL_HOME
     HAVE_NCCL=1
     MAKE_FLAGS=(CUDA_HOME="$CUDA_HOME" NCCL_HOME="$NCCL_HOME")
+    # the binaries built elsewhere find the libraries of this machine
+    export LD_LIBRARY_PATH=$CUDA_HOME/lib64:$NCCL_HOME/lib:$NCCL_HOME/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
     say "NCCL: $NCCL_HOME"
 else
     HAVE_NCCL=0
     MAKE_FLAGS=(CUDA_HOME="$CUDA_HOME" NO_NCCL=1)
     say "NCCL: none found (set NCCL_HOME): building with NO_NCCL=1, the -ct nccl runs are skipped"
 fi
-HAVE_MPI=1
-if mpirun --version > /dev/null 2>&1 && mpicc --showme:compile > /dev/null 2>&1; then
-    say "MPI: the system's ($(command -v mpirun))"
-elif [[ -f gpu_bundle/env.sh ]]; then
-    # shellcheck disable=SC1091
-    source gpu_bundle/env.sh
-    say "MPI: gpu_bundle ($(command -v mpirun))"
-else
-    HAVE_MPI=0
-    say "MPI: none (no mpirun, no gpu_bundle/: make it with scripts/gpu_bundle.sh where apt works, carry it along)"
+# the binaries: gpu_prep's where they start here, else built here, each precision in
+# its own copy of the sources (both builds write the same names)
+PRECISION_DIR=$REPO/build/precision
+# whether both of gpu_prep's trainers start here (their usage: every library found)
+prepared_binaries_start() {
+    [[ $HAVE_MPI -eq 1 ]] || return 1
+    local p
+    for p in FP32 BF16; do
+        "${MPIRUN[@]}" -np 1 "$PREP/bin/$p/train_gpt2cp" -h > "$WORK/start_$p.out" 2>&1
+        grep -q "^usage: " "$WORK/start_$p.out" || return 1
+    done
+}
+BIN_DIR=$PREP/bin
+if ! prepared_binaries_start; then
+    say "gpu_prep's binaries do not start here ($(grep -v '^usage' "$WORK"/start_*.out 2> /dev/null | head -n 1)): building them"
+    BIN_DIR=$PRECISION_DIR/bin
+    pids=()
+    for p in FP32 BF16; do
+        mkdir -p "$PRECISION_DIR/$p" "$BIN_DIR/$p"
+        tar -C "$REPO" --exclude=./build --exclude=./gpu_bundle --exclude=./gpu_prep --exclude=./dev/data \
+            --exclude=./.git -cf - . | tar -C "$PRECISION_DIR/$p" -xf - || { say "error: cannot copy the sources"; return 1; }
+        run "build_$p" 300 make -C "$PRECISION_DIR/$p" -j 8 "${MAKE_FLAGS[@]}" PRECISION=$p train_gpt2cp \
+            bench_attention_gpu build/gpu/test_gpu_kernels build/gpu/test_gpu_ring_attention &
+        pids+=($!)
+    done
+    for pid in "${pids[@]}"; do wait "$pid" || { say "error: the GPU build failed"; return 1; }; done
+    for p in FP32 BF16; do
+        cp "$PRECISION_DIR/$p/train_gpt2cp" "$PRECISION_DIR/$p/bench_attention_gpu" \
+            "$PRECISION_DIR/$p/build/gpu/test_gpu_kernels" "$PRECISION_DIR/$p/build/gpu/test_gpu_ring_attention" \
+            "$BIN_DIR/$p/"
+    done
 fi
-# containers often forbid the cross-process memory reads (CMA) of Open MPI's shared
-# memory transport; the copy-in/copy-out path always works
-export OMPI_MCA_btl_vader_single_copy_mechanism=none
-MPIRUN=(mpirun --oversubscribe --bind-to none)
-[[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+say "binaries: $BIN_DIR"
+bin() { echo "$BIN_DIR/$1/$2"; }
 true

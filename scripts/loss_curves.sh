@@ -88,6 +88,34 @@ step_losses() {
     sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\) .*$/\1 \2/p' "$out/$1/main.log" > "$out/$1.dat"
 }
 
+# progress_of NAME: "NAME: step S/N, loss L, T left" from the run's newest progress line
+progress_of() {
+    local line
+    line=$(grep '^step ' "$out/$1.out" 2>/dev/null | tail -n 1)
+    if [ -z "$line" ]; then echo "$1: starting"; return; fi
+    awk -F'|' -v name="$1" '{
+        step = $1; sub(/^step +/, "", step); sub(/ +$/, "", step)
+        loss = $2; sub(/^ *loss /, "", loss)
+        eta = $NF; sub(/^ *eta /, "", eta); sub(/ +$/, "", eta)
+        printf "%s: step %s, loss %.3f, %s left\n", name, step, loss, eta }' <<< "$line"
+}
+# any_alive PID...: whether one of them still runs
+any_alive() { local pid; for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done; return 1; }
+# watch_runs NAME...: while the runs' processes (watched_pids) go on, their progress
+# every few seconds: on a terminal one line rewritten in place, else a line every 30 s
+watch_runs() {
+    local status tick=0
+    while any_alive "${watched_pids[@]}"; do
+        status=$(for name in "$@"; do progress_of "$name"; done | paste -sd'|' | sed 's/|/ | /g')
+        if [ -t 1 ]; then printf '\r\033[K%s' "${status:0:$(( $(tput cols 2>/dev/null || echo 200) - 1 ))}"
+        elif [ $((tick % 15)) -eq 0 ]; then echo "  $status"; fi
+        tick=$((tick + 1))
+        sleep 2
+    done
+    [ -t 1 ] && printf '\r\033[K'
+    return 0
+}
+
 # train NAME: one run, its output in $out/NAME.out, its step losses in $out/NAME.dat
 train() {
     local name=$1 cp layout t
@@ -96,11 +124,31 @@ train() {
     local transport_flags=()
     t=$(transport "$cp")
     [ -n "$t" ] && transport_flags+=(-ct "$t")
-    echo "training $name ($what)..."
     rm -rf "${out:?}/$name" # a fresh run (a run refuses a directory with another run's checkpoints)
     mpirun "${MPIRUN_FLAGS[@]}" -np "$cp" "${trainer[@]}" "${flags[@]}" -cp "$cp" -cl "$layout" "${transport_flags[@]}" \
         -o "$out/$name" > "$out/$name.out" 2>&1 || { tail -20 "$out/$name.out" >&2; return 1; }
     step_losses "$name"
+}
+# train_watched NAME...: the runs one after another (at once with -p), showing progress
+train_watched() {
+    local name pid i=0
+    for name in "$@"; do rm -f "$out/$name.out"; done
+    if [ $parallel -eq 1 ]; then
+        echo "training ${*} at once ($what)"
+        watched_pids=()
+        for name in "$@"; do train "$name" & watched_pids+=($!); done
+        watch_runs "$@"
+        for pid in "${watched_pids[@]}"; do wait "$pid" || return 1; done
+        return 0
+    fi
+    for name in "$@"; do
+        i=$((i + 1))
+        echo "training $name ($what), run $i of $#"
+        train "$name" & watched_pids=($!)
+        watch_runs "$name"
+        wait "${watched_pids[0]}" || return 1
+        echo "  $(progress_of "$name")"
+    done
 }
 if [ $redraw -eq 1 ]; then
     shortest=
@@ -114,12 +162,8 @@ if [ $redraw -eq 1 ]; then
     for name in "${runs[@]}"; do head -n "$shortest" "$out/$name.dat" > "$out/$name.dat.tmp"; mv "$out/$name.dat.tmp" "$out/$name.dat"; done
     echo "drawing the first $shortest step(s) of each run"
     what+=", the first $shortest of $(flag_value -x) steps"
-elif [ $parallel -eq 1 ]; then
-    pids=()
-    for name in "${runs[@]}"; do train "$name" & pids+=($!); done
-    for pid in "${pids[@]}"; do wait "$pid" || exit 1; done
 else
-    for name in "${runs[@]}"; do train "$name" || exit 1; done
+    train_watched "${runs[@]}" || exit 1
 fi
 
 # each run's difference to cp 1, step by step

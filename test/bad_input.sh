@@ -40,6 +40,28 @@ failures=0
 cases=0
 summary=()
 
+# Error cases run up to CASES_AT_ONCE at a time: each is its own processes and files,
+# and most of its time is the launch, not the cores. A case that uses an -o directory
+# or resumes, a control run, a note check and every hand-written block run alone,
+# after the cases before them have ended (settle), so that no case sees another's
+# files half made; the verdicts print in the order the cases were given.
+CASES_AT_ONCE=3
+case_pids=()
+case_results=()
+# settle_oldest: waits for the oldest running case, prints its verdict, counts a failure
+settle_oldest() {
+    wait "${case_pids[0]}" || true
+    cat "${case_results[0]}"
+    if grep -q '^FAIL' "${case_results[0]}"; then failures=$((failures + 1)); fi
+    case_pids=("${case_pids[@]:1}")
+    case_results=("${case_results[@]:1}")
+}
+# settle: waits for every running case (only the script itself has cases to wait for)
+settle() {
+    [[ $BASHPID -eq $$ ]] || return 0
+    while [[ ${#case_pids[@]} -gt 0 ]]; do settle_oldest; done
+}
+
 # run_trainer NP OUT ERR [flags...]: NP 0 runs the trainer as one process without
 # mpirun (an MPI singleton); sets rc. MEMORY_LIMIT_KIB, when set, limits the
 # address space of the launch (ulimit -v).
@@ -47,6 +69,7 @@ MEMORY_LIMIT_KIB=
 run_trainer() {
     local np=$1 out=$2 err=$3
     shift 3
+    settle
     local launcher=()
     if [[ $np -gt 0 ]]; then
         launcher=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np "$np")
@@ -72,11 +95,23 @@ run_trainer() {
 
 # expect_error NAME NP PATTERN [flags...]: the run must exit non-zero within 60 s,
 # without a crash, with exactly one `error:` line on stderr that matches PATTERN
-# (an extended regex)
+# (an extended regex). Runs beside other cases unless it names -o or -y.
 expect_error() {
+    cases=$((cases + 1))
+    if [[ " $* " == *" -o "* || " $* " == *" -y "* ]]; then
+        settle
+        check_error "$@"
+        return
+    fi
+    [[ ${#case_pids[@]} -ge $CASES_AT_ONCE ]] && settle_oldest
+    check_error "$@" > "$WORK/$1.verdict" 2>&1 &
+    case_pids+=($!)
+    case_results+=("$WORK/$1.verdict")
+}
+# check_error: expect_error's checks, run in the foreground
+check_error() {
     local name=$1 np=$2 pattern=$3
     shift 3
-    cases=$((cases + 1))
     local out=$WORK/$name.out err=$WORK/$name.err
     run_trainer "$np" "$out" "$err" "$@"
     local problems=()
@@ -129,6 +164,7 @@ expect_success() {
 
 # expect_note NAME REGEX: the stdout of case NAME has a line matching REGEX
 expect_note() {
+    settle
     if grep -qE -- "$2" "$WORK/$1.out"; then
         printf 'ok   %-28s says: %s\n' "$1" "$(grep -m1 -E -- "$2" "$WORK/$1.out")"
     else
@@ -173,6 +209,41 @@ expect_error tokens_directory 2 "token file '$WORK': not a regular file" \
     "${BASE[@]}" -cp 2 -i "$WORK"
 expect_error val_tokens_bad_magic 2 "token file '.*tokens_magic\.bin': bad magic" \
     "${BASE[@]}" -cp 2 -v 1 -j "$WORK/tokens_magic.bin"
+
+# ---------------------------------------------------------------------------
+# loss mask files (-lm 1): NAME.mask beside each token file NAME.bin (llmc/loss_mask.h:
+# magic 20240613, version 1, the token count, then one byte 0 or 1 per token)
+# mask FILE COUNT: a mask of COUNT tokens, every byte 1
+mask() {
+    head -c 1024 /dev/zero >"$WORK/$1"
+    put_i32 "$WORK/$1" 0 20240613; put_i32 "$WORK/$1" 4 1; put_i32 "$WORK/$1" 8 "$2"
+    head -c "$2" /dev/zero | tr '\0' '\1' >>"$WORK/$1"
+}
+tok masked_good.bin;      mask masked_good.mask $ntok
+tok masked_magic.bin;     mask masked_magic.mask $ntok;   put_i32 "$WORK/masked_magic.mask" 0 20240520
+tok masked_version.bin;   mask masked_version.mask $ntok; put_i32 "$WORK/masked_version.mask" 4 3
+tok masked_count.bin;     mask masked_count.mask $((ntok - 1))
+tok masked_short.bin;     mask masked_short.mask $ntok;   truncate -s -5 "$WORK/masked_short.mask"
+tok masked_byte.bin;      mask masked_byte.mask $ntok;    printf '\x02' | dd of="$WORK/masked_byte.mask" bs=1 seek=$((1024 + 700)) conv=notrunc status=none
+tok masked_none.bin
+echo "== loss mask files"
+expect_success mask_good_control 2 "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_good.bin"
+expect_error mask_missing 2 "loss mask file '.*masked_none\.mask' \(of token file '.*masked_none\.bin'\): cannot open it: No such file" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_none.bin"
+expect_error mask_bad_magic 2 "loss mask file '.*masked_magic\.mask' .*: bad magic 20240520 \(expected 20240613, a loss mask file\)" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_magic.bin"
+expect_error mask_bad_version 2 "loss mask file '.*masked_version\.mask' .*: version 3, only 1 is supported" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_version.bin"
+expect_error mask_other_count 2 "loss mask file '.*masked_count\.mask' .*: its header counts $((ntok - 1)) tokens, but its token file has $ntok" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_count.bin"
+expect_error mask_truncated 2 "loss mask file '.*masked_short\.mask' .*: $((1024 + ntok - 5)) bytes, but a mask of $ntok tokens is $((1024 + ntok)) bytes" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_short.bin"
+expect_error mask_bad_byte 2 "loss mask file '.*masked_byte\.mask' .*: byte 2 at token 700 is neither 0 \(masked\) nor 1 \(learned\)" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_byte.bin"
+expect_error val_mask_missing 2 "loss mask file '.*masked_none\.mask'" \
+    "${BASE[@]}" -cp 2 -lm 1 -i "$WORK/masked_good.bin" -v 1 -j "$WORK/masked_none.bin"
+expect_error mask_flag_bogus 2 "-lm 2: loss masks are 0 or 1" "${BASE[@]}" -cp 2 -lm 2
+expect_error restart_positions_bogus 2 "-rp 2: restarting positions at each document is 0 or 1" "${BASE[@]}" -cp 2 -rp 2
 
 # ---------------------------------------------------------------------------
 # checkpoints (-e): a hand-built fp32 checkpoint of a tiny model, zero weights
@@ -447,6 +518,8 @@ expect_note small_vocab_samples "^note: samples start from token 0: the model's 
 # -dm 1 needs the EOT inside the vocabulary
 expect_error small_vocab_documents 2 "-dm 1: documents open with the EOT token 50256, outside the model's vocabulary of 64" \
     "${BASE[@]}" -cp 2 -dm 1 -e "$WORK/ckpt_small_vocab.bin" -i "$WORK/tokens_zero.bin"
+expect_error small_vocab_positions 2 "-rp 1: documents open with the EOT token 50256, outside the model's vocabulary of 64" \
+    "${BASE[@]}" -cp 2 -rp 1 -e "$WORK/ckpt_small_vocab.bin" -i "$WORK/tokens_zero.bin"
 
 # ---------------------------------------------------------------------------
 # files of another type: a FIFO never blocks an open (for reading it waits for a
@@ -499,6 +572,7 @@ expect_error lock_other_host 2 "in use by the run of pid 4242 on host some-other
 # two runs at once into one directory: the second refuses, naming the first, and
 # the first goes on undisturbed (its log keeps growing; then this test stops it)
 cases=$((cases + 1))
+settle
 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 1 "$TRAINER" "${BASE[@]}" -x 100000 \
     -o "$WORK/two_runs" >"$WORK/two_runs_first.out" 2>&1 &
 first=$!
@@ -583,7 +657,7 @@ expect_error tl_under_a_file 2 "rank 0: cannot open '.*tokens_good\.bin/losses\.
     "${BASE[@]}" -cp 2 -tl "$WORK/tokens_good.bin/losses.tl"
 # a read-only file system and a full one (tmpfs mounts, as root; skipped with a note elsewhere)
 mounts=()
-cleanup_mounts() { for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || true; done; }
+cleanup_mounts() { settle; for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || true; done; }
 trap cleanup_mounts EXIT
 mkdir -p "$WORK/ro" "$WORK/tiny"
 if mount -t tmpfs -o ro,size=64k tmpfs "$WORK/ro" 2>/dev/null; then
@@ -620,6 +694,7 @@ fi
 # -h given to one rank only (an MPMD launch): every rank stops, none hangs
 echo "== -h on some ranks"
 cases=$((cases + 1))
+settle
 rc=0
 timeout 60 "$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none -np 1 "$TRAINER" "${BASE[@]}" -cp 2 \
     : -np 1 "$TRAINER" "${BASE[@]}" -cp 2 -h >"$WORK/help_mpmd.out" 2>&1 || rc=$?
@@ -689,6 +764,7 @@ expect_error zero_stage_bogus 2 "-z 4: llm.c's ZeRO stages are 0 to 3" \
     "${BASE[@]}" -cp 2 -z 4
 expect_error unknown_flag 2 "unknown flag '-zz'" \
     "${BASE[@]}" -cp 2 -zz 1
+settle
 if ! grep -q '^usage:' "$WORK/unknown_flag.err"; then
     failures=$((failures + 1)); echo "FAIL unknown_flag: no usage on stderr"
 fi
@@ -725,23 +801,34 @@ expect_error epoch_shorter_than_step 2 "-x -1 trains one epoch, but the -i data 
     "${BASE[@]}" -cp 2 -x -1 -d 112 -i "$WORK/tokens_100.bin"
 expect_error hellaswag_two 2 "-h 2: HellaSwag is 0 or 1" "${BASE[@]}" -cp 2 -h 2
 
+# the default data are paths from the repository root: from another directory the
+# error says so (the case runs there, alone)
+cases=$((cases + 1))
+settle
+(cd "$WORK" && check_error default_data_elsewhere 2 \
+    "the default data 'dev/data/austen/austen_train.bin' is not there from this directory: run from the repository root, or pass -i/-j/-tk" \
+    "${BASE[@]}" -cp 2) > "$WORK/default_data_elsewhere.verdict" 2>&1 || true
+cat "$WORK/default_data_elsewhere.verdict"
+if grep -q '^FAIL' "$WORK/default_data_elsewhere.verdict"; then failures=$((failures + 1)); fi
+
 # -h: the usage on stdout, naming the CP flags, and a non-zero exit
 cases=$((cases + 1))
 run_trainer 0 "$WORK/help.out" "$WORK/help.err" -h
 help_problems=()
 if [[ $rc -eq 0 || $rc -eq 124 || $rc -gt 128 ]]; then help_problems+=("exit code $rc, expected a non-zero exit"); fi
-for flag in -cp -cl -tl -dm -ca -r -cu; do
+for flag in -cp -cl -tl -dm -rp -lm -ca -r -cu; do
     if ! grep -qE "^ +$flag " "$WORK/help.out"; then help_problems+=("the usage does not list $flag"); fi
 done
 if ! grep -q '^usage:' "$WORK/help.out"; then help_problems+=("no usage line on stdout"); fi
 if [[ ${#help_problems[@]} -eq 0 ]]; then
-    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -ca -r -cu\n' help "(1 process)" "$rc"
+    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -rp -lm -ca -r -cu\n' help "(1 process)" "$rc"
 else
     failures=$((failures + 1))
     echo "FAIL help: $(IFS=';'; echo "${help_problems[*]}")"
     head -n 5 "$WORK/help.out" "$WORK/help.err"
 fi
 
+settle
 echo
 if [[ $failures -gt 0 ]]; then
     echo "FAIL bad_input: $failures of $cases cases failed ($SECONDS s)"

@@ -1,7 +1,7 @@
 /*
 compare_runs: checks that training runs at cp > 1 reproduce the cp 1 run (docs/DESIGN.md §5).
 
-    compare_runs STEPS PER_STEP REF_LOG REF_TL [NAME LOG TL]...
+    compare_runs [--masked] STEPS PER_STEP REF_LOG REF_TL [NAME LOG TL]...
 
 STEPS: the steps every run must have; PER_STEP: the per-token losses of one step
 (dp * B * T). REF_LOG / LOG: a trainer's main.log (`s:STEP trl:LOSS` lines); REF_TL /
@@ -14,6 +14,11 @@ For every run against the reference it asserts
 and that the reference itself is alive: its loss moves by more than 0.1 between
 the first and the last step, and its per-token losses are not all equal (so that
 a frozen or constant model cannot pass). A NaN anywhere is a failure.
+
+--masked: runs with loss masks (-lm 1), whose -tl files hold NaN at the targets
+their masks leave out. There a NaN of the reference is a masked target: the run
+must have a NaN at exactly the same places, the differences are taken over the
+other tokens, and the reference must mask some targets and learn others.
 
 Prints a table of the largest differences; exits 1 if anything failed, after
 naming every failure.
@@ -85,10 +90,15 @@ static int read_token_losses(const char *path, float *out, size_t count) {
     return 0;
 }
 
-// the largest |a - b| over n values; NaN when any difference is NaN
+// with --masked: NaN marks a masked target in the -tl files
+static int masked_runs = 0;
+
+// the largest |a - b| over n values; NaN when any difference is NaN, but for
+// tokens both leave masked (--masked: NaN in both)
 static double max_abs_diff_f(const float *a, const float *b, size_t n) {
     double m = 0.0;
     for (size_t i = 0; i < n; i++) {
+        if (masked_runs && isnan(a[i]) && isnan(b[i])) { continue; }
         double d = fabs((double)a[i] - (double)b[i]);
         if (!(d <= m)) { m = d; } // takes a NaN and keeps it
         if (isnan(m)) { return m; }
@@ -107,8 +117,13 @@ static double max_abs_diff_d(const double *a, const double *b, size_t n) {
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "--masked") == 0) {
+        masked_runs = 1;
+        argv++;
+        argc--;
+    }
     if (argc < 5 || (argc - 5) % 3 != 0) {
-        fprintf(stderr, "usage: %s STEPS PER_STEP REF_LOG REF_TL [NAME LOG TL]...\n", argv[0]);
+        fprintf(stderr, "usage: %s [--masked] STEPS PER_STEP REF_LOG REF_TL [NAME LOG TL]...\n", argv[0]);
         return 2;
     }
     int steps = atoi(argv[1]);
@@ -137,8 +152,13 @@ int main(int argc, char **argv) {
     double change = fabs(ref_loss[steps - 1] - ref_loss[0]);
     printf("reference: step loss %.6f -> %.6f (change %.6f)\n", ref_loss[0], ref_loss[steps - 1], change);
     if (!(change > MIN_LOSS_CHANGE)) { fail("reference", "|last - first step loss|", change, MIN_LOSS_CHANGE); }
-    float lo = ref_tok[0], hi = ref_tok[0];
+    float lo = INFINITY, hi = -INFINITY;
+    size_t masked = 0;
     for (size_t i = 0; i < count; i++) {
+        if (masked_runs && isnan(ref_tok[i])) {
+            masked++;
+            continue;
+        }
         if (!isfinite(ref_tok[i])) {
             printf("FAIL reference: token loss %zu is %g\n", i, ref_tok[i]);
             failures++;
@@ -147,13 +167,25 @@ int main(int argc, char **argv) {
         if (ref_tok[i] < lo) { lo = ref_tok[i]; }
         if (ref_tok[i] > hi) { hi = ref_tok[i]; }
     }
-    printf("reference: token losses in [%.4f, %.4f]\n", lo, hi);
+    printf("reference: token losses in [%.4f, %.4f]", lo, hi);
+    if (masked_runs) { printf(", %zu of %zu targets masked", masked, count); }
+    printf("\n");
+    if (masked_runs && (masked == 0 || masked == count)) {
+        printf("FAIL reference: --masked, but %zu of its %zu targets are masked\n", masked, count);
+        failures++;
+    }
     if (!((double)hi - lo > MIN_TOKEN_SPREAD)) { fail("reference", "token loss spread", (double)hi - lo, MIN_TOKEN_SPREAD); }
     // the mean of the first step's token losses is the first step loss: ties the
-    // -tl file to main.log (every target of this data is valid)
+    // -tl file to main.log (every target of this data is valid, or --masked, every
+    // one its mask keeps)
     double mean = 0.0;
-    for (long i = 0; i < per_step; i++) { mean += ref_tok[i]; }
-    mean /= per_step;
+    long learned = 0;
+    for (long i = 0; i < per_step; i++) {
+        if (masked_runs && isnan(ref_tok[i])) { continue; }
+        mean += ref_tok[i];
+        learned++;
+    }
+    mean /= learned;
     double mean_diff = fabs(mean - ref_loss[0]);
     printf("reference: mean token loss of step 0 %.6f, step loss %.6f\n", mean, ref_loss[0]);
     if (!(mean_diff <= FIRST_STEP_TOL)) { fail("reference", "|mean token loss - step loss| at step 0", mean_diff, FIRST_STEP_TOL); }

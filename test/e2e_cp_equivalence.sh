@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End to end: the CPU trainer at cp {2, 3, 4} x {contiguous, round_robin} reproduces
-# the cp 1 (identity) run, step losses and gathered per-token losses (docs/DESIGN.md §5);
+# End to end: the CPU trainer at cp {2, 3, 4} x {contiguous, round_robin, striped}
+# reproduces the cp 1 (identity) run, step losses and gathered per-token losses (docs/DESIGN.md §5);
 # dp 2 x cp {1, 2} reproduces one rank with the batch of both replicas; and a
 # checkpoint written with -x 0 loads back into the same run.
 #
@@ -30,11 +30,12 @@ train_b() {
     train "$name" "$np" -b "$b" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@"
 }
 
-# ---- cp 1 reference and the six cp > 1 configurations, B = 2
+# ---- cp 1 reference and the nine cp > 1 configurations, B = 2 (striped pads T 100
+# to 102 at cp 3, the others at every cp)
 train_b ref_b2 1 2 -cp 1 -cl identity
 args=()
 for cp in 2 3 4; do
-    for layout in contiguous round_robin; do
+    for layout in contiguous round_robin striped; do
         name=cp${cp}_${layout}_b2
         train_b "$name" "$cp" 2 -cp "$cp" -cl "$layout"
         args+=("$name" "$WORK/$name/main.log" "$WORK/$name.tl")

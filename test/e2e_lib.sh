@@ -20,6 +20,12 @@ cd "$REPO_ROOT"
 rm -rf "$WORK"
 mkdir -p "$WORK"
 
+# need TOOL PACKAGE: a test that calls TOOL skips (exit 77) with the reason where it is
+# missing (scripts/install_deps.sh installs PACKAGE)
+need() {
+    command -v "$1" > /dev/null || { echo "SKIP $E2E_NAME: no $1 here (scripts/install_deps.sh installs $2)"; exit 77; }
+}
+
 # checks that fail count here; finish() reports them
 failures=0
 fail() {

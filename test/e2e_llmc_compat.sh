@@ -34,6 +34,7 @@
 set -euo pipefail
 E2E_NAME=e2e_llmc_compat
 source "$(dirname "$0")/e2e_lib.sh"
+need python3 python3
 source "$(dirname "$0")/binary_files.sh" # same_model: model files but for their checkpoint's run id and step
 TEST_RANDOM_INIT=${1:?usage: e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS}
 COMPARE=${2:?usage: e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS}

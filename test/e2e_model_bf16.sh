@@ -17,6 +17,7 @@ set -euo pipefail
 WRITER=${1:?usage: e2e_model_bf16.sh MODEL_FILE_WRITER}
 E2E_NAME=e2e_model_bf16
 source "$(dirname "$0")/e2e_lib.sh"
+need python3 python3
 source "$(dirname "$0")/binary_files.sh" # same_model
 
 FILES=$WORK/files

@@ -10,8 +10,8 @@
 #      with a line naming the rank that was lost: this needs the progress
 #      watchdog of cp/comm_mpi.h (GPT2CP_TIMEOUT); where the tree has none, this
 #      part says so and is skipped
-# Exit 77 (skipped) with a note where namespaces cannot be made (not root, no
-# iproute2, no permission).
+# Exit 77 (skipped) with a note where namespaces cannot be made or entered (not
+# root, no iproute2, no permission, a chroot), leaving no namespace or mount behind.
 #
 #   bash test/e2e_multihost.sh     (env: see e2e_lib.sh)
 set -euo pipefail
@@ -29,11 +29,22 @@ NS=(gpt2cp_a_$$ gpt2cp_b_$$)
 HOSTS=(hosta hostb)
 ADDR=($NET.1 $NET.2)
 VETH=(gcpa$$ gcpb$$)
+# ip netns add bind-mounts /run/netns on itself the first time; where that mount
+# was made here, it goes with the namespaces
+netns_dir_mounted=0
+mountpoint -q /run/netns 2>/dev/null && netns_dir_mounted=1
 cleanup() {
     for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    if [[ $netns_dir_mounted -eq 0 ]] && mountpoint -q /run/netns 2>/dev/null &&
+            [[ -z $(ls -A /run/netns 2>/dev/null) ]]; then
+        umount /run/netns 2>/dev/null || true
+    fi
 }
 trap cleanup EXIT
 ip netns add "${NS[0]}" 2>/dev/null || skip "cannot make a network namespace here"
+# a namespace may be made but not entered: ip netns exec mounts /sys afresh in a
+# mount namespace of its own, which fails where / is no mount point (a chroot)
+why=$(ip netns exec "${NS[0]}" true 2>&1) || skip "a network namespace can be made but not entered here (ip netns exec: ${why//$'\n'/ })"
 ip netns add "${NS[1]}"
 ip link add "${VETH[0]}" type veth peer name "${VETH[1]}"
 for i in 0 1; do

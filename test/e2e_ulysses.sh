@@ -3,8 +3,8 @@
 # U x R = 2 x 2 and 2 x 3 reproduce the cp 1 run and the ring at cp 4, per step and
 # per token (DESIGN 5 tolerances, checked by compare_runs), on a model of 4 heads
 # and B 2 rows of T 50 tokens, which every cp here pads (to 52, 56, 60). Two sets:
-# one document per row, contiguous and round_robin; and documents (-dm 1) on a
-# token file cut into short documents, packed and round_robin.
+# one document per row, contiguous, round_robin and striped; and documents (-dm 1)
+# on a token file cut into short documents, packed, round_robin and striped.
 #
 # The model is d1's random init (L 1, C 64) read as 4 heads of 16 channels (its
 # checkpoint with NH 4 in the header: the weights do not depend on NH), the
@@ -33,6 +33,7 @@ runs=() # the references are not compared with themselves
 run ulysses_cp2_round_robin 2 -cp 2 -cl round_robin -ca ulysses
 run ulysses_cp4_contiguous 4 -cp 4 -cl contiguous -ca ulysses
 run hybrid_2x2_round_robin 4 -cp 4 -cl round_robin -ca hybrid -cu 2
+run ulysses_cp2_striped 2 -cp 2 -cl striped -ca ulysses
 run hybrid_2x3_round_robin 6 -cp 6 -cl round_robin -ca hybrid -cu 2
 echo
 echo "== B = $B, T = $T, $STEPS steps: ulysses and hybrid against cp 1"
@@ -56,6 +57,7 @@ runs=()
 run ulysses_cp4_packed 4 -cp 4 -cl packed -ca ulysses
 run hybrid_2x2_packed 4 -cp 4 -cl packed -ca hybrid -cu 2
 run hybrid_2x3_round_robin_documents 6 -cp 6 -cl round_robin -ca hybrid -cu 2
+run hybrid_2x2_striped_documents 4 -cp 4 -cl striped -ca hybrid -cu 2
 echo
 echo "== -dm 1, B = $B, T = $T, $STEPS steps: ulysses and hybrid against cp 1"
 "$COMPARE" $STEPS $((B * T)) "$WORK/ref_documents/main.log" "$WORK/ref_documents.tl" "${runs[@]}" ||

@@ -1,7 +1,7 @@
 /*
 Helpers shared by the GPU tests (test/test_gpu_*.cu).
 
-    gpu_test_require_device   no CUDA device: print why and exit 77, which CTest
+    gpu_test_require_device   no usable CUDA device: print why and exit 77, which CTest
                               reports as skipped (SKIP_RETURN_CODE 77), not failed
     device_copy / host_copy   checked copies to and from the device
     poison_device             fills a device buffer with NaN before a kernel is run,
@@ -25,10 +25,12 @@ while the tensor as a whole agrees to fp32 rounding. Each test states its bound.
 
 #define SKIP_RETURN_CODE 77
 
-// Exits 77 (skipped) without a device; with MPI initialised, every rank finalises first.
+// Exits 77 (skipped) without a usable device, saying why; with MPI initialised,
+// every rank finalises first.
 static void gpu_test_require_device(int mpi_initialised) {
-    if (cuda_device_count() > 0) { return; }
-    if (fatal_rank == 0) { printf("SKIP: no CUDA device (this test needs a GPU)\n"); }
+    char why[256];
+    if (cuda_device_count(why, sizeof(why)) > 0) { return; }
+    if (fatal_rank == 0) { printf("SKIP: %s (this test needs a GPU)\n", why); }
     if (mpi_initialised) { MPI_Finalize(); }
     exit(SKIP_RETURN_CODE);
 }

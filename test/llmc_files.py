@@ -22,6 +22,12 @@ two checkpoints.
         span that llm.c's DataLoader (seed 42 + replica, its sequence of draws,
         computed here) reads at that step
     llmc_files.py tl_close A B TOL             two -tl files agree within TOL
+    llmc_files.py small MODEL OUT DATA OUT_DATA V MAXT
+        MODEL (an llm.c fp32 checkpoint) cut to its first V token rows and MAXT
+        positions (no checksum: llm.c's header slots 8..10 zero), and DATA's tokens
+        mapped to the V - 1 most frequent and one token for the rest: a model whose
+        steps the CUDA emulation runs in seconds (the classifier over GPT-2's 50257
+        tokens is most of a step)
     llmc_files.py bf16_models DIR              the model files of test/e2e_model_bf16.sh
         (below: BF16_MODEL), after checking this file's bf16 rounding against the
         hand-computed BF16_TABLE:
@@ -309,6 +315,24 @@ def bf16_models(out):
     print(f"{c['maxT']} {c['V']} {c['Vp']} {c['L']} {c['NH']} {c['C']}")
 
 
+def small_model(model_in, model_out, data_in, data_out, V, maxT):
+    from collections import Counter
+    with open(model_in, "rb") as f:
+        h = list(struct.unpack("<256i", f.read(1024)))
+        p = array("f")
+        p.frombytes(f.read())
+    C, Vp, rows = h[6], h[7], h[2]
+    # wte's first V rows, wpe's first maxT rows, the layers as they are
+    cut = p[:V * C] + p[Vp * C:Vp * C + maxT * C] + p[(Vp + rows) * C:]
+    h[2], h[3], h[7], h[8], h[9], h[10] = maxT, V, V, 0, 0, 0
+    with open(model_out, "wb") as f:
+        f.write(struct.pack("<256i", *h))
+        f.write(cut.tobytes())
+    tokens = read_tokens(data_in)
+    rank = {t: i for i, (t, _) in enumerate(Counter(tokens).most_common(V - 1))}
+    write_tokens(data_out, [rank.get(t, V - 1) for t in tokens])
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "spike":
@@ -339,6 +363,8 @@ def main():
         print(f"ok   {args[0]} and {args[1]}: per-token losses within {d:.1e} (limit {args[2]})")
     elif cmd == "bf16_models":
         bf16_models(args[0])
+    elif cmd == "small":
+        small_model(args[0], args[1], args[2], args[3], int(args[4]), int(args[5]))
     else:
         sys.exit(__doc__)
 

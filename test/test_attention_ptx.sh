@@ -1,28 +1,29 @@
 #!/usr/bin/env bash
-# The GPU attention runs on the tensor cores: nvcc's PTX of the block attention
-# kernels (cp/attention_block.cuh, built through dev/bench/attention_gpu.cu, which
-# launches all of them), in both builds of llmc/precision.cuh:
+# The GPU attention runs on the tensor cores: the PTX of the block attention kernels
+# (cp/attention_block.cuh), in both builds of llmc/precision.cuh:
 #   FP32 build: mma.sync m16n8k8 TF32 in each TF32 kernel, no mma in the exact fp32
 #               ones (-f 0, validated against the CPU twin);
 #   BF16 build: mma.sync m16n8k16 bf16 (fp32 accumulation) in every kernel, and
 #               no TF32 mma.
+# The PTX is what nvcc kept while building the ring attention tests of both builds
+# (test/CMakeLists.txt: -keep), whose dispatch instantiates every kernel: nothing is
+# compiled here.
 #
-#     bash test/test_attention_ptx.sh NVCC WORKDIR [GPU_ARCH]     exits 77 without nvcc
+#     bash test/test_attention_ptx.sh FP32_PTX BF16_PTX     exits 77 without them
 set -euo pipefail
-NVCC=${1:-}
-WORK=${2:-build}
-ARCH=${3:-90}
-if [[ -z $NVCC || ! -x $NVCC ]]; then
-    echo "SKIP: no nvcc ('$NVCC'): the PTX of the attention kernels cannot be made here"
+if [[ $# -ne 2 ]]; then
+    echo "SKIP: no CUDA compiler was found, so no PTX of the attention kernels was made"
     exit 77
 fi
-mkdir -p "$WORK"
+declare -A PTX_OF=([FP32]=$1 [BF16]=$2)
+for prec in FP32 BF16; do
+    [[ -s ${PTX_OF[$prec]} ]] || { echo "FAIL: the $prec build's PTX '${PTX_OF[$prec]}' is missing (cmake --build the test dir)"; exit 1; }
+done
 TF32_MMA='mma\.sync\.aligned\.m16n8k8\.row\.col\.f32\.tf32\.tf32\.f32'
 BF16_MMA='mma\.sync\.aligned\.m16n8k16\.row\.col\.f32\.bf16\.bf16\.f32'
 status=0
 for prec in FP32 BF16; do
-    PTX=$WORK/attention_gpu_$prec.ptx
-    "$NVCC" -ptx -std=c++17 -arch=sm_$ARCH -DENABLE_$prec -DNO_BLAS -I. dev/bench/attention_gpu.cu -o "$PTX"
+    PTX=${PTX_OF[$prec]}
     # per kernel entry: its name and how many TF32 and bf16 mma it holds. The mangled
     # names carry the template arguments: AttnPrecision 0 is fp32, 1 TF32, 2 bf16.
     awk -v tf32="$TF32_MMA" -v bf16="$BF16_MMA" '
@@ -30,7 +31,7 @@ for prec in FP32 BF16; do
         $0 ~ tf32 { if (n) t[names[n]]++ }
         $0 ~ bf16 { if (n) b[names[n]]++ }
         END { for (i = 1; i <= n; i++) print names[i], t[names[i]], b[names[i]] }
-    ' "$PTX" > "$WORK/attention_gpu_$prec.mma"
+    ' "$PTX" > "$PTX.mma"
     declare -A kernels=([0]=0 [1]=0 [2]=0)
     while read -r name tf32 bf16; do
         [[ $name =~ attend_.*kernel.*AttnPrecision([0-9]) ]] || continue
@@ -43,7 +44,7 @@ for prec in FP32 BF16; do
         esac
         if [[ $ok -eq 1 ]]; then echo "ok   $prec $name: $want"; else
             echo "FAIL: $prec kernel $name holds $tf32 TF32 and $bf16 bf16 mma"; status=1; fi
-    done < "$WORK/attention_gpu_$prec.mma"
+    done < "$PTX.mma"
     # 3 kernels (forward, dQ, dKV) x 3 head sizes in each of the build's precisions
     if [[ $prec == FP32 ]]; then expected="9 9 0"; else expected="0 0 9"; fi
     found="${kernels[0]} ${kernels[1]} ${kernels[2]}"

@@ -10,10 +10,11 @@ and dQ accumulates, each block's dK | dV in its own buffer. Both versions run fr
 the same inputs; O, LSE, dQ and every block's dK, dV must agree.
 
 Coordinates come from the layouts' own code: cp_local_indices (identity,
-contiguous, round_robin) and cp_row_layout (packed, documents split head-tail, pad
+contiguous, round_robin, striped: strided indices, so every tile spans the whole
+row and the diagonal tiles of every block are masked) and cp_row_layout (packed, documents split head-tail, pad
 slots with document -1), with documents opened at a few global positions (row 0)
 or one document (row 1). Local lengths cross the tiles (64 x 64) oddly: 1,
-63, 65, 100, 191 = 3*64 - 1 (contiguous), 2, 66, 130, 190 (round_robin and packed
+63, 65, 100, 191 = 3*64 - 1 (contiguous, striped), 2, 66, 130, 190 (round_robin and packed
 need even lengths), so tiles are partial, and tiles are skipped, fully visible and
 masked. Head sizes 8, 24, 64, 80.
 
@@ -253,7 +254,8 @@ int main(void) {
         for (int i = 0; i < 5; i++) {
             run_case(CP_LAYOUT_IDENTITY, 1, 0, odd_lengths[i], 0, HS);
             run_case(CP_LAYOUT_CONTIGUOUS, 3, 1, odd_lengths[i], i % 2, HS); // blocks before (full), after (skip)
-            cases += 2;
+            run_case(CP_LAYOUT_STRIPED, 3, i % 3, odd_lengths[i], i % 2, HS); // blocks interleaved with the rank's
+            cases += 3;
         }
         for (int i = 0; i < 4; i++) {
             run_case(CP_LAYOUT_ROUND_ROBIN, 2, i % 2, even_lengths[i], 0, HS);

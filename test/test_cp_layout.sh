@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# dev/cp_layout against cases worked out by hand, plus properties that hold for every
-# (T, cp, layout): the ranks own each padded position once, their useful work sums to
-# T*(T+1)/2, and round_robin balances T = 1024 at cp 4 better than contiguous. With
-# real data (-i, documents -dm 1): a packed case by hand, and on the Austen data the
-# useful work summed over the ranks equals the document-masked pairs counted in awk.
+# dev/cp_layout against cases worked out by hand (the ranks' work in all and at each
+# ring step), plus properties that hold for every (T, cp, layout): the ranks own
+# each padded position once, their useful work sums to T*(T+1)/2, and round_robin
+# balances T = 1024 at cp 4 better than contiguous. With real data (-i, documents
+# -dm 1): a packed case by hand, and on the Austen data the useful work summed over
+# the ranks equals the document-masked pairs counted in awk, and striped keeps every
+# ring step balanced where round_robin does not.
 # Run from the repo root (CTest does); builds the tool with make.
 set -euo pipefail
 
@@ -14,10 +16,13 @@ trap 'rm -rf "$tmp"' EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-# The tool's table without its comment lines, blanks squeezed: "rank 0 4 0 20 18 18 0-1 6-7"
-table() { "$tool" "$@" | awk '!/^#/ { $1 = $1; print }'; }
+# The tool's table without its comment lines and the per-step lines, blanks
+# squeezed: "rank 0 4 0 20 18 18 0-1 6-7"; steps: the per-step lines alone
+table() { "$tool" "$@" | awk '!/^#/ && $1 != "step" && $1 != "ring" { $1 = $1; print }'; }
+steps() { "$tool" "$@" | awk '$1 == "step" || $1 == "ring" { $1 = $1; print }'; }
 
 # expect "ARGS" LINE...: the table of `cp_layout ARGS` is exactly LINE...
+# (expect_steps: its per-step lines)
 expect() {
     local args=$1; shift
     local got want
@@ -25,6 +30,14 @@ expect() {
     got=$(table $args)
     want=$(printf '%s\n' "$@")
     [ "$got" = "$want" ] || fail "cp_layout $args"$'\n'"got:"$'\n'"$got"$'\n'"want:"$'\n'"$want"
+}
+expect_steps() {
+    local args=$1; shift
+    local got want
+    # shellcheck disable=SC2086
+    got=$(steps $args)
+    want=$(printf '%s\n' "$@")
+    [ "$got" = "$want" ] || fail "cp_layout $args, per step"$'\n'"got:"$'\n'"$got"$'\n'"want:"$'\n'"$want"
 }
 
 # ----------------------------------------------------------------------------
@@ -76,6 +89,53 @@ expect "-t 8 -cp 2 -cl contiguous" \
     "imbalance - - - 1.400 1.444 1.444" \
     "total - - - 40 36 36" \
     "cp1 - - - 48 36 36"
+
+# Per step (the ring waits for its slowest rank at each): round_robin's ranks are
+# even at both steps (step 0: 12 computed, 10 visible each; step 1: 8, 8 each).
+# contiguous: step 0 even (12, 10 each), step 1 r0 0, r1 16, 16: max/mean 2.000;
+# the ring in lock step: computed (12 + 16) / (12 + 8) = 1.400, visible
+# (10 + 16) / (10 + 8) = 1.444.
+expect_steps "-t 8 -cp 2 -cl round_robin" \
+    "step 0 - - 1.000 1.000 1.000" \
+    "step 1 - - 1.000 1.000 1.000" \
+    "ring - - - 1.000 1.000 1.000"
+expect_steps "-t 8 -cp 2 -cl contiguous" \
+    "step 0 - - 1.000 1.000 1.000" \
+    "step 1 - - 2.000 2.000 2.000" \
+    "ring - - - 1.400 1.444 1.444"
+
+# T 8, cp 2, striped: r0 = {0,2,4,6}, r1 = {1,3,5,7}, no padding; halves r0 {0,2}
+# {4,6}, r1 {1,3} {5,7}. Every block spans the row, so every step has the shape of
+# the diagonal: (first half, second half) SKIP, (second, first) FULL, each half
+# against its own place MASKED, 12 computed at every step on both ranks.
+#   r0 step 0: {0,2}x{0,2} visible q0:1 q2:2 = 3, {4,6}x{0,2} 4, {4,6}x{4,6} 3 -> 10
+#   r0 step 1 (r1's {1,3} {5,7}): {0,2}x{1,3} q2 sees 1 = 1, {4,6}x{1,3} FULL 4,
+#      {4,6}x{5,7} q6 sees 5 = 1 -> 6; r0: 24 computed, 16 visible (1+3+5+7)
+#   r1 step 0: the same as r0's, 10; step 1 (r0's {0,2} {4,6}): {1,3}x{0,2} q1:1
+#      q3:2 = 3, {5,7}x{0,2} 4, {5,7}x{4,6} q5:1 q7:2 = 3 -> 10; r1: 24, 20 (2+4+6+8)
+#   computed balanced (1.000); visible max 20, mean 18: 1.111; per step: step 0
+#   1.000, step 1 visible 10 / 8 = 1.250; the ring: (10 + 10) / (10 + 8) = 1.111
+expect "-t 8 -cp 2 -cl striped" \
+    "rank 0 4 0 24 16 16 0 2 4 6" \
+    "rank 1 4 0 24 20 20 1 3 5 7" \
+    "max - - - 24 20 20" \
+    "mean - - - 24.0 18.0 18.0" \
+    "imbalance - - - 1.000 1.111 1.111" \
+    "total - - - 48 36 36" \
+    "cp1 - - - 48 36 36"
+expect_steps "-t 8 -cp 2 -cl striped" \
+    "step 0 - - 1.000 1.000 1.000" \
+    "step 1 - - 1.000 1.250 1.250" \
+    "ring - - - 1.000 1.111 1.111"
+# -tile: tiles of 2 rows are the halves of the 4 tokens a rank holds, the same
+# table (the cp1 line cuts its 8 tokens into 4 tiles instead); tiles of 1 row are
+# single pairs, each FULL or SKIP, so computed = visible on every rank
+[ "$(table -t 8 -cp 2 -cl striped -tile 2 | grep -v '^cp1')" = "$(table -t 8 -cp 2 -cl striped | grep -v '^cp1')" ] ||
+    fail "-tile 2 at 4 tokens per rank differs from the halves"
+for cl in striped round_robin contiguous; do
+    table -t 24 -cp 3 -cl "$cl" -tile 1 | awk '$1 == "rank" && $5 != $6 { bad = 1 } END { exit bad }' ||
+        fail "-tile 1, $cl: computed != visible"
+done
 
 # T 8, cp 1, identity: one rank, halves {0..3} {4..7}: MASKED 16 (10 visible),
 # SKIP, FULL 16, MASKED 16 (10) -> 48 computed, 36 visible: the same as cp1
@@ -172,7 +232,7 @@ expect "-t 16 -cp 4 -cl contiguous" \
 checked=0
 for T in 1 2 3 5 8 10 17 31 64 100 257 1000; do
     for cp in 1 2 3 4 8; do
-        for cl in contiguous round_robin identity; do
+        for cl in contiguous round_robin striped identity; do
             [ "$cl" = identity ] && [ "$cp" != 1 ] && continue
             if ! "$tool" -t "$T" -cp "$cp" -cl "$cl" > "$tmp/out" 2> "$tmp/err"; then
                 grep -q "without a real token" "$tmp/err" || fail "-t $T -cp $cp -cl $cl: $(tail -1 "$tmp/err")"
@@ -290,7 +350,7 @@ for T in 257 1024; do
               len++ } }
         END { total += len * (len + 1) / 2; printf "%d\n", total }')
     for cp in 2 3 4; do
-        for cl in contiguous round_robin packed; do
+        for cl in contiguous round_robin striped packed; do
             "$tool" -t "$T" -cp "$cp" -cl "$cl" -i "$austen" -b "$B" -dm 1 > "$tmp/out" \
                 || fail "-i austen -t $T -cp $cp -cl $cl failed"
             awk -v B="$B" -v T="$T" -v cp="$cp" -v pairs="$pairs" '
@@ -308,6 +368,16 @@ for T in 257 1024; do
     done
 done
 
+# Documents unbalance round_robin's ring steps (each rank's share of each document
+# differs from step to step); striped gives every rank 1/cp of every document at
+# every step: on the first 8 rows of T 1024 with -dm 1 at cp 4, striped's ring in
+# lock step (visible pairs) is within 1% of balanced, round_robin's is not
+ring_visible() { steps -t 1024 -cp 4 -cl "$1" -i "$austen" -b 8 -dm 1 | awk '$1 == "ring" { print $6 }'; }
+st=$(ring_visible striped) rr=$(ring_visible round_robin)
+awk -v s="$st" -v r="$rr" 'BEGIN { exit !(s < 1.01 && r > s) }' ||
+    fail "Austen T 1024 cp 4 -dm 1: the ring's visible imbalance is $st for striped, $rr for round_robin"
+echo "Austen T 1024 cp 4 -dm 1, the ring in lock step, visible pairs: striped $st, round_robin $rr"
+
 # ----------------------------------------------------------------------------
 # Bad flags: the usage, then exactly one error line, and a non-zero exit.
 bad_flags() {
@@ -321,6 +391,7 @@ bad_flags() {
 bad_flags "-t is required"
 bad_flags "-cl is required" -t 8 -cp 2
 bad_flags "unknown layout 'zigzag'" -t 8 -cp 2 -cl zigzag
+bad_flags "-tile 0: a tile has at least 1 row" -t 8 -cp 2 -cl striped -tile 0
 bad_flags "needs an integer" -t 8x -cp 2 -cl contiguous
 bad_flags "needs a value" -t 8 -cp 2 -cl contiguous -png
 bad_flags "unknown flag" -t 8 -cp 2 -cl contiguous -x 1

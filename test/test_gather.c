@@ -74,7 +74,7 @@ static void check_roundtrip(CpSharder *sh, Comm *comm, int T) {
             for (int k = 0; k < VEC; k++) { xv[b * T + t].v[k] = (float)(code * 10 + k); }
         }
     }
-    CHECK(cp_shard_batch(sh, inputs, targets, B, T) == CP_OK, "shard_batch T %d: %s", T, sh->error);
+    CHECK(cp_shard_batch(sh, inputs, targets, NULL, B, T) == CP_OK, "shard_batch T %d: %s", T, sh->error);
     CHECK(sh->layout.local_len == Tl, "T %d: local length %d, expected %d", T, sh->layout.local_len, Tl);
 
     // the sharded batch: pads hold input 0 and the ignore target
@@ -114,11 +114,11 @@ int main(int argc, char **argv) {
 
     int tested = 0, skipped = 0;
     // the layouts that are a function of (T, cp); packed is gathered in test_packed_layout
-    for (int kind = 0; kind < CP_LAYOUT_PACKED; kind++) {
-        if (kind == CP_LAYOUT_IDENTITY && np != 1) { continue; }
+    for (int kind = 0; kind < CP_NUM_LAYOUTS; kind++) {
+        if ((kind == CP_LAYOUT_IDENTITY && np != 1) || cp_layout_depends_on_data((CpLayoutKind)kind)) { continue; }
         for (int i = 0; i < num_T; i++) {
             CpSharder sh;
-            cp_sharder_init(&sh, (CpLayoutKind)kind, comm->rank, np, MAX_SEQ_LEN, -1);
+            cp_sharder_init(&sh, (CpLayoutKind)kind, comm->rank, np, MAX_SEQ_LEN, cp_no_documents());
             // the same decision on every rank: the check looks at all ranks' shares
             if (cp_check_config(&sh, Ts[i]) != CP_OK) { skipped++; continue; }
             check_roundtrip(&sh, comm, Ts[i]);
@@ -132,9 +132,9 @@ int main(int argc, char **argv) {
     // a layout for another group size is refused, before any message is sent
     if (np > 1) {
         CpSharder sh;
-        cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, MAX_SEQ_LEN, -1);
+        cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, MAX_SEQ_LEN, cp_no_documents());
         int in[4] = {1, 2, 3, 4}, out[4];
-        CHECK(cp_shard_batch(&sh, in, in, 1, 4) == CP_OK, "identity shard: %s", sh.error);
+        CHECK(cp_shard_batch(&sh, in, in, NULL, 1, 4) == CP_OK, "identity shard: %s", sh.error);
         CHECK(cp_gather_tokens(&sh, comm, sh.local.inputs, 4, sizeof(int), 1, out) == CP_ERROR,
               "gather of a cp 1 layout over %d ranks succeeded", np);
         cp_sharder_free(&sh);
@@ -144,10 +144,11 @@ int main(int argc, char **argv) {
     // rank, before any message is sent (a shorter one would be read past its end)
     {
         CpSharder sh;
-        cp_sharder_init(&sh, np == 1 ? CP_LAYOUT_IDENTITY : CP_LAYOUT_ROUND_ROBIN, comm->rank, np, MAX_SEQ_LEN, -1);
+        cp_sharder_init(&sh, np == 1 ? CP_LAYOUT_IDENTITY : CP_LAYOUT_ROUND_ROBIN, comm->rank, np, MAX_SEQ_LEN,
+                        cp_no_documents());
         int T = 4 * np, in[4 * 8], out[4 * 8];
         for (int t = 0; t < T; t++) { in[t] = t; }
-        CHECK(cp_shard_batch(&sh, in, in, 1, T) == CP_OK, "shard T %d: %s", T, sh.error);
+        CHECK(cp_shard_batch(&sh, in, in, NULL, 1, T) == CP_OK, "shard T %d: %s", T, sh.error);
         size_t n = (size_t)sh.layout.local_len;
         for (int d = -1; d <= 1; d += 2) {
             CHECK(cp_gather_tokens(&sh, comm, sh.local.inputs, n + d, sizeof(int), 1, out) == CP_ERROR,

@@ -6,11 +6,18 @@ The model runs with -r 2 (GELU and layernorms recomputed in the backward pass) a
 the classifier in chunks of 5 of the 14 tokens.
 
 A tiny GPT-2 (V 37, Vp 40, maxT 16, L 2, NH 2, C 8), B = 2, T = 7, random inputs
-and targets with two IGNORE_INDEX targets. Attention is a RingAttention over an
-MPI_COMM_SELF Comm with the identity layout, as the trainer runs at cp 1.
-The loss is sum of valid token losses / valid count; backward gets dloss = 1/valid.
+and targets, and a loss mask (the trainer's -lm 1, applied by the sharder as it
+shards the targets) that leaves out 5 of the 14 targets: one inside row 0, and the
+last two of both rows. Attention is a RingAttention over an MPI_COMM_SELF Comm with
+the identity layout, as the trainer runs at cp 1. The loss is the sum of the
+unmasked token losses / their count; backward gets dloss = 1/count.
 Checked: 10 random entries of every parameter tensor, all of lnfw and lnfb, and
-entries whose gradient must be 0 (a padded vocabulary row, a position row >= T).
+entries whose gradient must be 0: a padded vocabulary row, a position row >= T,
+and the position rows T-2 and T-1, which reach only masked predictions (causal
+attention: no later token reads them): a masked token's gradient is 0, in the
+finite differences (its loss does not move the mean) as in the backward pass.
+Then the masked targets are replaced by other tokens: the loss and every gradient
+must stay the same, bit for bit.
 
 The model computes in fp32, so the finite difference is of an fp32 loss. It uses
 the fourth-order central stencil
@@ -52,7 +59,7 @@ typedef struct {
     CpSharder sharder;
     RingAttention ring;
     AttentionVerbs attn;
-    int valid; // targets that count
+    int valid; // targets that count: not masked
 } Setup;
 
 // the mean loss at the current parameters
@@ -104,16 +111,17 @@ int main(int argc, char **argv) {
     }
 
     int inputs[B * T], targets[B * T];
+    unsigned char loss_mask[B * T];
     for (int i = 0; i < B * T; i++) {
         inputs[i] = rand_below(&rng, config.vocab_size);
         targets[i] = rand_below(&rng, config.vocab_size);
+        int t = i % T;
+        loss_mask[i] = !(i == 3 || t >= T - 2); // row 0's target 3, and the last two targets of each row
     }
-    targets[3] = IGNORE_INDEX;
-    targets[B * T - 1] = IGNORE_INDEX;
-    s.valid = B * T - 2;
+    s.valid = B * T - 5;
 
-    cp_sharder_init(&s.sharder, CP_LAYOUT_IDENTITY, 0, 1, config.max_seq_len, -1);
-    CHECK(cp_shard_batch(&s.sharder, inputs, targets, B, T) == CP_OK, "shard_batch: %s", s.sharder.error);
+    cp_sharder_init(&s.sharder, CP_LAYOUT_IDENTITY, 0, 1, config.max_seq_len, cp_no_documents());
+    CHECK(cp_shard_batch(&s.sharder, inputs, targets, loss_mask, B, T) == CP_OK, "shard_batch: %s", s.sharder.error);
     ring_attention_init(&s.ring, comm, B, T, config.channels, config.num_heads);
     s.ring.layout = &s.sharder.layout;
     s.attn = ring_attention_verbs(&s.ring);
@@ -146,7 +154,11 @@ int main(int argc, char **argv) {
             for (int k = 0; k < SAMPLES; k++) { picks[num_picks++] = (size_t)rand_below(&rng, (int)n); }
         }
         if (i == 0) { picks[num_picks++] = (size_t)config.vocab_size * config.channels + 3; } // padded vocab row
-        if (i == 1) { picks[num_picks++] = (size_t)T * config.channels + 5; } // position T: no token there
+        if (i == 1) {
+            picks[num_picks++] = (size_t)(T - 2) * config.channels + 1; // positions T-2, T-1: only masked
+            picks[num_picks++] = (size_t)(T - 1) * config.channels + 6; // predictions read them
+            picks[num_picks++] = (size_t)T * config.channels + 5;       // position T: no token there
+        }
         CloseCheck cc;
         close_begin(&cc, ATOL, RTOL, "d loss / d %s (index within the tensor)", tensor_names[i]);
         double largest = 0.0, worst = 0.0;
@@ -154,6 +166,10 @@ int main(int argc, char **argv) {
             size_t j = picks[k];
             double fd = finite_difference(&s, param + j);
             close_add(&cc, j, grad[j], fd);
+            // wpe rows T-2 and T-1 reach masked predictions only: the mean loss does not move at all
+            int masked_only = i == 1 && k >= num_picks - 3 && k < num_picks - 1;
+            CHECK(!masked_only || fd == 0.0, "wpe row %zu (masked tokens only): finite difference %g, expected 0",
+                  j / config.channels, fd);
             if (fabs(grad[j]) > largest) { largest = fabs(grad[j]); }
             if (fabs(grad[j] - fd) > worst) { worst = fabs(grad[j] - fd); }
         }
@@ -164,14 +180,33 @@ int main(int argc, char **argv) {
             size_t j = picks[num_picks - 1];
             CHECK(grad[j] == 0.0f, "wte padded row entry %zu: gradient %g, expected 0", j, grad[j]);
         }
-        if (i == 1) {
-            size_t j = picks[num_picks - 1];
-            CHECK(grad[j] == 0.0f, "wpe row %d entry %zu: gradient %g, expected 0", T, j, grad[j]);
+        for (int k = 3; i == 1 && k >= 1; k--) {
+            size_t j = picks[num_picks - k];
+            CHECK(grad[j] == 0.0f, "wpe row %zu entry %zu: gradient %g, expected 0", j / config.channels, j, grad[j]);
         }
         printf("%-9s %2d entries match finite differences: largest |g| %.4f, worst |g - fd| %.2g\n",
                tensor_names[i], num_picks, largest, worst);
         offset += n;
     }
+
+    // what a masked target is does not matter: other tokens there, the same loss and
+    // gradients, bit for bit
+    float *grads = (float *)mallocCheck(s.model.num_parameters * sizeof(float));
+    memcpy(grads, s.model.grads_memory, s.model.num_parameters * sizeof(float));
+    for (int i = 0; i < B * T; i++) {
+        if (!loss_mask[i]) { targets[i] = (targets[i] + 1 + i) % config.vocab_size; }
+    }
+    CHECK(cp_shard_batch(&s.sharder, inputs, targets, loss_mask, B, T) == CP_OK, "shard_batch: %s", s.sharder.error);
+    double loss_other = mean_loss(&s);
+    gpt2_zero_grad(&s.model);
+    gpt2_forward_train(&s.model, &s.acts, s.sharder.local.inputs, s.sharder.layout.position, s.sharder.local.targets,
+                       1.0f / s.valid, &s.attn);
+    gpt2_backward(&s.model, &s.acts, s.sharder.local.inputs, s.sharder.layout.position, &s.attn);
+    CHECK(loss_other == loss, "other masked targets: loss %.9g, with the first ones %.9g", loss_other, loss);
+    CHECK(memcmp(grads, s.model.grads_memory, s.model.num_parameters * sizeof(float)) == 0,
+          "other masked targets changed the gradients");
+    printf("other tokens at the %d masked targets: the same loss and gradients, bit for bit\n", B * T - s.valid);
+    free(grads);
 
     activations_free(&s.acts);
     ring_attention_free(&s.ring);

@@ -17,7 +17,8 @@ if [[ ! -x $TRAINER ]]; then
 fi
 cd "$REPO_ROOT"
 failures=0
-# expect NAME COMMAND...: non-zero exit, exactly one 'error:' line naming the missing GPU
+# expect NAME COMMAND...: non-zero exit, exactly one 'error:' line naming what is
+# missing: the GPU, or its driver (this machine's runtime finds no libcuda)
 expect() {
     local name=$1
     shift
@@ -26,7 +27,7 @@ expect() {
     rc=$?
     local errors
     errors=$(grep -c '^error:' <<< "$out")
-    if [[ $rc -eq 0 || $rc -eq 124 ]] || [[ $errors -ne 1 ]] || ! grep -q '^error: no CUDA device' <<< "$out" ||
+    if [[ $rc -eq 0 || $rc -eq 124 ]] || [[ $errors -ne 1 ]] || ! grep -qE '^error: no CUDA (device|driver) found' <<< "$out" ||
         grep -qiE 'segmentation|core dumped|signal [0-9]|terminate called' <<< "$out"; then
         echo "FAIL $name: exit $rc, $errors error line(s); output:"
         echo "$out" | head -20

@@ -46,6 +46,7 @@ With no GPU the binary exits 77 (skipped).
 */
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
+#include "cp/loss.cuh"
 #include "cp/ring_attention.cuh"
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
@@ -263,6 +264,95 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     free(inp); free(w); free(bias); free(out); free(act); free(dout); free(dinp); free(dw); free(db);
 }
 
+// Each block reduction of cuda_common.cuh twice in a row on one scratch, as the
+// layers call them (layernorm's mean, then its variance): every thread gets each
+// result, and the second call's writes wait for the first call's reads (the
+// barrier each begins with). Row r's results, from the block's last thread (thread
+// 0 would not show a result that reached only it):
+// out: (rows, 5) max x, max -x, sum x, sum x^2 (double), sum of thread indices (double)
+// x: (rows, cols)
+__global__ static void block_reductions_kernel(float *out, const float *x, int cols) {
+    __shared__ float scratch[WARP_SIZE];
+    __shared__ double scratch_double[WARP_SIZE];
+    const float *row = x + (size_t)blockIdx.x * cols;
+    float hi = -INFINITY, neg_lo = -INFINITY, sum = 0.0f;
+    double squares = 0.0;
+    for (int i = threadIdx.x; i < cols; i += blockDim.x) {
+        hi = fmaxf(hi, row[i]);
+        neg_lo = fmaxf(neg_lo, -row[i]);
+        sum += row[i];
+        squares += (double)row[i] * row[i];
+    }
+    hi = block_reduce_max(hi, scratch);
+    neg_lo = block_reduce_max(neg_lo, scratch);
+    sum = block_reduce_sum(sum, scratch);
+    float sum_again = block_reduce_sum(1.0f, scratch);
+    squares = block_reduce_sum_double(squares, scratch_double);
+    double threads = block_reduce_sum_double((double)threadIdx.x, scratch_double);
+    if (threadIdx.x == blockDim.x - 1) {
+        float *o = out + (size_t)blockIdx.x * 5;
+        o[0] = hi;
+        o[1] = neg_lo;
+        o[2] = sum + sum_again - (float)blockDim.x; // sum_again counts the threads
+        o[3] = (float)squares;
+        o[4] = (float)threads;
+    }
+}
+
+static void test_block_reductions(void) {
+    int rows = 3, cols = 1000, threads = 256;
+    float *x = random_floats((size_t)rows * cols, -2, 2);
+    float *expected = (float *)mallocCheck((size_t)rows * 5 * sizeof(float));
+    for (int r = 0; r < rows; r++) {
+        float hi = -INFINITY, lo = INFINITY;
+        double sum = 0.0, squares = 0.0;
+        for (int i = 0; i < cols; i++) {
+            float v = x[(size_t)r * cols + i];
+            hi = fmaxf(hi, v);
+            lo = fminf(lo, v);
+            sum += v;
+            squares += (double)v * v;
+        }
+        float *e = expected + (size_t)r * 5;
+        e[0] = hi; e[1] = -lo; e[2] = (float)sum; e[3] = (float)squares;
+        e[4] = (float)(threads * (threads - 1) / 2);
+    }
+    float *d_x = device_copy(x, (size_t)rows * cols);
+    float *d_out = (float *)cudaMallocCheck((size_t)rows * 5 * sizeof(float));
+    poison_device(d_out, (size_t)rows * 5 * sizeof(float));
+    block_reductions_kernel<<<rows, threads, 0, cuda_ctx.stream>>>(d_out, d_x, cols);
+    cudaCheckLaunch();
+    // the float sum in another order: fp32 rounding of 1000 terms of O(1)
+    check_rel_device("block reductions, each twice on one scratch", d_out, expected, (size_t)rows * 5, 1e-6);
+    cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_out));
+    free(x); free(expected);
+}
+
+// The loss statistics of a shard (cp/loss.cuh): the sum of the losses of the valid
+// targets and their number, in double, against the host's sum (another order: a
+// relative 1e-12) and count (exact); every third target is padding
+static void test_loss_stats(void) {
+    size_t n = 3001;
+    float *losses = random_floats(n, 0, 11);
+    int *targets = (int *)mallocCheck(n * sizeof(int));
+    double sum = 0.0, count = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        targets[i] = i % 3 == 1 ? IGNORE_INDEX : (int)(i % 50257);
+        if (targets[i] != IGNORE_INDEX) { sum += losses[i]; count += 1.0; }
+    }
+    float *d_losses = device_copy(losses, n);
+    int *d_targets = device_copy_int(targets, n);
+    double *d_stats = (double *)cudaMallocCheck(2 * sizeof(double)), stats[2];
+    local_loss_stats_cuda(d_stats, d_losses, d_targets, n);
+    cuda_download(stats, d_stats, sizeof(stats));
+    CHECK(fabs(stats[0] - sum) <= 1e-12 * sum && stats[1] == count,
+          "loss stats: sum %.17g count %.0f, expected %.17g and %.0f", stats[0], stats[1], sum, count);
+    printf("ok   rank 0  loss stats of %zu targets (%.0f valid): sum within %.1e, count exact\n", n, count,
+           fabs(stats[0] - sum) / sum);
+    cudaCheck(cudaFree(d_losses)); cudaCheck(cudaFree(d_targets)); cudaCheck(cudaFree(d_stats));
+    free(losses); free(targets);
+}
+
 static void test_elementwise(void) {
     size_t n = (size_t)BT * 4 * C;
     float *x = random_stored(n, -4, 4), *y = random_stored(n, -1, 1);
@@ -435,8 +525,8 @@ static void test_model(void) {
     int *inputs = random_ints(BT, V), *targets = random_ints(BT, V);
     targets[3] = targets[T + 10] = IGNORE_INDEX;
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, MAXT, -1);
-    CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "%s", sh.error);
+    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, MAXT, cp_no_documents());
+    CHECK(cp_shard_batch(&sh, inputs, targets, NULL, B, T) == CP_OK, "%s", sh.error);
     MPI_Comm self_host, self_dev;
     MPI_Comm_dup(MPI_COMM_SELF, &self_host);
     MPI_Comm_dup(MPI_COMM_SELF, &self_dev);
@@ -523,6 +613,8 @@ int main(int argc, char **argv) {
     cuda_init(0, 0); // TF32 off: fp32 against fp32
     rng_seed(&rng, 1234);
     test_encoder();
+    test_block_reductions();
+    test_loss_stats();
     test_layernorm(B, T, C);
     // C not a multiple of a warp, more than one block's 256 threads (some take two
     // channels); and 703 rows: 11 chunks of the column sums, of rows not a multiple

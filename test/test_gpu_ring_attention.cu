@@ -20,9 +20,17 @@ sent home, every rank's outputs depend on every other rank's data. Cases: layout
 identity (np 1), contiguous and round_robin; T = 7, 37, 150, 300 (most pad); with
 and without document masking (an EOT token opens a document); head sizes 32, 64
 and 128 (tiles of 64, 64 and 32 rows, so the local lengths cross tiles and end in
-partial ones); and packed (documents split head-tail) at T = 100 and 300. Ulysses
-and the hybrid run where the heads split (NH 12, HS 32 cases: every np of the
-suite). Each GPU backward is run twice and must give the same bits (no atomics).
+partial ones); packed (documents split head-tail) at T = 100 and 300; and striped
+(token i on rank i mod np: strided index sets) at T = 37 and 150. Ulysses and the
+hybrid run where the heads split (NH 12, HS 32 cases: every np of the suite). Each
+GPU backward is run twice and must give the same bits (no atomics).
+
+The step's tile visibility table of striped is also checked against its shape: the
+indices of a tile interleave with every other rank's, so a query tile lies after
+every key tile before it (FULL: no mask evaluated), before every key tile after
+it (SKIP), and meets its own place's key tile (MASKED) at every ring step. Only
+the diagonal is masked: the per-step visibility handles strided index sets
+without computing pairs it need not.
 
 Tolerances, relative 2-norm error:
   exact fp32 (-f 0)  1e-5. Inputs are U(-1, 1), so scores are O(1) and every output
@@ -60,13 +68,17 @@ Tolerances, relative 2-norm error:
 
 Also the transport: all_reduce_sum (float, double), all_gather, reduce_scatter_sum
 (float, double), all_to_all and broadcast on device memory against the values
-they must produce.
+they must produce; and where every rank of the node has a GPU of its own, the same
+over NCCL (cp/comm_nccl.cuh), with the ring and all-gather attention over it.
 With no GPU the binary exits 77 (skipped) on every rank.
 */
 #include "cp/allgather_attention.cuh"
 #include "cp/allgather_attention.h"
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
+#ifndef NO_NCCL
+#include "cp/comm_nccl.cuh"
+#endif
 #include "cp/ring_attention.cuh"
 #include "cp/ring_attention.h"
 #include "cp/mesh.h"
@@ -351,13 +363,14 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
         for (int i = 5; i < B * T; i += 11) { inputs[i] = DOC_TOKEN; }
     }
     CpSharder sh;
-    cp_sharder_init(&sh, kind, host_comm->rank, host_comm->size, MAX_SEQ_LEN, with_documents ? DOC_TOKEN : -1);
+    cp_sharder_init(&sh, kind, host_comm->rank, host_comm->size, MAX_SEQ_LEN,
+                    with_documents ? cp_masked_documents(DOC_TOKEN) : cp_no_documents());
     if (cp_check_config(&sh, T) != CP_OK) { // a rank would own no real token: not a valid run
         free(inputs);
         free(targets);
         return;
     }
-    CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "%s: shard_batch: %s", label, sh.error);
+    CHECK(cp_shard_batch(&sh, inputs, targets, NULL, B, T) == CP_OK, "%s: shard_batch: %s", label, sh.error);
     int Tl = sh.layout.local_len;
     size_t nqkv = (size_t)B * Tl * 3 * C, nout = (size_t)B * Tl * C;
     rng_seed(&rng, 1000 + 31 * host_comm->rank + T + HS);
@@ -405,6 +418,45 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
 
     cp_sharder_free(&sh);
     free(inputs); free(targets); free(qkv); free(dout);
+}
+
+// Striped at T = 300 (no padding at np 1 to 4), one document, head size 64 (tiles
+// of 64 rows): the visibility of this rank's query tile qt against every rank's key
+// tile kt, as the trainer's step prepares it, must be FULL below the diagonal
+// (MASKED for a partial query tile, whose bounds are checked), MASKED on it, SKIP
+// above it. The header derives the shape.
+static void check_striped_tiles(Comm *host_comm, Comm *dev_comm) {
+    int T = 300, NH = 1, HS = 64;
+    CpSharder sh;
+    cp_sharder_init(&sh, CP_LAYOUT_STRIPED, host_comm->rank, host_comm->size, MAX_SEQ_LEN, cp_no_documents());
+    int *tokens = (int *)callocCheck((size_t)B * T, sizeof(int));
+    CHECK(cp_shard_batch(&sh, tokens, tokens, NULL, B, T) == CP_OK, "striped T %d: %s", T, sh.error);
+    int Tl = sh.layout.local_len, cp = host_comm->size;
+    RingAttentionCuda ring;
+    ring_attention_cuda_init(&ring, dev_comm, B, Tl, NH * HS, NH);
+    ring_attention_cuda_set_layout(&ring, &sh.layout);
+    const AttentionLayoutCuda *al = &ring.queries.layout;
+    size_t n = (size_t)cp * B * al->tiles * al->tiles;
+    unsigned char *vis = (unsigned char *)mallocCheck(n);
+    cuda_download(vis, al->vis, n);
+    int masked = 0;
+    for (size_t i = 0; i < n; i++) {
+        int kt = (int)(i % al->tiles), qt = (int)(i / al->tiles % al->tiles);
+        int src = (int)(i / ((size_t)al->tiles * al->tiles * B));
+        int partial_q = (qt + 1) * al->tile > Tl;
+        BlockVisibility expected = qt < kt ? BLOCK_SKIP : qt == kt || partial_q ? BLOCK_MASKED : BLOCK_FULL;
+        CHECK(vis[i] == expected, "striped T %d rank %d: query tile %d against rank %d's key tile %d is %d, "
+              "expected %d (0 skip, 1 full, 2 masked)", T, host_comm->rank, qt, src, kt, vis[i], expected);
+        masked += vis[i] == BLOCK_MASKED;
+    }
+    if (host_comm->rank == 0) {
+        printf("striped T %d: %d tiles a block, %d masked tile pairs of %zu over %d steps x %d rows\n", T, al->tiles,
+               masked, n, cp, B);
+    }
+    free(vis);
+    free(tokens);
+    ring_attention_cuda_free(&ring);
+    cp_sharder_free(&sh);
 }
 
 // The collectives of the device transport against what they must produce.
@@ -486,6 +538,34 @@ static void test_transport(Comm *comm) {
     check_rel_device("transport all_to_all", d_got, wanted, part * n, 0.0);
     cudaCheck(cudaFree(d_sent)); cudaCheck(cudaFree(d_got));
     free(sent); free(wanted);
+
+    // two ring exchanges back to back, the second larger: rank r sends r * 10000 + i
+    // and receives rank r-1's. Both use the first free slot, whose staging buffers
+    // (the staged transport's) grow for the second while the first's copy back to the
+    // device may still be queued on the transport's stream. The sends are on the
+    // device before the first starts, so that no synchronous copy drains that stream
+    size_t ring_counts[2] = {100, 3000};
+    float *d_ring_send[2], *d_ring_recv[2];
+    for (int e = 0; e < 2; e++) {
+        float *block = (float *)mallocCheck(ring_counts[e] * sizeof(float));
+        for (size_t i = 0; i < ring_counts[e]; i++) { block[i] = (float)(r * 10000 + (int)i); }
+        d_ring_send[e] = device_copy(block, ring_counts[e]);
+        d_ring_recv[e] = (float *)cudaMallocCheck(ring_counts[e] * sizeof(float));
+        poison_device(d_ring_recv[e], ring_counts[e] * sizeof(float));
+        free(block);
+    }
+    for (int e = 0; e < 2; e++) {
+        comm->ring_wait(comm, comm->ring_start(comm, d_ring_send[e], d_ring_recv[e], ring_counts[e] * sizeof(float)));
+    }
+    int previous = (r - 1 + n) % n;
+    for (int e = 0; e < 2; e++) {
+        float *want = (float *)mallocCheck(ring_counts[e] * sizeof(float));
+        for (size_t i = 0; i < ring_counts[e]; i++) { want[i] = (float)(previous * 10000 + (int)i); }
+        check_rel_device(e == 0 ? "transport ring exchange" : "transport ring exchange, grown", d_ring_recv[e], want,
+                         ring_counts[e], 0.0);
+        free(want);
+        cudaCheck(cudaFree(d_ring_send[e])); cudaCheck(cudaFree(d_ring_recv[e]));
+    }
     comm->barrier(comm);
     cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_dv)); cudaCheck(cudaFree(d_all));
     free(x); free(expected);
@@ -494,7 +574,7 @@ static void test_transport(Comm *comm) {
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
     gpu_test_require_device(1);
-    int devices = cuda_device_count();
+    int devices = cuda_device_count(NULL, 0);
     cuda_init(fatal_rank % devices, 0);
     MPI_Comm host_mc, dev_mc;
     MPI_Comm_dup(MPI_COMM_WORLD, &host_mc);
@@ -524,12 +604,37 @@ int main(int argc, char **argv) {
     // packed: documents split head-tail one by one, pad slots between them
     run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 100, 1, 2, 32, 0);
     run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 300, 1, 1, 64, 0);
+    // striped: strided index sets, every tile interleaved with every rank's
+    check_striped_tiles(host_comm, dev_comm);
+    run_case(host_comm, dev_comm, CP_LAYOUT_STRIPED, 37, 0, 2, 32, 0);
+    run_case(host_comm, dev_comm, CP_LAYOUT_STRIPED, 150, 1, 1, 64, 0);
     // 12 heads: Ulysses at every np, the hybrid 2 x 2 at np 4
     for (int k = 0; k < nkinds; k++) {
         for (int docs = 0; docs < 2; docs++) { run_case(host_comm, dev_comm, kinds[k], 37, docs, 12, 32, 1); }
     }
     run_case(host_comm, dev_comm, CP_LAYOUT_PACKED, 37, 1, 12, 32, 1);
+    run_case(host_comm, dev_comm, CP_LAYOUT_STRIPED, 37, 1, 12, 32, 1);
     ulysses_groups_free();
+#ifndef NO_NCCL
+    // NCCL where every rank of this node has a GPU of its own (NCCL refuses two ranks
+    // on one): the transport's verbs, and the ring and all-gather over it
+    MPI_Comm node;
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    int node_ranks;
+    MPI_Comm_size(node, &node_ranks);
+    MPI_Comm_free(&node);
+    if (node_ranks <= devices) {
+        MPI_Comm nccl_mc;
+        MPI_Comm_dup(MPI_COMM_WORLD, &nccl_mc);
+        Comm *nccl = comm_nccl_create(nccl_mc, cuda_ctx.stream);
+        test_transport(nccl);
+        run_case(host_comm, nccl, kinds[nkinds - 1], 150, 1, 2, 32, 0);
+        nccl->destroy(nccl);
+    } else if (fatal_rank == 0) {
+        printf("note: %d ranks on this node, %d GPU(s): NCCL is not tested (it needs a GPU per rank)\n", node_ranks,
+               devices);
+    }
+#endif
     dev_comm->destroy(dev_comm);
     host_comm->destroy(host_comm);
     cuda_free_context();

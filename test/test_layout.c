@@ -10,8 +10,11 @@ Checked against:
     without a real token (those must be rejected by cp_check_config);
   - closed forms of the causal pair count per rank (round_robin exactly balanced,
     contiguous about 2cp-1 times out of balance), against a brute-force count;
-  - hand-computed local batches (inputs, targets, positions, document ids) and the
-    length rules of the token verbs, including the text of their error messages.
+  - closed forms of striped's causal pairs per rank (within 1 + 2/Tl of balanced);
+  - hand-computed local batches (inputs, targets, positions, document ids), with the
+    documents masked or not, positions restarting at each document or not, and a
+    loss mask (its zeros become ignored targets), and the length rules of the token
+    verbs, including the text of their error messages.
 The shard -> gather identity needs a Comm of several ranks: see test_gather.c.
 */
 #include <stdio.h>
@@ -27,7 +30,7 @@ The shard -> gather identity needs a Comm of several ranks: see test_gather.c.
 // the oracle: the layouts of docs/DESIGN.md §2, written independently of cp/layout.h
 
 static int oracle_pad_multiple(CpLayoutKind kind, int cp) {
-    return kind == CP_LAYOUT_IDENTITY ? 1 : 2 * cp;
+    return kind == CP_LAYOUT_IDENTITY ? 1 : kind == CP_LAYOUT_STRIPED ? cp : 2 * cp;
 }
 
 // the smallest multiple of m that is >= T, by counting up
@@ -48,12 +51,13 @@ static int oracle_owner(CpLayoutKind kind, int P, int cp, int g) {
         int chunk = g / (P / (2 * cp));
         return chunk < cp ? chunk : 2 * cp - 1 - chunk;
     }
+    case CP_LAYOUT_STRIPED: return g % cp; // token i to rank i mod cp
     case CP_LAYOUT_PACKED: break; // not a function of (P, cp)
     }
     return -1;
 }
 
-// Every g that `rank` owns, ascending. Both splitting layouts store their tokens in
+// Every g that `rank` owns, ascending. The splitting layouts store their tokens in
 // ascending global order (round_robin: chunk r comes before its mirror 2cp-1-r).
 // Returns the count.
 static int oracle_local_indices(CpLayoutKind kind, int P, int cp, int rank, int *indices) {
@@ -88,9 +92,14 @@ static void test_worked_example(void) {
     const int rr2[] = {0, 1, 2, 9, 10, 11, /**/ 3, 4, 5, 6, 7, 8};
     const int rr4[] = {0, 1, 14, 15, /**/ 2, 3, 12, 13, /**/ 4, 5, 10, 11, /**/ 6, 7, 8, 9};
     const int contig2[] = {0, 1, 2, 3, 4, 5, /**/ 6, 7, 8, 9, 10, 11};
+    // striped pads to a multiple of cp only: cp 2 keeps P = 10, cp 4 pads to 12
+    const int striped2[] = {0, 2, 4, 6, 8, /**/ 1, 3, 5, 7, 9};
+    const int striped4[] = {0, 4, 8, /**/ 1, 5, 9, /**/ 2, 6, 10, /**/ 3, 7, 11};
     check_example(CP_LAYOUT_ROUND_ROBIN, 2, 12, rr2, "round_robin cp 2");
     check_example(CP_LAYOUT_ROUND_ROBIN, 4, 16, rr4, "round_robin cp 4");
     check_example(CP_LAYOUT_CONTIGUOUS, 2, 12, contig2, "contiguous cp 2");
+    check_example(CP_LAYOUT_STRIPED, 2, 10, striped2, "striped cp 2");
+    check_example(CP_LAYOUT_STRIPED, 4, 12, striped4, "striped cp 4");
     const int ident[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
     check_example(CP_LAYOUT_IDENTITY, 1, 10, ident, "identity cp 1");
 }
@@ -106,7 +115,7 @@ static void test_worked_example(void) {
 static int check_layout_config(CpLayoutKind kind, int cp, int T) {
     const char *name = cp_layout_names[kind];
     CpSharder sh;
-    cp_sharder_init(&sh, kind, 0, cp, 1 << 20, -1);
+    cp_sharder_init(&sh, kind, 0, cp, 1 << 20, cp_no_documents());
     if (!layout_valid_at(kind, cp)) {
         CHECK(cp_check_config(&sh, T) == CP_ERROR, "%s at cp %d T %d: accepted, but the layout needs cp 1", name, cp, T);
         CHECK(sh.error[0] != '\0', "%s at cp %d: rejected without a message", name, cp);
@@ -172,7 +181,8 @@ static void test_all_configs(void) {
             int T = ti < 70 ? ti + 1 : extra_T[ti - 70];
             // the layouts that are a function of (T, cp) alone; packed depends on the
             // data and has its own test (test_packed_layout.c)
-            for (int kind = 0; kind < CP_LAYOUT_PACKED; kind++) {
+            for (int kind = 0; kind < CP_NUM_LAYOUTS; kind++) {
+                if (cp_layout_depends_on_data((CpLayoutKind)kind)) { continue; }
                 int ok = check_layout_config((CpLayoutKind)kind, cp, T);
                 accepted += ok == 1;
                 rejected += ok == 0;
@@ -183,9 +193,9 @@ static void test_all_configs(void) {
     CHECK(rejected > 0 && accepted > 0, "accepted %d configs, rejected %d", accepted, rejected);
     // the general errors
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_CONTIGUOUS, 0, 2, 16, -1);
+    cp_sharder_init(&sh, CP_LAYOUT_CONTIGUOUS, 0, 2, 16, cp_no_documents());
     CHECK(cp_check_config(&sh, 0) == CP_ERROR && sh.error[0], "T = 0 accepted");
-    cp_sharder_init(&sh, CP_LAYOUT_CONTIGUOUS, 0, 0, 16, -1);
+    cp_sharder_init(&sh, CP_LAYOUT_CONTIGUOUS, 0, 0, 16, cp_no_documents());
     CHECK(cp_check_config(&sh, 8) == CP_ERROR && sh.error[0], "cp 0 accepted");
 }
 
@@ -236,7 +246,29 @@ static void check_balance(int T, int cp) {
     printf("balance T %d cp %d: round_robin max/min %.3f, contiguous %.3f\n", T, cp, rr_ratio, ct_ratio);
 }
 
+// striped, T a multiple of cp, Tl = T/cp: rank r owns queries r + i cp, i < Tl, with
+// r + i cp + 1 keys each: Tl (r + 1) + cp Tl (Tl - 1) / 2 pairs. The last rank does
+// (cp - 1) Tl pairs more than the first, so max/min = 1 + (cp - 1) Tl / (Tl + cp Tl (Tl - 1) / 2),
+// below 1 + 2 / (Tl - 1): balanced to the last 2/Tl, with no chunking.
+static void check_striped_balance(int T, int cp) {
+    long Tl = T / cp, mn = -1, mx = -1;
+    for (int r = 0; r < cp; r++) {
+        long w = causal_pairs_of_rank(CP_LAYOUT_STRIPED, T, cp, r);
+        long expected = Tl * (r + 1) + cp * Tl * (Tl - 1) / 2;
+        CHECK(w == expected, "striped T %d cp %d rank %d: %ld causal pairs, expected %ld", T, cp, r, w, expected);
+        if (mn < 0 || w < mn) { mn = w; }
+        if (w > mx) { mx = w; }
+    }
+    double ratio = (double)mx / mn, expected = 1.0 + (cp - 1.0) * Tl / (Tl + cp * Tl * (Tl - 1) / 2.0);
+    CHECK(fabs(ratio - expected) < 1e-12 && ratio < 1.0 + 2.0 / (Tl - 1), "striped T %d cp %d: max/min %.6f, expected %.6f",
+          T, cp, ratio, expected);
+    printf("balance T %d cp %d: striped max/min %.4f\n", T, cp, ratio);
+}
+
 static void test_balance(void) {
+    check_striped_balance(1024, 4);
+    check_striped_balance(96, 3);
+    check_striped_balance(64, 8);
     check_balance(1024, 4); // contiguous: 1 + 2*256*3/257 = 6.977
     check_balance(1024, 2);
     check_balance(96, 3);
@@ -271,22 +303,35 @@ static const int ex_documents[EX_B * EX_T] = {
     0, 0, 0, 1, 1, 1, 1, 2, 2, 2,
     0, 0, 1, 2, 2, 2, 2, 2, 2, 2,
 };
+// each token's offset from the first token of its document (the EOT that opens it)
+static const int ex_document_positions[EX_B * EX_T] = {
+    0, 1, 2, 0, 1, 2, 3, 0, 1, 2,
+    0, 1, 0, 0, 1, 2, 3, 4, 5, 6,
+};
+// a loss mask: which targets count
+static const unsigned char ex_loss_mask[EX_B * EX_T] = {
+    1, 0, 0, 1, 1, 0, 1, 1, 1, 0,
+    0, 1, 1, 1, 0, 0, 0, 1, 1, 1,
+};
 
 static int ex_target(int b, int t) { return 200 + 10 * b + t; }
 
-// Shards the example batch with sh (already initialised, possibly already used)
-// and checks every local array token by token against the oracle.
-static void check_shard_example(CpSharder *sh, int B, int T) {
+// Shards the example batch with sh (already initialised, possibly already used;
+// with the example's loss mask, or none) and checks every local array token by
+// token against the oracle.
+static void check_shard_example(CpSharder *sh, int B, int T, int with_loss_mask) {
     const char *name = cp_layout_names[sh->kind];
     int cp = sh->cp_size, rank = sh->cp_rank;
     int inputs[EX_B * EX_T], targets[EX_B * EX_T];
+    unsigned char loss_mask[EX_B * EX_T];
     for (int b = 0; b < B; b++) {
         for (int t = 0; t < T; t++) {
             inputs[b * T + t] = ex_inputs[b * EX_T + t];
             targets[b * T + t] = ex_target(b, t);
+            loss_mask[b * T + t] = ex_loss_mask[b * EX_T + t];
         }
     }
-    int rc = cp_shard_batch(sh, inputs, targets, B, T);
+    int rc = cp_shard_batch(sh, inputs, targets, with_loss_mask ? loss_mask : NULL, B, T);
     CHECK(rc == CP_OK, "%s cp %d rank %d T %d: shard_batch failed: %s", name, cp, rank, T, sh->error);
     const ShardLayout *lay = &sh->layout;
     int P = oracle_padded_len(sh->kind, T, cp), Tl = P / cp;
@@ -307,18 +352,22 @@ static void check_shard_example(CpSharder *sh, int B, int T) {
             int in = real ? inputs[b * T + g] : 0;
             CHECK(sh->local.inputs[li] == in, "%s cp %d rank %d (b %d, i %d, %s): input %d, expected %d",
                   name, cp, rank, b, i, where, sh->local.inputs[li], in);
-            int tg = real ? targets[b * T + g] : IGNORE_INDEX;
+            // a pad's target and a masked one are ignored
+            int counts = real && (!with_loss_mask || ex_loss_mask[b * EX_T + g]);
+            int tg = counts ? targets[b * T + g] : IGNORE_INDEX;
             CHECK(sh->local.targets[li] == tg, "%s cp %d rank %d (b %d, i %d, %s): target %d, expected %d",
                   name, cp, rank, b, i, where, sh->local.targets[li], tg);
             int pos = lay->position[li];
             if (real) {
-                CHECK(pos == g, "%s cp %d rank %d (b %d, i %d): position %d, expected %d", name, cp, rank, b, i, pos, g);
+                int expected = sh->documents.restart_positions ? ex_document_positions[b * EX_T + g] : g;
+                CHECK(pos == expected, "%s cp %d rank %d (b %d, i %d): position %d, expected %d", name, cp, rank, b,
+                      i, pos, expected);
             } else {
                 CHECK(pos >= 0 && pos < sh->max_positions, "%s cp %d rank %d (b %d, i %d, pad %d): position %d "
                       "outside [0, %d)", name, cp, rank, b, i, g, pos, sh->max_positions);
             }
             // real tokens: document 0 unless masked, else the hand-computed ids; pads: -1
-            int doc = !real ? -1 : (sh->document_token < 0 ? 0 : ex_documents[b * EX_T + g]);
+            int doc = !real ? -1 : (!sh->documents.mask_attention ? 0 : ex_documents[b * EX_T + g]);
             CHECK(lay->document[li] == doc, "%s cp %d rank %d (b %d, i %d, %s): document %d, expected %d",
                   name, cp, rank, b, i, where, lay->document[li], doc);
         }
@@ -329,18 +378,20 @@ static void test_shard_batch(void) {
     struct { CpLayoutKind kind; int cp; } cases[] = {
         {CP_LAYOUT_IDENTITY, 1}, {CP_LAYOUT_CONTIGUOUS, 1}, {CP_LAYOUT_CONTIGUOUS, 2}, {CP_LAYOUT_CONTIGUOUS, 3},
         {CP_LAYOUT_ROUND_ROBIN, 2}, {CP_LAYOUT_ROUND_ROBIN, 3}, {CP_LAYOUT_ROUND_ROBIN, 4},
+        {CP_LAYOUT_STRIPED, 2}, {CP_LAYOUT_STRIPED, 3}, {CP_LAYOUT_STRIPED, 4},
     };
     int max_positions[] = {64, EX_T}; // EX_T: T == max_seq_len, the pads must still stay below it
-    int doc_tokens[] = {-1, EX_DOC};
+    // no documents; masked (-dm 1); positions restarting (-rp 1) alone, and with masking
+    CpDocuments documents[] = {cp_no_documents(), cp_masked_documents(EX_DOC), {EX_DOC, 0, 1}, {EX_DOC, 1, 1}};
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         for (int r = 0; r < cases[c].cp; r++) {
             for (int m = 0; m < 2; m++) {
-                for (int d = 0; d < 2; d++) {
+                for (int d = 0; d < 4; d++) {
                     CpSharder sh;
-                    cp_sharder_init(&sh, cases[c].kind, r, cases[c].cp, max_positions[m], doc_tokens[d]);
-                    check_shard_example(&sh, EX_B, EX_T);
+                    cp_sharder_init(&sh, cases[c].kind, r, cases[c].cp, max_positions[m], documents[d]);
+                    check_shard_example(&sh, EX_B, EX_T, d % 2);
                     // the same sharder, the next step: a smaller batch replaces the whole layout
-                    check_shard_example(&sh, 1, 9);
+                    check_shard_example(&sh, 1, 9, 1 - d % 2);
                     cp_sharder_free(&sh);
                 }
             }
@@ -348,9 +399,9 @@ static void test_shard_batch(void) {
     }
     // a config that leaves a rank empty is refused by shard_batch too
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_CONTIGUOUS, 0, 4, 64, -1);
+    cp_sharder_init(&sh, CP_LAYOUT_CONTIGUOUS, 0, 4, 64, cp_no_documents());
     int one_token[1] = {5};
-    CHECK(cp_shard_batch(&sh, one_token, one_token, 1, 1) == CP_ERROR, "T 1 at contiguous cp 4 was sharded");
+    CHECK(cp_shard_batch(&sh, one_token, one_token, NULL, 1, 1) == CP_ERROR, "T 1 at contiguous cp 4 was sharded");
     cp_sharder_free(&sh);
 }
 
@@ -370,7 +421,7 @@ static void check_error_names(const CpSharder *sh, const char *needle, const cha
 static void test_token_verbs(void) {
     // rank 1 of round_robin cp 4, T = 10 -> P = 16, rank 1 owns [2 3 12 13]
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_ROUND_ROBIN, 1, 4, 64, -1);
+    cp_sharder_init(&sh, CP_LAYOUT_ROUND_ROBIN, 1, 4, 64, cp_no_documents());
     float x[EX_B * 16], out[EX_B * 4];
     for (int i = 0; i < EX_B * 16; i++) { x[i] = 0.5f + i; }
     float fill = -1.0f;
@@ -392,7 +443,7 @@ static void test_token_verbs(void) {
 
     int targets[EX_B * EX_T];
     for (int i = 0; i < EX_B * EX_T; i++) { targets[i] = i; }
-    CHECK(cp_shard_batch(&sh, ex_inputs, targets, EX_B, EX_T) == CP_OK, "shard_batch: %s", sh.error);
+    CHECK(cp_shard_batch(&sh, ex_inputs, targets, NULL, EX_B, EX_T) == CP_OK, "shard_batch: %s", sh.error);
     const int owned[4] = {2, 3, 12, 13};
 
     // length T without a fill: its pad slots would have no value
@@ -431,10 +482,10 @@ static void test_token_verbs(void) {
     cp_sharder_free(&sh);
 
     // T == P: a tensor of the original length is already padded, no fill needed
-    cp_sharder_init(&sh, CP_LAYOUT_ROUND_ROBIN, 1, 4, 64, -1);
+    cp_sharder_init(&sh, CP_LAYOUT_ROUND_ROBIN, 1, 4, 64, cp_no_documents());
     int in16[16], tg16[16];
     for (int i = 0; i < 16; i++) { in16[i] = i; tg16[i] = i; }
-    CHECK(cp_shard_batch(&sh, in16, tg16, 1, 16) == CP_OK, "T 16: %s", sh.error);
+    CHECK(cp_shard_batch(&sh, in16, tg16, NULL, 1, 16) == CP_OK, "T 16: %s", sh.error);
     CHECK(cp_shard_tokens(&sh, x, sizeof(float), 1, 16, NULL, out) == CP_OK, "T == P without fill: %s", sh.error);
     for (int i = 0; i < 4; i++) {
         int g = (i < 2 ? 2 : 12) + i % 2; // rank 1 owns chunks 1 and 6 of 2: [2 3 12 13]
@@ -448,12 +499,14 @@ static void test_token_verbs(void) {
 static void test_contract_errors(void) {
     int idx[64];
     for (int i = 0; i < 64; i++) { idx[i] = GUARD_VALUE; }
-    // padded lengths the layout's multiple (2 cp) does not divide: refused, idx untouched
+    // padded lengths the layout's multiple (2 cp; striped: cp) does not divide: refused, idx untouched
+    CpLayoutKind kinds[] = {CP_LAYOUT_CONTIGUOUS, CP_LAYOUT_ROUND_ROBIN, CP_LAYOUT_STRIPED};
     for (int cp = 2; cp <= 4; cp++) {
         for (int P = 1; P <= 24; P++) {
-            for (int kind = CP_LAYOUT_CONTIGUOUS; kind <= CP_LAYOUT_ROUND_ROBIN; kind++) {
-                int expected = P % (2 * cp) == 0 ? 0 : -1;
-                int got = cp_local_indices((CpLayoutKind)kind, P, cp, 0, idx);
+            for (int k = 0; k < 3; k++) {
+                CpLayoutKind kind = kinds[k];
+                int expected = P % (kind == CP_LAYOUT_STRIPED ? cp : 2 * cp) == 0 ? 0 : -1;
+                int got = cp_local_indices(kind, P, cp, 0, idx);
                 CHECK(got == expected, "%s P %d cp %d: returned %d, expected %d", cp_layout_names[kind], P, cp, got,
                       expected);
                 if (expected != 0) { CHECK(idx[0] == GUARD_VALUE, "refused %s P %d cp %d wrote indices", cp_layout_names[kind], P, cp); }
@@ -470,10 +523,10 @@ static void test_contract_errors(void) {
     CHECK(idx[0] == GUARD_VALUE, "a refused call wrote indices");
     // a negative or zero batch size: the API's error, naming the batch size
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_ROUND_ROBIN, 0, 2, 64, -1);
+    cp_sharder_init(&sh, CP_LAYOUT_ROUND_ROBIN, 0, 2, 64, cp_no_documents());
     int in[8] = {0};
     for (int B = -3; B <= 0; B++) {
-        CHECK(cp_shard_batch(&sh, in, in, B, 8) == CP_ERROR, "shard_batch with B %d succeeded", B);
+        CHECK(cp_shard_batch(&sh, in, in, NULL, B, 8) == CP_ERROR, "shard_batch with B %d succeeded", B);
         check_error_names(&sh, "batch size", "a batch size below 1");
         CHECK(strstr(sh.error, "memory") == NULL, "B %d: %s", B, sh.error);
         CHECK(!sh.has_layout, "a refused batch left a layout");

@@ -36,8 +36,8 @@ static void worked_example(void) {
     int expect_document[2][6] = {{0, 0, -1, -1, 1, 1}, {0, 0, 0, 0, 1, 1}};
     for (int r = 0; r < 2; r++) {
         CpSharder sh;
-        cp_sharder_init(&sh, CP_LAYOUT_PACKED, r, 2, MAX_POS, EOT);
-        CHECK(cp_shard_batch(&sh, inputs, targets, 1, 10) == CP_OK, "worked example: %s", sh.error);
+        cp_sharder_init(&sh, CP_LAYOUT_PACKED, r, 2, MAX_POS, cp_masked_documents(EOT));
+        CHECK(cp_shard_batch(&sh, inputs, targets, NULL, 1, 10) == CP_OK, "worked example: %s", sh.error);
         CHECK(sh.layout.padded_seq_len == 12 && sh.layout.local_len == 6, "worked example: P %d, Tl %d",
               sh.layout.padded_seq_len, sh.layout.local_len);
         check_int_array("worked example global index", sh.layout.global_index, expect_index[r], 6);
@@ -92,8 +92,8 @@ static void check_random_batch(Rng *rng, int T, int cp) {
     }
     CpSharder *sh = (CpSharder *)mallocCheck((size_t)cp * sizeof(CpSharder));
     for (int r = 0; r < cp; r++) {
-        cp_sharder_init(&sh[r], CP_LAYOUT_PACKED, r, cp, MAX_POS, EOT);
-        CHECK(cp_shard_batch(&sh[r], inputs, targets, B, T) == CP_OK, "T %d cp %d rank %d: %s", T, cp, r, sh[r].error);
+        cp_sharder_init(&sh[r], CP_LAYOUT_PACKED, r, cp, MAX_POS, cp_masked_documents(EOT));
+        CHECK(cp_shard_batch(&sh[r], inputs, targets, NULL, B, T) == CP_OK, "T %d cp %d rank %d: %s", T, cp, r, sh[r].error);
         CHECK(sh[r].layout.padded_seq_len == P, "T %d cp %d: P %d, expected %d", T, cp, sh[r].layout.padded_seq_len, P);
         CHECK(sh[r].layout.local_len * cp == P, "T %d cp %d: local length %d", T, cp, sh[r].layout.local_len);
     }
@@ -174,8 +174,8 @@ static void check_gather(Comm *comm, Rng *rng, int T) {
     float *x = (float *)mallocCheck((size_t)B * T * sizeof(float));
     for (int i = 0; i < B * T; i++) { x[i] = (float)i + 0.5f; }
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_PACKED, comm->rank, np, MAX_POS, EOT);
-    CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "gather T %d: %s", T, sh.error);
+    cp_sharder_init(&sh, CP_LAYOUT_PACKED, comm->rank, np, MAX_POS, cp_masked_documents(EOT));
+    CHECK(cp_shard_batch(&sh, inputs, targets, NULL, B, T) == CP_OK, "gather T %d: %s", T, sh.error);
     int P = sh.layout.padded_seq_len, Tl = sh.layout.local_len;
     float fill = -7.0f;
     float *local = (float *)mallocCheck((size_t)B * Tl * sizeof(float));
@@ -218,9 +218,9 @@ int main(int argc, char **argv) {
     for (int T = 5; T <= 150; T += 29) { check_gather(comm, &shared, T); }
 
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_PACKED, 0, 2, MAX_POS, -1);
+    cp_sharder_init(&sh, CP_LAYOUT_PACKED, 0, 2, MAX_POS, cp_no_documents());
     int row[4] = {1, 2, 3, 4};
-    CHECK(cp_shard_batch(&sh, row, row, 1, 4) == CP_ERROR && strstr(sh.error, "document masking"),
+    CHECK(cp_shard_batch(&sh, row, row, NULL, 1, 4) == CP_ERROR && strstr(sh.error, "document masking"),
           "packed without documents: '%s'", sh.error);
 
     if (comm->rank == 0) { printf("test_packed_layout np %d: OK (%d random batches)\n", comm->size, cases); }

@@ -11,7 +11,7 @@ the reference on its own copy in double, then shards them with the layout
 and backward (through the AttentionVerbs the trainers call) over a Comm of all
 ranks, gathers O, LSE, dQ, dK, dV back to global order (cp_gather_tokens, trim)
 and compares element by element, for layouts identity (np 1), contiguous,
-round_robin and packed, T = 3, 7, 16, 37, 100 (most need padding), and with
+round_robin, striped and packed, T = 3, 7, 16, 37, 100 (most need padding), and with
 document masking (an EOT token opens a new document, as in cp_row_documents).
 
 Tolerance against the reference |got - ref| <= 1e-5 + 1e-5 |ref|. Both run in
@@ -237,8 +237,9 @@ static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
 
     // shard, run each algorithm, gather
     CpSharder sh;
-    cp_sharder_init(&sh, kind, comm->rank, np, MAX_SEQ_LEN, with_documents ? DOC_TOKEN : -1);
-    CHECK(cp_shard_batch(&sh, inputs, targets, B, T) == CP_OK, "%s T %d: shard_batch: %s", name, T, sh.error);
+    cp_sharder_init(&sh, kind, comm->rank, np, MAX_SEQ_LEN,
+                    with_documents ? cp_masked_documents(DOC_TOKEN) : cp_no_documents());
+    CHECK(cp_shard_batch(&sh, inputs, targets, NULL, B, T) == CP_OK, "%s T %d: shard_batch: %s", name, T, sh.error);
     int Tl = sh.layout.local_len;
     float *qkv_l = (float *)mallocCheck((size_t)B * Tl * 3 * C * sizeof(float));
     float *dout_l = (float *)mallocCheck((size_t)B * Tl * C * sizeof(float));
@@ -281,7 +282,8 @@ static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
 // block skipping, structurally
 
 // What must be skipped, derived from the layouts (one document). The local tokens
-// split into halves; the ring meets the block of rank src:
+// split into halves (of sizes n[0], n[1]: Tl/2 rounded down and up); the ring meets
+// the block of rank src:
 //   src == rank  the diagonal: the first half of queries lies before the second
 //                half of keys (SKIP), the second half of queries after the whole
 //                first half of keys (FULL), the halves against themselves are
@@ -291,20 +293,35 @@ static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
 //   round_robin  halves are chunks: queries r, 2cp-1-r; keys s, 2cp-1-s
 //                s < r: chunk r sees chunk s, not chunk 2cp-1-s > r:  [FULL SKIP; FULL SKIP]
 //                s > r: chunk r sees neither; 2cp-1-r sees both:      [SKIP SKIP; FULL FULL]
-// So round_robin computes half of every off-diagonal block, and contiguous all or
-// nothing.
-static void expected_visibility(CpLayoutKind kind, int rank, int src, int half, BlockVisibility e[2][2]) {
+//   striped      query i is r + i cp, key j is src + j cp: query half a lies after
+//                key half c < a (FULL) and before key half c > a (SKIP); half a
+//                against half a is a triangle (MASKED), or with one token each
+//                the pair itself: FULL for src < rank, SKIP for src > rank
+// An empty half (a block of one token) meets nothing: SKIP.
+// So round_robin computes half of every off-diagonal block, contiguous all or
+// nothing, and striped the same shape at every step as on the diagonal.
+static void expected_visibility(CpLayoutKind kind, int rank, int src, int Tl, BlockVisibility e[2][2]) {
+    int n[2] = {Tl / 2, Tl - Tl / 2};
     if (src == rank) {
-        BlockVisibility triangle = half == 1 ? BLOCK_FULL : BLOCK_MASKED;
-        e[0][0] = triangle; e[0][1] = BLOCK_SKIP;
-        e[1][0] = BLOCK_FULL; e[1][1] = triangle;
-        return;
+        for (int a = 0; a < 2; a++) { e[a][a] = n[a] == 1 ? BLOCK_FULL : BLOCK_MASKED; }
+        e[0][1] = BLOCK_SKIP;
+        e[1][0] = BLOCK_FULL;
+    }
+    for (int a = 0; a < 2 && src != rank; a++) {
+        for (int c = 0; c < 2; c++) {
+            if (kind == CP_LAYOUT_CONTIGUOUS) { e[a][c] = src < rank ? BLOCK_FULL : BLOCK_SKIP; }
+            else if (kind == CP_LAYOUT_STRIPED) {
+                if (a != c) { e[a][c] = a > c ? BLOCK_FULL : BLOCK_SKIP; }
+                else if (n[a] > 1) { e[a][c] = BLOCK_MASKED; }
+                else { e[a][c] = src < rank ? BLOCK_FULL : BLOCK_SKIP; }
+            }
+            else if (src < rank) { e[a][c] = c == 0 ? BLOCK_FULL : BLOCK_SKIP; }
+            else { e[a][c] = a == 1 ? BLOCK_FULL : BLOCK_SKIP; }
+        }
     }
     for (int a = 0; a < 2; a++) {
         for (int c = 0; c < 2; c++) {
-            if (kind == CP_LAYOUT_CONTIGUOUS) { e[a][c] = src < rank ? BLOCK_FULL : BLOCK_SKIP; }
-            else if (src < rank) { e[a][c] = c == 0 ? BLOCK_FULL : BLOCK_SKIP; }
-            else { e[a][c] = a == 1 ? BLOCK_FULL : BLOCK_SKIP; }
+            if (n[a] == 0 || n[c] == 0) { e[a][c] = BLOCK_SKIP; }
         }
     }
 }
@@ -323,7 +340,7 @@ static void check_block_skipping(CpLayoutKind kind, int T, int rank, int np) {
         BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS], e[2][2];
         SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
         block_visibility_table(q_index, docs, k_index, docs, Tl, vis, qs, ks);
-        expected_visibility(kind, rank, src, Tl / 2, e);
+        expected_visibility(kind, rank, src, Tl, e);
         for (int a = 0; a < 2; a++) {
             for (int c = 0; c < 2; c++) {
                 CHECK(vis[a][c] == e[a][c], "%s T %d rank %d, block of rank %d: sub-blocks (q %d, k %d) are %d, "
@@ -360,7 +377,7 @@ int main(int argc, char **argv) {
                 continue;
             }
             CpSharder probe;
-            cp_sharder_init(&probe, (CpLayoutKind)kind, comm->rank, np, MAX_SEQ_LEN, -1);
+            cp_sharder_init(&probe, (CpLayoutKind)kind, comm->rank, np, MAX_SEQ_LEN, cp_no_documents());
             if (cp_check_config(&probe, Ts[i]) != CP_OK) { continue; } // a rank without a real token
             run_case(comm, (CpLayoutKind)kind, Ts[i], 0);
             tested++;
@@ -371,9 +388,9 @@ int main(int argc, char **argv) {
             if (np >= 2) { check_block_skipping((CpLayoutKind)kind, Ts[i], comm->rank, np); }
         }
     }
-    // configs that leave a rank without a real token: np 3 contiguous T 3 and 7,
-    // np 4 T 3 in both layouts
-    CHECK(tested >= 2 * (num_T + 2) - 2 + 2, "only %d cases ran", tested);
+    // contiguous, round_robin and striped with and without documents, less the configs
+    // that leave a rank without a real token (np 3 contiguous T 3 and 7, np 4 T 3)
+    CHECK(tested >= 3 * (num_T + 2) - 4, "only %d cases ran", tested);
     if (comm->rank == 0) {
         printf("test_ring_attention np %d: OK, %d cases", np, tested);
         for (int a = 0; a < NUM_ALGORITHMS; a++) {

@@ -18,6 +18,7 @@ context-parallel ones.
 #include <string.h>
 #include "../cp/attention_kind.h"
 #include "../cp/layout.h"
+#include "../cp/sharder.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/schedulers.h"
 #include "../llmc/utils.h"
@@ -68,6 +69,8 @@ typedef struct {
     int cp_size;                // -cp
     const char *layout;         // -cl
     int document_masking;       // -dm
+    int restart_positions;      // -rp
+    int loss_masks;             // -lm
     const char *attention;      // -ca
     int ulysses_degree;         // -cu (0: not given)
     const char *token_loss_path; // -tl
@@ -134,8 +137,10 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-pf", FLAG_STRING, &cfg->fs_path, "llm.c's -pi fs directory (unused under mpi, as in llm.c)"},
         {"-pp", FLAG_STRING, &cfg->fs_path, "the same as -pf (the name llm.c's usage prints)"},
         {"-cp", FLAG_INT, &cfg->cp_size, "context-parallel size (dp = world / cp)"},
-        {"-cl", FLAG_STRING, &cfg->layout, "CP layout: identity | contiguous | round_robin | packed (needs -dm 1)"},
+        {"-cl", FLAG_STRING, &cfg->layout, "CP layout: identity | contiguous | round_robin | striped | packed (needs -dm 1)"},
         {"-dm", FLAG_INT, &cfg->document_masking, "document masking: tokens attend within their document, EOT opens one (0/1)"},
+        {"-rp", FLAG_INT, &cfg->restart_positions, "position ids restart at 0 at each document, EOT opens one (0/1)"},
+        {"-lm", FLAG_INT, &cfg->loss_masks, "loss masks: NAME.mask beside each token file NAME.bin of -i, -j (0/1)"},
         {"-ca", FLAG_STRING, &cfg->attention, "CP attention algorithm: ring | allgather | ulysses | hybrid (needs -cu)"},
         {"-cu", FLAG_INT, &cfg->ulysses_degree, "-ca hybrid: Ulysses degree U, cp = U x R (all-to-all in U, ring over R)"},
         {"-tl", FLAG_STRING, &cfg->token_loss_path, "write per-token losses (float32 [steps][dp*B][T], global order)"},
@@ -147,13 +152,18 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
     return n;
 }
 
+// the embedded data and the tokenizer, as paths from the repository root
+#define DEFAULT_TRAIN_DATA "dev/data/austen/austen_train.bin"
+#define DEFAULT_VAL_DATA "dev/data/austen/austen_val.bin"
+#define DEFAULT_TOKENIZER "dev/data/gpt2_tokenizer.bin"
+
 static void train_config_defaults(TrainConfig *cfg) {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->train_pattern = "dev/data/austen/austen_train.bin";
-    cfg->val_pattern = "dev/data/austen/austen_val.bin";
+    cfg->train_pattern = DEFAULT_TRAIN_DATA;
+    cfg->val_pattern = DEFAULT_VAL_DATA;
     cfg->init = "d6";
     cfg->output_dir = NULL;
-    cfg->tokenizer_path = "dev/data/gpt2_tokenizer.bin";
+    cfg->tokenizer_path = DEFAULT_TOKENIZER;
     cfg->B = 4;
     cfg->T = 1024;
     cfg->total_batch_size = -1;
@@ -193,6 +203,8 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->cp_size = 1;
     cfg->layout = NULL; // identity at cp 1, round_robin above
     cfg->document_masking = 0;
+    cfg->restart_positions = 0;
+    cfg->loss_masks = 0;
     cfg->attention = "ring";
     cfg->token_loss_path = NULL;
     cfg->transport = "nccl";
@@ -368,6 +380,16 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
                          "one process per node told its -pr and -pn, is not here: run mpirun -np N instead",
                          cfg->init_method);
     }
+    // the defaults name the data from the repository root: from elsewhere they name nothing
+    int reads_val = cfg->val_every > 0 || cfg->overfit_single_batch;
+    const char *missing = !cfg->overfit_single_batch && strcmp(cfg->train_pattern, DEFAULT_TRAIN_DATA) == 0 &&
+                                  access(DEFAULT_TRAIN_DATA, F_OK) != 0 ? DEFAULT_TRAIN_DATA
+                          : reads_val && strcmp(cfg->val_pattern, DEFAULT_VAL_DATA) == 0 &&
+                                  access(DEFAULT_VAL_DATA, F_OK) != 0 ? DEFAULT_VAL_DATA : NULL;
+    if (missing) {
+        fatal_everywhere("the default data '%s' is not there from this directory: run from the repository root, "
+                         "or pass -i/-j/-tk", missing);
+    }
     if (cfg->resume != 0 && cfg->resume != 1) { fatal_everywhere("-y %d: resume is 0 or 1", cfg->resume); }
     if (cfg->resume && cfg->output_dir == NULL) { fatal_everywhere("-y 1 needs -o, the directory to resume from"); }
     if (cfg->resume_other_data != 0 && cfg->resume_other_data != 1) {
@@ -385,7 +407,8 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (cfg->layout == NULL) { cfg->layout = cfg->cp_size == 1 ? "identity" : "round_robin"; }
     int kind = cp_layout_from_name(cfg->layout);
     if (kind < 0) {
-        fatal_everywhere("-cl '%s': unknown layout (identity | contiguous | round_robin | packed)", cfg->layout);
+        fatal_everywhere("-cl '%s': unknown layout (identity | contiguous | round_robin | striped | packed)",
+                         cfg->layout);
     }
     if (kind == CP_LAYOUT_IDENTITY && cfg->cp_size != 1) {
         fatal_everywhere("-cl identity needs -cp 1, got -cp %d", cfg->cp_size);
@@ -395,6 +418,12 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     }
     if (kind == CP_LAYOUT_PACKED && !cfg->document_masking) {
         fatal_everywhere("-cl packed splits documents: it needs -dm 1");
+    }
+    if (cfg->restart_positions != 0 && cfg->restart_positions != 1) {
+        fatal_everywhere("-rp %d: restarting positions at each document is 0 or 1", cfg->restart_positions);
+    }
+    if (cfg->loss_masks != 0 && cfg->loss_masks != 1) {
+        fatal_everywhere("-lm %d: loss masks are 0 or 1", cfg->loss_masks);
     }
     int attention = cp_attention_from_name(cfg->attention);
     if (attention < 0) {
@@ -465,15 +494,18 @@ static void validate_against_model(const TrainConfig *cfg, GPT2Config c, const c
         fatal_everywhere("-ca hybrid: the model's %d heads are not divisible by -cu %d (each rank takes NH / U heads)",
                          c.num_heads, U);
     }
-    if (cfg->document_masking && GPT2_EOT >= c.vocab_size) {
-        fatal_everywhere("-dm 1: documents open with the EOT token %d, outside the model's vocabulary of %d",
-                         GPT2_EOT, c.vocab_size);
+    if ((cfg->document_masking || cfg->restart_positions) && GPT2_EOT >= c.vocab_size) {
+        fatal_everywhere("-%s 1: documents open with the EOT token %d, outside the model's vocabulary of %d",
+                         cfg->document_masking ? "dm" : "rp", GPT2_EOT, c.vocab_size);
     }
 }
 
-// The token that opens a document, or -1 when documents are not masked.
-static int document_token(const TrainConfig *cfg) {
-    return cfg->document_masking ? GPT2_EOT : -1;
+// What documents change (cp/sharder.h): an EOT opens one when -dm 1 masks attention
+// to them or -rp 1 restarts positions at them.
+static CpDocuments run_documents(const TrainConfig *cfg) {
+    CpDocuments d = {cfg->document_masking || cfg->restart_positions ? GPT2_EOT : -1, cfg->document_masking,
+                     cfg->restart_positions};
+    return d;
 }
 
 #endif // TRAIN_CONFIG_H

@@ -108,8 +108,10 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     if (tm->device_token_bytes) { e.data += tm->device_token_bytes(c, B, local_T); }
     if (tm->host) {
         size_t BT = (size_t)B * cfg->T, local = (size_t)B * local_T;
-        e.data += BT * (sizeof(uint16_t) + 2 * sizeof(int)); // the loader's window, inputs, targets
-        e.data += 6 * local * sizeof(int) + 2 * BT * sizeof(int); // the shard, and the sharder's row scratch
+        // the loader's window, inputs, targets and loss mask
+        e.data += BT * (sizeof(uint16_t) + 2 * sizeof(int) + (cfg->loss_masks ? 1 : 0));
+        // the shard, and the sharder's row scratch (documents, their starts, slots)
+        e.data += 6 * local * sizeof(int) + 3 * BT * sizeof(int);
         if (cfg->token_loss_path) {
             // the gathered rows of this replica and of all, and the gather's buffers
             e.data += (1 + (size_t)dp) * BT * sizeof(float) + local * cfg->cp_size * (sizeof(int) + sizeof(float));
@@ -224,13 +226,13 @@ static int packed_longest_row_in_eval(const char *path, int T, int cp, int eot, 
 }
 
 // -cl packed: the longest padded row the run can meet, so that the estimate holds
-// for the most a rank can hold (1/cp of it). Each document (opened by the EOT
-// token) is padded to a multiple of 2 cp, so a row can grow to about twice T with
+// for the most a rank can hold (1/cp of it). Each document (an EOT opens one under
+// -dm 1 or -rp 1) is padded to a multiple of 2 cp, so a row can grow to about twice T with
 // documents of 2 cp tokens or more and to 2 cp x T with shorter ones: the data
 // decides, and this reads it (every file of -i and -j, and the eval file of -h 1).
 // At least the row as the other layouts pad it.
 static int packed_longest_row(const TrainConfig *cfg) {
-    int T = cfg->T, cp = cfg->cp_size, eot = document_token(cfg);
+    int T = cfg->T, cp = cfg->cp_size, eot = run_documents(cfg).token;
     int longest = cp_padded_len(CP_LAYOUT_PACKED, T, cp);
     int *row = (int *)mallocCheck((size_t)T * sizeof(int)), *docs = (int *)mallocCheck((size_t)T * sizeof(int));
     const char *patterns[2] = {cfg->train_pattern, cfg->val_pattern};

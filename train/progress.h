@@ -75,6 +75,8 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     snprintf(layout, sizeof(layout), "%s%s, attention %s", cfg->layout,
              cfg->document_masking ? " (document masking)" : "", cfg->attention);
     printf("| %-21s | %-50s |\n", "layout", layout);
+    printf("| %-21s | %-50s |\n", "positions", cfg->restart_positions ? "from each document's start (-rp 1)" : "in the row");
+    printf("| %-21s | %-50s |\n", "loss", cfg->loss_masks ? "targets the loss masks keep (-lm 1)" : "every target");
     char zero[64];
     snprintf(zero, sizeof(zero), cfg->zero_stage ? "1 (AdamW state sharded over %d ranks)" : "0 (AdamW state whole)",
              f->world_size);

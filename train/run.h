@@ -9,6 +9,7 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +83,7 @@ static void check_run_against_model(const TrainConfig *cfg, CpLayoutKind layout,
                                     const char *source) {
     validate_against_model(cfg, c, source);
     CpSharder probe;
-    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, document_token(cfg));
+    cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, run_documents(cfg));
     if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
 }
 
@@ -265,10 +266,11 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     // validation data is read in order
     const char *train_pattern = cfg->overfit_single_batch ? cfg->val_pattern : cfg->train_pattern;
     dataloader_init(&run->train_loader, train_pattern, cfg->overfit_single_batch ? "-j (-a 1)" : "-i", cfg->B, cfg->T,
-                    mesh->dp_rank, mesh->dp_size, c.vocab_size, cfg->shuffle && !cfg->overfit_single_batch);
+                    mesh->dp_rank, mesh->dp_size, c.vocab_size, cfg->shuffle && !cfg->overfit_single_batch,
+                    cfg->loss_masks);
     if (cfg->val_every > 0) {
         dataloader_init(&run->val_loader, cfg->val_pattern, "-j", cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
-                        c.vocab_size, 0);
+                        c.vocab_size, 0, cfg->loss_masks);
         // -m -1: the whole validation data, as llm.c counts it (its tokens over a batch's)
         size_t all = run->val_loader.total_tokens / ((size_t)mesh->dp_size * cfg->B * cfg->T);
         run->val_batches = cfg->val_batches == -1 ? (int)(all < INT32_MAX ? all : INT32_MAX) : cfg->val_batches;
@@ -301,17 +303,17 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     if (cfg->hellaswag) { hellaswag_init(run, cfg, mesh, c.vocab_size); }
 }
 
-// Shards a batch of B rows of T tokens (inputs and targets) for this rank into sh,
-// the step's sharder (built here, freed by the caller); ends the job if the layout
-// cannot.
+// Shards a batch of B rows of T tokens (inputs, targets and the targets' loss mask,
+// NULL for none) for this rank into sh, the step's sharder (built here, freed by
+// the caller); ends the job if the layout cannot.
 // The packed layout's length depends on the data: a batch is padded to at least
 // the longest one so far, so the buffers sized by run->local_T grow now and then
 // but never shrink and regrow.
-static void shard_rows(CpSharder *sh, const int *inputs, const int *targets, TrainRun *run, const TrainConfig *cfg,
-                       const Mesh *m, int max_seq_len) {
-    cp_sharder_init(sh, run->layout, m->cp_rank, m->cp_size, max_seq_len, document_token(cfg));
+static void shard_rows(CpSharder *sh, const int *inputs, const int *targets, const unsigned char *loss_mask,
+                       TrainRun *run, const TrainConfig *cfg, const Mesh *m, int max_seq_len) {
+    cp_sharder_init(sh, run->layout, m->cp_rank, m->cp_size, max_seq_len, run_documents(cfg));
     sh->min_padded_len = run->padded_T;
-    if (cp_shard_batch(sh, inputs, targets, cfg->B, cfg->T) != CP_OK) {
+    if (cp_shard_batch(sh, inputs, targets, loss_mask, cfg->B, cfg->T) != CP_OK) {
         fatal_everywhere("%s", sh->error);
     }
     if (sh->layout.padded_seq_len > run->padded_T) {
@@ -343,7 +345,9 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
     print_startup_table(cfg, c, &facts);
     print_flag_notes(cfg);
     if (cfg->sample_every > 0 && run->tokenizer.token_table == NULL) {
-        printf("no tokenizer at %s: samples print token ids\n", cfg->tokenizer_path);
+        printf("no tokenizer at %s: samples print token ids%s\n", cfg->tokenizer_path,
+               strcmp(cfg->tokenizer_path, DEFAULT_TOKENIZER) == 0
+                   ? " (the default is a path from the repository root: run from there, or pass -tk)" : "");
     }
     if (cfg->warmup > run->steps) {
         printf("note: the warmup of %d steps (-u) is longer than the run's %d steps: the learning rate stops at "
@@ -369,10 +373,11 @@ static void check_step_finite(const TrainConfig *cfg, int step, float loss, floa
                      "training stopped before the update; %s", step, loss, grad_norm, last);
 }
 
-// The forward pass of a batch (B rows of T inputs and targets) on this rank's shard
-// (the trainer's own); returns the loss statistics of the global batch. The sharder
-// is built by it and freed by the caller.
-typedef LossStats (*ForwardStep)(void *trainer, const int *inputs, const int *targets, CpSharder *sh);
+// The forward pass of a batch (B rows of T inputs and targets, and the targets' loss
+// mask or NULL) on this rank's shard (the trainer's own); returns the loss
+// statistics of the global batch. The sharder is built by it and freed by the caller.
+typedef LossStats (*ForwardStep)(void *trainer, const int *inputs, const int *targets,
+                                 const unsigned char *loss_mask, CpSharder *sh);
 // The per-token losses of the last forward pass, (B, local T) on the host.
 typedef const float *(*ShardLosses)(void *trainer);
 
@@ -383,7 +388,7 @@ static float validation_loss(ForwardStep forward_step, void *trainer, DataLoader
     for (int i = 0; i < batches; i++) {
         CpSharder sh;
         dataloader_next_batch(val_loader);
-        LossStats s = forward_step(trainer, val_loader->inputs, val_loader->targets, &sh);
+        LossStats s = forward_step(trainer, val_loader->inputs, val_loader->targets, val_loader->loss_mask, &sh);
         cp_sharder_free(&sh);
         total.loss_sum += s.loss_sum;
         total.valid_count += s.valid_count;
@@ -404,7 +409,7 @@ static float hellaswag_accuracy(ForwardStep forward_step, ShardLosses shard_loss
     for (int i = 0; i < el->num_batches; i++) {
         evalloader_next_batch(el);
         CpSharder sh;
-        forward_step(trainer, el->inputs, el->targets, &sh);
+        forward_step(trainer, el->inputs, el->targets, NULL, &sh);
         if (cp_gather_tokens(&sh, cp, shard_losses(trainer), (size_t)sh.layout.B * sh.layout.local_len, sizeof(float), 1, rows) != CP_OK) {
             fatal("%s", sh.error);
         }
@@ -477,13 +482,18 @@ static void train_run_end_step(TrainRun *run, int master, int step, float loss, 
 
 // Gathers the step's per-token losses to global order: the CP group's shards into
 // (B, T) rows, then the replicas' rows into (dp * B, T); the master appends them.
-// losses: (B, Tl) host; cp, dp: host-memory transports of the CP and DP groups.
+// A target the loss mask leaves out has no loss: it is written as NaN.
+// losses: (B, Tl) host; loss_mask: (B, T) the batch's, or NULL; cp, dp: host-memory
+// transports of the CP and DP groups.
 static void write_token_losses(TrainRun *run, const TrainConfig *cfg, CpSharder *sh, Comm *cp, Comm *dp,
-                               const float *losses) {
+                               const float *losses, const unsigned char *loss_mask) {
     int B = sh->layout.B, T = sh->layout.original_seq_len;
     if (cp_gather_tokens(sh, cp, losses, (size_t)B * sh->layout.local_len, sizeof(float), 1, run->loss_rows) !=
         CP_OK) {
         fatal("%s", sh->error);
+    }
+    for (size_t i = 0; loss_mask != NULL && i < (size_t)B * T; i++) {
+        if (!loss_mask[i]) { run->loss_rows[i] = NAN; }
     }
     dp->all_gather(dp, run->loss_rows, run->loss_all_rows, (size_t)B * T * sizeof(float));
     if (run->token_loss_fp != NULL) {

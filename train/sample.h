@@ -33,7 +33,7 @@ static void generate_sample(const TrainConfig *cfg, GPT2Config c, const Tokenize
     int start = sample_start_token(c.vocab_size, eot, GPT2_EOT);
     for (int t = 0; t < T; t++) { tokens[t] = start; no_targets[t] = IGNORE_INDEX; }
     CpSharder sh;
-    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, c.max_seq_len, document_token(cfg));
+    cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, c.max_seq_len, run_documents(cfg));
     if (start == eot && start != GPT2_EOT) {
         printf("note: samples start from the tokenizer's EOT, token %d\n", start);
     } else if (start != GPT2_EOT) {
@@ -41,14 +41,16 @@ static void generate_sample(const TrainConfig *cfg, GPT2Config c, const Tokenize
                "(GPT-2's is %d)\n", start, c.vocab_size, GPT2_EOT);
     }
     printf("generating:\n---\n");
+    Utf8Printer printer = {0};
     for (int t = 1; t < T; t++) {
-        if (cp_shard_batch(&sh, tokens, no_targets, 1, T) != CP_OK) { fatal("%s", sh.error); }
+        if (cp_shard_batch(&sh, tokens, no_targets, NULL, 1, T) != CP_OK) { fatal("%s", sh.error); }
         const float *logits = next_logits(ctx, &sh, t);
         tokens[t] = sample_softmax(logits, c.vocab_size, rng_uniform(rng));
-        tokenizer_print(tokenizer, tokens[t]);
+        tokenizer_print(tokenizer, &printer, tokens[t]);
         fflush(stdout);
         note_progress(); // this rank samples alone: the others wait for it
     }
+    utf8_printer_finish(&printer, stdout);
     printf("\n---\n");
     cp_sharder_free(&sh);
     free(tokens);

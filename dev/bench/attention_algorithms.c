@@ -8,6 +8,8 @@ sizes of GPT-2 124M (C 768, NH 12) over a long sequence.
     mpirun -np 4 ./bench_attention                      every algorithm's allocation, cp 4
     mpirun -np 4 ./bench_attention -a ulysses -t 8192   one algorithm at work
     mpirun -np 4 ./bench_attention -a hybrid -u 2       hybrid U 2 x R 2 (-u: U, default 2)
+    mpirun -np 4 ./bench_attention -a ring -cl striped  the layout (-cl: round_robin, the default,
+                                                        contiguous or striped; identity at cp 1)
 
 Every figure is measured, not a formula:
   - allocation: each algorithm's init adds up every buffer it allocates (.bytes);
@@ -15,7 +17,8 @@ Every figure is measured, not a formula:
     next to it the activations activations_init (llmc/gpt2.h) allocates for the
     rank's T/cp tokens: one layer (a 2-layer model minus a 1-layer one) and the
     whole model;
-  - with -a the rank shards a row of T tokens (round_robin, identity at cp 1) and
+  - with -a the rank shards a row of T tokens (-cl, round_robin by default, identity
+    at cp 1) and
     runs the algorithm's forward and backward on random data, through Comms that
     count what the rank sends: the bytes that leave it (a collective counted as the
     bandwidth-optimal schedule sends: an all-gather or reduce-scatter (n-1) parts,
@@ -43,7 +46,8 @@ Output: "name  value" lines; sizes as "bytes MiB", the max over the ranks.
 #include "../../llmc/rand.h"
 
 #define MIB (1024.0 * 1024.0)
-#define USAGE "usage: bench_attention [-t T] [-a ring|allgather|ulysses|hybrid] [-u U] [-r repetitions]"
+#define USAGE "usage: bench_attention [-t T] [-a ring|allgather|ulysses|hybrid] [-u U] [-r repetitions] " \
+              "[-cl round_robin|contiguous|striped]"
 
 // the max over the ranks of a size, printed by rank 0
 static void report(int rank, const char *name, size_t bytes) {
@@ -254,15 +258,16 @@ static double slowest_rank(double seconds) {
     return most;
 }
 
-// One algorithm at work: counts, peak RSS and time of its forward and backward.
-static void measure(int algorithm, int U, int reps, int B, int T, int C, int NH) {
+// One algorithm at work on the layout's shard: counts, peak RSS and time of its
+// forward and backward.
+static void measure(int algorithm, CpLayoutKind layout, int U, int reps, int B, int T, int C, int NH) {
     int rank, cp;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &cp);
     CpSharder sh;
-    cp_sharder_init(&sh, cp == 1 ? CP_LAYOUT_IDENTITY : CP_LAYOUT_ROUND_ROBIN, rank, cp, T, -1);
+    cp_sharder_init(&sh, layout, rank, cp, T, cp_no_documents());
     int *tokens = (int *)callocCheck((size_t)B * T, sizeof(int));
-    if (cp_shard_batch(&sh, tokens, tokens, B, T) != CP_OK) { fatal("%s", sh.error); }
+    if (cp_shard_batch(&sh, tokens, tokens, NULL, B, T) != CP_OK) { fatal("%s", sh.error); }
     int Tl = sh.layout.local_len;
     size_t nqkv = (size_t)B * Tl * 3 * C, nout = (size_t)B * Tl * C, nlse = (size_t)B * NH * Tl;
     float *qkv = (float *)mallocCheck(nqkv * sizeof(float));
@@ -315,7 +320,7 @@ static void measure(int algorithm, int U, int reps, int B, int T, int C, int NH)
     if (rank == 0) {
         printf("%-52s %14.3f\n", "forward per layer: seconds (slowest rank)", forward_s);
         printf("%-52s %14.3f\n", "backward per layer: seconds (slowest rank)", backward_s);
-        printf("# %s: best of %d\n", name, reps);
+        printf("# %s, layout %s: best of %d\n", name, cp_layout_names[layout], reps);
     }
     algorithm_free(&a);
     cp_sharder_free(&sh);
@@ -324,7 +329,7 @@ static void measure(int algorithm, int U, int reps, int B, int T, int C, int NH)
 
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
-    int T = 4096, U = 2, reps = 1, algorithm = -1;
+    int T = 4096, U = 2, reps = 1, algorithm = -1, layout = CP_LAYOUT_ROUND_ROBIN;
     if (argc % 2 == 0) { fatal(USAGE); }
     for (int i = 1; i + 1 < argc; i += 2) {
         if (strcmp(argv[i], "-t") == 0) { T = atoi(argv[i + 1]); }
@@ -335,6 +340,11 @@ int main(int argc, char **argv) {
                 if (strcmp(argv[i + 1], algorithm_names[k]) == 0) { algorithm = k; }
             }
             if (algorithm < 0) { fatal("-a '%s': ring, allgather, ulysses or hybrid", argv[i + 1]); }
+        } else if (strcmp(argv[i], "-cl") == 0) {
+            layout = cp_layout_from_name(argv[i + 1]);
+            if (layout < 0 || cp_layout_depends_on_data((CpLayoutKind)layout) || layout == CP_LAYOUT_IDENTITY) {
+                fatal("-cl '%s': round_robin, contiguous or striped", argv[i + 1]);
+            }
         } else { fatal(USAGE); }
     }
     int rank, cp;
@@ -346,11 +356,12 @@ int main(int argc, char **argv) {
     GPT2Config c = {0};
     char why[256];
     gpt2_config_from_descriptor("d12", &c, why, sizeof(why)); // GPT-2 124M: C 768, NH 12, L 12
-    int P = cp_padded_len(cp == 1 ? CP_LAYOUT_IDENTITY : CP_LAYOUT_ROUND_ROBIN, T, cp);
+    if (cp == 1) { layout = CP_LAYOUT_IDENTITY; }
+    int P = cp_padded_len((CpLayoutKind)layout, T, cp);
     int Tl = P / cp;
     if (rank == 0) {
-        printf("# B %d, T %d, cp %d: %d local tokens per rank; C %d, NH %d (GPT-2 124M); hybrid U %d x R %d\n", B, T,
-               cp, Tl, c.channels, c.num_heads, U, cp / U);
+        printf("# B %d, T %d, cp %d, layout %s: %d local tokens per rank; C %d, NH %d (GPT-2 124M); hybrid U %d x R %d\n",
+               B, T, cp, cp_layout_names[layout], Tl, c.channels, c.num_heads, U, cp / U);
         printf("%-52s %14s %10s\n", "# per rank", "bytes", "MiB");
     }
     for (int k = 0; k < NUM_ALGORITHMS; k++) {
@@ -365,7 +376,7 @@ int main(int argc, char **argv) {
     size_t one = activation_floats(c, 1, B, Tl), two = activation_floats(c, 2, B, Tl);
     report(rank, "activations of one layer", (two - one) * sizeof(float));
     report(rank, "activations of the model (12 layers, logits)", activation_floats(c, c.num_layers, B, Tl) * sizeof(float));
-    if (algorithm >= 0) { measure(algorithm, U, reps, B, T, c.channels, c.num_heads); }
+    if (algorithm >= 0) { measure(algorithm, (CpLayoutKind)layout, U, reps, B, T, c.channels, c.num_heads); }
     MPI_Finalize();
     return 0;
 }

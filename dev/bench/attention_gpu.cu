@@ -52,7 +52,8 @@ int main(int argc, char **argv) {
         else { usage(argv[0]); }
     }
     if (T < 1 || B < 1 || NH < 1 || repeats < 1 || !attention_head_size_supported(HS)) { usage(argv[0]); }
-    if (cuda_device_count() == 0) { fatal("no CUDA device: this benchmark needs a GPU"); }
+    char why[256];
+    if (cuda_device_count(why, sizeof(why)) == 0) { fatal("%s: this benchmark needs a GPU", why); }
     cuda_init(0, tf32);
     int C = NH * HS;
     size_t BT = (size_t)B * T;

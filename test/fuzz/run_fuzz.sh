@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs one libFuzzer target briefly from a seed corpus of small valid files.
 #
-#   bash test/fuzz/run_fuzz.sh FUZZER tokens|checkpoint|tokenizer SECONDS
+#   bash test/fuzz/run_fuzz.sh FUZZER tokens|loss_mask|checkpoint|tokenizer SECONDS
 #
 # Passes when the fuzzer finds nothing (no crash, leak, sanitizer report or
 # failed assertion) in SECONDS; prints how many inputs it executed.
@@ -36,6 +36,12 @@ checkpoint)
     put_i32 "$f" 8 2; put_i32 "$f" 12 3; put_i32 "$f" 16 1; put_i32 "$f" 20 1; put_i32 "$f" 24 2; put_i32 "$f" 28 4
     head -c 180 /dev/zero >>"$f"
     put_u16 "$f" 1026 16256 # 1.0 in bf16 (0x3f80)
+    ;;
+loss_mask)
+    # a mask of 8 tokens, and one with a byte that is neither 0 nor 1
+    f=$work/corpus/valid.mask; header "$f" 20240613 1; put_i32 "$f" 8 8
+    printf '\x00\x01\x01\x00\x01\x01\x01\x00' >>"$f"
+    cp "$f" "$work/corpus/bad_byte.mask"; printf '\x07' | dd of="$work/corpus/bad_byte.mask" bs=1 seek=1027 conv=notrunc status=none
     ;;
 tokenizer)
     # V 3, EOT 2: "a", "bc", "<|e|>"

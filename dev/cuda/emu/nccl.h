@@ -1,23 +1,35 @@
 #pragma once
+// NCCL for the CUDA emulation, over MPI (emu_nccl.cpp): the calls gpt2cp makes,
+// with NCCL's semantics. Each emulated rank is its own device, so several ranks
+// on one machine use NCCL here as they would on one GPU each.
 #include "cuda_emu.h"
+
 typedef int ncclResult_t;
-enum { ncclSuccess = 0, ncclInProgress = 7 };
-typedef void *ncclComm_t;
+enum {
+    ncclSuccess = 0, ncclUnhandledCudaError = 1, ncclSystemError = 2, ncclInternalError = 3, ncclInvalidArgument = 4,
+    ncclInvalidUsage = 5, ncclRemoteError = 6, ncclInProgress = 7
+};
+typedef struct EmuNcclComm *ncclComm_t;
 typedef struct { char internal[128]; } ncclUniqueId;
-typedef enum { ncclChar, ncclInt32, ncclFloat32, ncclFloat64 } ncclDataType_t;
-typedef enum { ncclSum } ncclRedOp_t;
-static const char *ncclGetErrorString(ncclResult_t) { return "emu nccl"; }
-#define EMU_NO_NCCL { fprintf(stderr, "EMU: NCCL is not emulated\n"); abort(); }
-static ncclResult_t ncclGetUniqueId(ncclUniqueId *) EMU_NO_NCCL
-static ncclResult_t ncclCommInitRank(ncclComm_t *, int, ncclUniqueId, int) EMU_NO_NCCL
-static ncclResult_t ncclCommDestroy(ncclComm_t) EMU_NO_NCCL
-static ncclResult_t ncclGroupStart() EMU_NO_NCCL
-static ncclResult_t ncclGroupEnd() EMU_NO_NCCL
-static ncclResult_t ncclSend(const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) EMU_NO_NCCL
-static ncclResult_t ncclRecv(void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) EMU_NO_NCCL
-static ncclResult_t ncclAllReduce(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) EMU_NO_NCCL
-static ncclResult_t ncclAllGather(const void *, void *, size_t, ncclDataType_t, ncclComm_t, cudaStream_t) EMU_NO_NCCL
-static ncclResult_t ncclReduceScatter(const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t) EMU_NO_NCCL
-static ncclResult_t ncclBroadcast(const void *, void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t) EMU_NO_NCCL
-static ncclResult_t ncclCommGetAsyncError(ncclComm_t, ncclResult_t *) EMU_NO_NCCL
-static ncclResult_t ncclCommAbort(ncclComm_t) EMU_NO_NCCL
+typedef enum { ncclChar = 0, ncclInt32 = 2, ncclFloat32 = 7, ncclFloat64 = 8 } ncclDataType_t;
+typedef enum { ncclSum = 0 } ncclRedOp_t;
+
+const char *ncclGetErrorString(ncclResult_t result);
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id);
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank);
+ncclResult_t ncclCommDestroy(ncclComm_t comm);
+ncclResult_t ncclCommAbort(ncclComm_t comm);
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *async_error);
+ncclResult_t ncclGroupStart();
+ncclResult_t ncclGroupEnd();
+ncclResult_t ncclSend(const void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm,
+                      cudaStream_t stream);
+ncclResult_t ncclRecv(void *buf, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllReduce(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                           ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclAllGather(const void *send, void *recv, size_t count, ncclDataType_t type, ncclComm_t comm,
+                           cudaStream_t stream);
+ncclResult_t ncclReduceScatter(const void *send, void *recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t stream);
+ncclResult_t ncclBroadcast(const void *send, void *recv, size_t count, ncclDataType_t type, int root, ncclComm_t comm,
+                           cudaStream_t stream);

@@ -1,0 +1,282 @@
+/*
+The emulator's checks, each against a kernel or a host program made to break the
+rule it holds (run.sh runs every case in a process of its own and expects the
+report named beside it), and correct programs close to them that must pass:
+
+    checks_test CASE      runs one case; "list" prints them: name, expected report
+
+A case that must pass prints "ok CASE" and exits 0; one that must be caught ends in
+the emulator's report (exit 66), or, for a launch the chip refuses, in the error
+the runtime returns, said here as "launch refused: ...".
+*/
+#include <mpi.h>
+#include <stdio.h>
+#include <string.h>
+#include "cp/comm_mpi.h"
+#include "llmc/cuda_common.cuh"
+#include "llmc/mma.cuh"
+
+// ---- kernels
+
+// a tile written by every thread, then read by others: the barrier between is needed
+__global__ static void tile_reverse_kernel(float *out, const float *in, int with_barrier) {
+    __shared__ float tile[128];
+    tile[threadIdx.x] = in[threadIdx.x];
+    if (with_barrier) { __syncthreads(); }
+    out[blockIdx.x * 128 + threadIdx.x] = tile[127 - threadIdx.x];
+}
+
+// two tiles one after another in the same shared memory: the barrier before the
+// reload keeps the first tile until every warp has read it
+__global__ static void tile_reload_kernel(float *out, const float *in, int with_barrier) {
+    __shared__ float tile[128];
+    float sum = 0.0f;
+    for (int pass = 0; pass < 2; pass++) {
+        if (with_barrier) { __syncthreads(); }
+        tile[threadIdx.x] = in[pass * 128 + threadIdx.x];
+        __syncthreads();
+        sum += tile[127 - threadIdx.x];
+    }
+    out[threadIdx.x] = sum;
+}
+
+// lane 0 of each warp writes, the others read: ordered by __syncwarp or not
+__global__ static void warp_publish_kernel(float *out, int with_syncwarp) {
+    __shared__ float slot[4];
+    int warp = threadIdx.x / 32;
+    if (threadIdx.x % 32 == 0) { slot[warp] = (float)warp; }
+    if (with_syncwarp) { __syncwarp(); }
+    out[threadIdx.x] = slot[warp];
+}
+
+// every block writes out[0]
+__global__ static void all_blocks_write_kernel(float *out) {
+    if (threadIdx.x == 0) { out[0] = (float)blockIdx.x; }
+}
+
+// adjacent threads update adjacent bf16 in place: no two share a byte
+__global__ static void bf16_in_place_kernel(__nv_bfloat16 *x, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * 2.0f); }
+}
+
+// reads a shared word no thread wrote
+__global__ static void uninitialised_shared_kernel(float *out) {
+    __shared__ float never[32];
+    out[threadIdx.x] = never[threadIdx.x];
+}
+
+__global__ static void copy_kernel(float *out, const float *in, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { out[i] = in[i]; }
+}
+
+// the two halves of a block at two different barriers
+__global__ static void divergent_barrier_kernel(float *out) {
+    if (threadIdx.x < 32) {
+        __syncthreads();
+        out[threadIdx.x] = 1.0f;
+    } else {
+        out[threadIdx.x] = 2.0f;
+        __syncthreads();
+    }
+}
+
+// warp 0 and half of warp 1 at a barrier, the other half in a shuffle that needs them
+__global__ static void stuck_kernel(float *out) {
+    float v = (float)threadIdx.x;
+    if (threadIdx.x < 48) {
+        __syncthreads();
+    } else {
+        v = __shfl_xor_sync(FULL_MASK, v, 1);
+    }
+    out[threadIdx.x] = v;
+}
+
+// shuffles: mask without the caller; a lane of the mask gone; two call sites
+__global__ static void shuffle_kernel(float *out, int mode) {
+    float v = (float)threadIdx.x;
+    if (mode == 0) { v = __shfl_xor_sync(0x0000ffffu, v, 1); }         // lanes 16..31 are not in it
+    if (mode == 1) {
+        if (threadIdx.x % 32 == 31) { return; }                         // lane 31 exits
+        v = __shfl_xor_sync(FULL_MASK, v, 1);
+    }
+    if (mode == 2) {
+        if (threadIdx.x % 2 == 0) { v = __shfl_xor_sync(FULL_MASK, v, 1); }
+        else { v = __shfl_xor_sync(FULL_MASK, v, 1) + 1.0f; }
+    }
+    if (mode == 3) { v = __shfl_xor_sync(FULL_MASK, v, 16); }           // correct: every lane, one site
+    out[threadIdx.x] = v;
+}
+
+// mma with a lane gone
+__global__ static void partial_mma_kernel(float *out) {
+    if (threadIdx.x == 5) { return; }
+    uint32_t a[4] = {0, 0, 0, 0}, b[2] = {0, 0};
+    float c[4] = {0, 0, 0, 0}, d[4];
+    mma_m16n8k8_tf32(d, a, b, c);
+    out[threadIdx.x] = d[0];
+}
+
+__global__ static void dynamic_shared_kernel(float *out, int n) {
+    extern __shared__ float shared[];
+    for (int i = threadIdx.x; i < n; i += blockDim.x) { shared[i] = 1.0f; }
+    __syncthreads();
+    out[threadIdx.x] = shared[threadIdx.x];
+}
+
+__global__ static void __launch_bounds__(64) bounded_kernel(float *out) { out[threadIdx.x] = 1.0f; }
+
+__global__ static void fill_value_kernel(float *out, float v, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { out[i] = v; }
+}
+
+// ---- the cases
+
+static float *device_floats(int n, float v) {
+    float *d = (float *)cudaMallocCheck(n * sizeof(float));
+    fill_value_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(d, v, n);
+    cudaCheckLaunch();
+    return d;
+}
+
+// a launch the chip refuses: the runtime's error, said
+static void expect_refused(const char *what) {
+    cudaError_t err = cudaGetLastError();
+    if (err == cudaSuccess) { fatal("%s: launched", what); }
+    printf("launch refused: %s: %s\n", what, cudaGetErrorString(err));
+    MPI_Finalize();
+    exit(0);
+}
+
+static void run_case(const char *name) {
+    cudaStream_t s = cuda_ctx.stream;
+    float *out = device_floats(1024, 0.0f), *in = device_floats(1024, 1.0f);
+    if (strcmp(name, "tile_with_barrier") == 0) {
+        tile_reverse_kernel<<<2, 128, 0, s>>>(out, in, 1);
+    } else if (strcmp(name, "tile_without_barrier") == 0) {
+        tile_reverse_kernel<<<2, 128, 0, s>>>(out, in, 0);
+    } else if (strcmp(name, "reload_with_barrier") == 0) {
+        tile_reload_kernel<<<1, 128, 0, s>>>(out, in, 1);
+    } else if (strcmp(name, "reload_without_barrier") == 0) {
+        tile_reload_kernel<<<1, 128, 0, s>>>(out, in, 0);
+    } else if (strcmp(name, "publish_with_syncwarp") == 0) {
+        warp_publish_kernel<<<1, 128, 0, s>>>(out, 1);
+    } else if (strcmp(name, "publish_without_syncwarp") == 0) {
+        warp_publish_kernel<<<1, 128, 0, s>>>(out, 0);
+    } else if (strcmp(name, "blocks_write_one_word") == 0) {
+        all_blocks_write_kernel<<<4, 32, 0, s>>>(out);
+    } else if (strcmp(name, "bf16_neighbours") == 0) {
+        __nv_bfloat16 *x = (__nv_bfloat16 *)cudaMallocCheck(256 * sizeof(__nv_bfloat16));
+        cudaCheck(cudaMemsetAsync(x, 0, 256 * sizeof(__nv_bfloat16), s));
+        bf16_in_place_kernel<<<2, 128, 0, s>>>(x, 256);
+    } else if (strcmp(name, "uninitialised_shared") == 0) {
+        uninitialised_shared_kernel<<<1, 32, 0, s>>>(out);
+    } else if (strcmp(name, "uninitialised_device") == 0) {
+        float *fresh = (float *)cudaMallocCheck(64 * sizeof(float));
+        copy_kernel<<<1, 64, 0, s>>>(out, fresh, 64);
+    } else if (strcmp(name, "past_the_end") == 0) {
+        copy_kernel<<<5, 256, 0, s>>>(out, in, 1025);
+    } else if (strcmp(name, "host_reads_device") == 0) {
+        cuda_sync();
+        printf("%f\n", in[3]);
+    } else if (strcmp(name, "divergent_barrier") == 0) {
+        divergent_barrier_kernel<<<1, 64, 0, s>>>(out);
+    } else if (strcmp(name, "barrier_and_shuffle_stuck") == 0) {
+        stuck_kernel<<<1, 64, 0, s>>>(out);
+    } else if (strcmp(name, "shuffle_mask_without_caller") == 0) {
+        shuffle_kernel<<<1, 32, 0, s>>>(out, 0);
+    } else if (strcmp(name, "shuffle_exited_lane") == 0) {
+        shuffle_kernel<<<1, 32, 0, s>>>(out, 1);
+    } else if (strcmp(name, "shuffle_two_sites") == 0) {
+        shuffle_kernel<<<1, 32, 0, s>>>(out, 2);
+    } else if (strcmp(name, "shuffle_whole_warp") == 0) {
+        shuffle_kernel<<<1, 32, 0, s>>>(out, 3);
+    } else if (strcmp(name, "mma_without_a_lane") == 0) {
+        partial_mma_kernel<<<1, 32, 0, s>>>(out);
+    } else if (strcmp(name, "shared_64k_without_attribute") == 0) {
+        dynamic_shared_kernel<<<1, 128, 64 << 10, s>>>(out, 16 << 10);
+        expect_refused("64 KiB of dynamic shared memory, no cudaFuncSetAttribute");
+    } else if (strcmp(name, "shared_64k_with_attribute") == 0) {
+        cudaCheck(cudaFuncSetAttribute(dynamic_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 << 10));
+        dynamic_shared_kernel<<<1, 128, 64 << 10, s>>>(out, 16 << 10);
+    } else if (strcmp(name, "shared_over_227k") == 0) {
+        if (cudaFuncSetAttribute(dynamic_shared_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 228 << 10) ==
+            cudaSuccess) { fatal("cudaFuncSetAttribute allowed 228 KiB"); }
+        dynamic_shared_kernel<<<1, 128, 228 << 10, s>>>(out, 16 << 10);
+        expect_refused("228 KiB of dynamic shared memory");
+    } else if (strcmp(name, "grid_y_too_large") == 0) {
+        copy_kernel<<<dim3(1, 65536), 32, 0, s>>>(out, in, 1);
+        expect_refused("a grid of 65536 blocks in y");
+    } else if (strcmp(name, "block_too_large") == 0) {
+        copy_kernel<<<1, 1025, 0, s>>>(out, in, 1);
+        expect_refused("a block of 1025 threads");
+    } else if (strcmp(name, "past_launch_bounds") == 0) {
+        bounded_kernel<<<1, 128, 0, s>>>(out);
+    } else if (strcmp(name, "streams_without_event") == 0 || strcmp(name, "streams_with_event") == 0) {
+        cudaStream_t other;
+        cudaEvent_t written;
+        cudaCheck(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+        cudaCheck(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+        copy_kernel<<<4, 256, 0, s>>>(out, in, 1024);
+        if (strcmp(name, "streams_with_event") == 0) {
+            cudaCheck(cudaEventRecord(written, s));
+            cudaCheck(cudaStreamWaitEvent(other, written, 0));
+        }
+        copy_kernel<<<4, 256, 0, other>>>(in, out, 1024);
+        cudaCheck(cudaStreamSynchronize(other));
+    } else if (strcmp(name, "pinned_read_before_sync") == 0 || strcmp(name, "pinned_read_after_sync") == 0) {
+        float *host;
+        cudaCheck(cudaMallocHost((void **)&host, 1024 * sizeof(float)));
+        cudaCheck(cudaMemcpyAsync(host, in, 1024 * sizeof(float), cudaMemcpyDeviceToHost, s));
+        if (strcmp(name, "pinned_read_after_sync") == 0) { cudaCheck(cudaStreamSynchronize(s)); }
+        printf("%f\n", host[17]);
+    } else if (strcmp(name, "pinned_freed_in_use") == 0 || strcmp(name, "pinned_freed_after_sync") == 0) {
+        // cudaFreeHost does not wait for the device: the copy into it must be done first
+        float *host;
+        cudaCheck(cudaMallocHost((void **)&host, 1024 * sizeof(float)));
+        cudaCheck(cudaMemcpyAsync(host, in, 1024 * sizeof(float), cudaMemcpyDeviceToHost, s));
+        if (strcmp(name, "pinned_freed_after_sync") == 0) { cudaCheck(cudaStreamSynchronize(s)); }
+        cudaCheck(cudaFreeHost(host));
+    } else {
+        fatal("unknown case '%s' (list: see checks_test list)", name);
+    }
+    cuda_sync();
+    printf("ok %s\n", name);
+}
+
+// every case and the report it must end in ("-" passes, "launch refused" is the
+// runtime's error; a read that no barrier orders after its write may be seen before
+// the write, as uninitialised, or after it, as a race: either catches it)
+static const char *cases[][2] = {
+    {"tile_with_barrier", "-"},            {"tile_without_barrier", "racecheck|initcheck"},
+    {"reload_with_barrier", "-"},          {"reload_without_barrier", "racecheck"},
+    {"publish_with_syncwarp", "-"},        {"publish_without_syncwarp", "racecheck|initcheck"},
+    {"blocks_write_one_word", "racecheck"}, {"bf16_neighbours", "-"},
+    {"uninitialised_shared", "initcheck"}, {"uninitialised_device", "initcheck"},
+    {"past_the_end", "memcheck"},          {"host_reads_device", "memcheck"},
+    {"divergent_barrier", "synccheck"},    {"barrier_and_shuffle_stuck", "synccheck"},
+    {"shuffle_mask_without_caller", "synccheck"}, {"shuffle_exited_lane", "synccheck"},
+    {"shuffle_two_sites", "synccheck"},    {"shuffle_whole_warp", "-"},
+    {"mma_without_a_lane", "synccheck"},   {"shared_64k_without_attribute", "launch refused"},
+    {"shared_64k_with_attribute", "-"},    {"shared_over_227k", "launch refused"},
+    {"grid_y_too_large", "launch refused"}, {"block_too_large", "launch refused"},
+    {"past_launch_bounds", "launch"},      {"streams_without_event", "racecheck"},
+    {"streams_with_event", "-"},           {"pinned_read_before_sync", "racecheck"},
+    {"pinned_read_after_sync", "-"},       {"pinned_freed_in_use", "racecheck|memcheck"},
+    {"pinned_freed_after_sync", "-"},
+};
+
+int main(int argc, char **argv) {
+    mpi_runtime_init(&argc, &argv);
+    if (argc != 2) { fatal("usage: checks_test CASE | list"); }
+    if (strcmp(argv[1], "list") == 0) {
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) { printf("%s %s\n", cases[i][0], cases[i][1]); }
+    } else {
+        cuda_init(0, 0);
+        run_case(argv[1]);
+    }
+    MPI_Finalize();
+    return 0;
+}

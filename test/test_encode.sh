@@ -1,0 +1,141 @@
+#!/usr/bin/env bash
+# ./encode (GPT-2 BPE in C) against the reference encoder that made the shipped data.
+#
+#   bash test/test_encode.sh austen      the shipped Austen token files, byte for byte,
+#                                        from their text; the -v split, standard input,
+#                                        invalid UTF-8 and bad flags
+#   bash test/test_encode.sh reference   the Unicode edge-case corpus (test/encoder/)
+#                                        against the reference encoder itself, run here:
+#                                        npm's gpt-3-encoder 1.1.4 (dev/data's package.json),
+#                                        installed by `npm ci` into dev/data/node_modules;
+#                                        exit 77 (skipped) where it cannot be installed
+#
+# The Austen files were made by the reference (dev/data/prepare_austen.sh) from chapter
+# texts that decode from them exactly (austen_write.py checks it): decoding each
+# document with the tokenizer's byte table alone (dev/data/decode_tokens.py) gives the
+# text back, and encoding that text must give the files again. Env: REPO_ROOT, BUILD_DIR (scratch).
+set -euo pipefail
+MODE=${1:?usage: test_encode.sh austen|reference}
+REPO_ROOT=${REPO_ROOT:-$(pwd)}
+cd "$REPO_ROOT"
+WORK=${BUILD_DIR:-$REPO_ROOT/build}/test_encode_$MODE
+ENCODE=$REPO_ROOT/encode
+[[ -x $ENCODE ]] || { echo "FAIL: $ENCODE is missing: build it with 'make encode'"; exit 1; }
+rm -rf "$WORK"
+mkdir -p "$WORK"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# token_ids FILE: the ids of an llm.c token file, one per line
+token_ids() { od -A n -v -t u2 -j 1024 -w2 "$1" | tr -d ' '; }
+
+if [[ $MODE == austen ]]; then
+    command -v python3 > /dev/null || { echo "SKIP: no python3 (scripts/install_deps.sh installs it)"; exit 77; }
+    # ---- 1. the shipped token files from their text
+    for split in train val; do
+        python3 dev/data/decode_tokens.py "dev/data/austen/austen_$split.bin" dev/data/gpt2_tokenizer.bin \
+            "$WORK/chapters" "${split}_"
+    done
+    train_chapters=("$WORK"/chapters/train_*.txt)
+    val_chapters=("$WORK"/chapters/val_*.txt)
+    val_tokens=$(od -A n -t d4 -j 8 -N 4 dev/data/austen/austen_val.bin | tr -d ' ')
+    "$ENCODE" -o "$WORK/train.bin" -v "$WORK/val.bin" -vn "$val_tokens" "${train_chapters[@]}" "${val_chapters[@]}"
+    for split in train val; do
+        if cmp -s "$WORK/$split.bin" "dev/data/austen/austen_$split.bin"; then
+            echo "ok   austen_$split.bin reproduced byte for byte ($(stat -c %s "$WORK/$split.bin") bytes)"
+        else
+            fail "austen_$split.bin differs: $(cmp "$WORK/$split.bin" "dev/data/austen/austen_$split.bin" 2>&1 | head -1)"
+        fi
+    done
+
+    # ---- 2. the split is a cut of the unsplit file: train then val are its tokens
+    "$ENCODE" -o "$WORK/val_alone.bin" "${val_chapters[@]}" 2>/dev/null
+    cmp -s "$WORK/val_alone.bin" dev/data/austen/austen_val.bin || fail "Persuasion alone does not give austen_val.bin"
+    "$ENCODE" -o "$WORK/whole.bin" "${val_chapters[@]:0:3}" 2>/dev/null
+    "$ENCODE" -o "$WORK/part.bin" -v "$WORK/part_val.bin" "${val_chapters[@]:0:3}" 2>/dev/null
+    whole=$(token_ids "$WORK/whole.bin" | wc -l)
+    n_val=$(token_ids "$WORK/part_val.bin" | wc -l)
+    want_val=$(((whole * 10 + 50) / 100))
+    [[ $n_val -eq $want_val ]] || fail "-v with the default 10%: $n_val validation tokens of $whole, expected $want_val"
+    cat <(token_ids "$WORK/part.bin") <(token_ids "$WORK/part_val.bin") | cmp -s - <(token_ids "$WORK/whole.bin") ||
+        fail "the -v split's two files are not the unsplit file's tokens in order"
+    # standard input is one document, as the file
+    "$ENCODE" -o "$WORK/stdin.bin" - < "${val_chapters[0]}" 2>/dev/null
+    "$ENCODE" -o "$WORK/file.bin" "${val_chapters[0]}" 2>/dev/null
+    cmp -s "$WORK/stdin.bin" "$WORK/file.bin" || fail "- (standard input) encodes otherwise than the file"
+    [[ $(token_ids "$WORK/file.bin" | head -1) == 50256 ]] || fail "a document does not start with EOT"
+    echo "ok   -v splits the tokens in order (default 10%), - reads standard input"
+
+    # ---- 3. bad input: one line naming the problem, non-zero, nothing written
+    # expect_error NAME PATTERN ENCODE_ARGS...: the run fails with one error line
+    # matching PATTERN and writes no -o file
+    expect_error() {
+        local name=$1 pattern=$2
+        shift 2
+        rm -f "$WORK/bad.bin" "$WORK/bad.bin.tmp"
+        local rc=0
+        "$ENCODE" -o "$WORK/bad.bin" "$@" > "$WORK/$name.out" 2>&1 || rc=$?
+        local line
+        line=$(grep -m1 '^error: ' "$WORK/$name.out" || true)
+        if [[ $rc -eq 0 || $(grep -c '^error: ' "$WORK/$name.out") -ne 1 || ! $line =~ $pattern ]]; then
+            fail "$name: exit $rc, output: $(head -c 300 "$WORK/$name.out")"
+        elif [[ -e $WORK/bad.bin || -e $WORK/bad.bin.tmp ]]; then
+            fail "$name: an output file was left behind"
+        else
+            echo "ok   $name: $line"
+        fi
+    }
+    printf 'abc\xffdef' > "$WORK/ff.txt"
+    printf 'caf\xc3' > "$WORK/cut.txt"
+    printf 'ok\n\xed\xa0\x80' > "$WORK/surrogate.txt"
+    printf '\xc0\xaf' > "$WORK/overlong.txt"
+    printf 'fine\n' > "$WORK/fine.txt"
+    expect_error invalid_byte "'$WORK/ff.txt' is not UTF-8: byte 3 \(0xFF\)" "$WORK/fine.txt" "$WORK/ff.txt"
+    expect_error cut_character "'$WORK/cut.txt' is not UTF-8: it ends inside a character \(byte 3" "$WORK/cut.txt"
+    expect_error surrogate "is not UTF-8: byte 3 \(0xED\)" "$WORK/surrogate.txt"
+    expect_error overlong "is not UTF-8: byte 0 \(0xC0\)" "$WORK/overlong.txt"
+    expect_error stdin_invalid "'standard input' is not UTF-8: byte 3" - < "$WORK/ff.txt"
+    expect_error missing_file "cannot open '$WORK/none.txt': No such file or directory" "$WORK/none.txt"
+    expect_error directory "it is a directory" "$WORK"
+    expect_error vn_zero "-vn '0': give a number" -v "$WORK/v.bin" -vn 0 "$WORK/fine.txt"
+    expect_error vn_all "-vn '100%': give a number" -v "$WORK/v.bin" -vn 100% "$WORK/fine.txt"
+    expect_error vn_too_many "-vn 3: the validation split would be 3 of the 3 tokens" -v "$WORK/v.bin" -vn 3 "$WORK/fine.txt"
+    expect_error vn_without_v "-vn sizes the validation split: give its file with -v" -vn 5 "$WORK/fine.txt"
+    # a character device is written as it is (no temporary file beside it)
+    "$ENCODE" -o /dev/null "$WORK/fine.txt" 2> /dev/null || fail "-o /dev/null failed"
+    [[ -c /dev/null && ! -e /dev/null.tmp ]] || fail "-o /dev/null did not leave /dev/null a character device alone"
+    expect_error output_as_input "is both an input and an output" "$WORK/bad.bin"
+    expect_error bad_tokenizer "tokenizer '$WORK/fine.txt': 5 bytes, shorter than its header" -tk "$WORK/fine.txt" "$WORK/fine.txt"
+    # the default tokenizer is relative to the repository root
+    (cd "$WORK" && expect_error default_tokenizer_elsewhere \
+        "tokenizer 'dev/data/gpt2_tokenizer.bin' not found: run from the repository root, or pass -tk" "$WORK/fine.txt")
+else
+    # ---- the Unicode edge cases against the reference encoder itself
+    command -v node > /dev/null || { echo "SKIP: no node (scripts/install_deps.sh installs nodejs)"; exit 77; }
+    if [[ ! -f dev/data/node_modules/gpt-3-encoder/package.json ]]; then
+        echo "installing the reference encoder: npm ci in dev/data (gpt-3-encoder 1.1.4)"
+        # npm's download cache in the scratch directory too: nothing is kept outside the clone
+        if ! (cd dev/data && npm ci --no-audit --no-fund --loglevel=error --cache "$WORK/npm_cache") \
+                > "$WORK/npm.out" 2>&1; then
+            echo "SKIP: npm cannot install gpt-3-encoder 1.1.4 here (no registry?): $(tail -n 3 "$WORK/npm.out" | tr '\n' ' ')"
+            exit 77
+        fi
+    fi
+    corpus=(test/encoder/*.txt)
+    node test/encoder/reference_encode.js "${corpus[@]}" > "$WORK/reference.ids"
+    "$ENCODE" -o "$WORK/ours.bin" "${corpus[@]}"
+    token_ids "$WORK/ours.bin" > "$WORK/ours.ids"
+    n=$(wc -l < "$WORK/reference.ids")
+    if cmp -s "$WORK/reference.ids" "$WORK/ours.ids"; then
+        echo "ok   ${corpus[*]}: $n tokens, the same as the reference's"
+    else
+        fail "the edge-case corpus encodes otherwise than the reference; first difference (token index: reference | ours):"
+        diff <(nl -v 0 "$WORK/reference.ids") <(nl -v 0 "$WORK/ours.ids") | head -n 8
+    fi
+fi
+
+if [[ $failures -gt 0 ]]; then
+    echo "FAIL test_encode $MODE: $failures check(s) failed"
+    exit 1
+fi
+echo "PASS test_encode $MODE"
