@@ -57,6 +57,6 @@ train sampling 1 -e d1 -b 1 -t 512 -cp 1 -s 1 -g 256
 check sampling
 train zero1 2 -e d2 -b 1 -t 512 -cp 1 -z 1 -s 0
 check zero1
-train ulysses 4 -e d4 -b 1 -t 1024 -cp 4 -ca ulysses -s 0
+train ulysses 4 -e d4 -b 1 -t 512 -cp 4 -ca ulysses -s 0
 check ulysses
 finish
