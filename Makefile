@@ -7,7 +7,8 @@
 #   make encode             ./encode: text to an llm.c token file (GPT-2 BPE; needs libpcre2-dev)
 #
 # Options: NO_BLAS=1 (plain C matmuls), NO_OMP=1, SAN=1 (AddressSanitizer and
-# UndefinedBehaviorSanitizer on the CPU code), CUDA_HOME=/usr/local/cuda.
+# UndefinedBehaviorSanitizer on the CPU code), CUDA_HOME=/usr/local/cuda,
+# CTEST_ARGS (passed to ctest: CTEST_ARGS="-L 'unit|mpi'" runs the tests of those labels).
 
 MPICC ?= mpicc
 CUDA_HOME ?= /usr/local/cuda
@@ -113,7 +114,7 @@ test:
 	@# the GPU trainer (one nvcc process) builds beside the suite's binaries, so that both cores stay busy
 	$(if $(HAVE_NVCC),$(MAKE) train_gpt2cp & gpu=$$!;) cmake --build $(TEST_BUILD_DIR) -j 2; status=$$?; \
 		$(if $(HAVE_NVCC),wait $$gpu || status=1;) exit $$status
-	cd $(TEST_BUILD_DIR) && ctest --output-on-failure -j 2
+	cd $(TEST_BUILD_DIR) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
 
 run:
 	bash scripts/run_default.sh

@@ -56,6 +56,12 @@ step "debootstrap bookworm (minbase + git, make, gcc)" make_root
 # reached through one), which ca-certificates adds to the root's store when
 # install_deps installs it
 cp /etc/resolv.conf "$ROOT/etc/resolv.conf"
+# and its /etc/hosts as Debian's installer writes it (debootstrap writes none): the
+# machine's own name resolves locally. Without it every lookup of the host name goes
+# to DNS, and where DNS answers only by timing out, each mpirun launch waits seconds
+# for it (bad_input's 150 launches ran past their 20 minutes that way)
+printf '127.0.0.1\tlocalhost\n127.0.1.1\t%s\n::1\tlocalhost ip6-localhost ip6-loopback\n' \
+    "$(hostname)" > "$ROOT/etc/hosts"
 if compgen -G "/usr/local/share/ca-certificates/*.crt" > /dev/null; then
     mkdir -p "$ROOT/usr/local/share/ca-certificates"
     cp /usr/local/share/ca-certificates/*.crt "$ROOT/usr/local/share/ca-certificates/"

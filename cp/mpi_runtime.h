@@ -3,7 +3,10 @@ The MPI runtime every gpt2cp program starts with (both trainers, the MPI tests
 and benchmarks): MPI_Init, and the hooks that turn any rank's fatal error
 (llmc/utils.h: fatal, fatal_everywhere) into the end of the whole job, on every
 rank, within seconds. It also reads GPT2CP_TIMEOUT for the transports' progress
-watchdog (cp/comm_watchdog.h).
+watchdog (cp/comm_watchdog.h), posts the watchdog's progress beacons, and learns
+which ranks share this node (the GPU trainer picks its device by them). What waits
+for every rank here (MPI_Init, making communicators, MPI_Finalize) runs under the
+watchdog's timer, COMM_BLOCKING.
 */
 #ifndef CP_MPI_RUNTIME_H
 #define CP_MPI_RUNTIME_H
@@ -39,8 +42,15 @@ static void mpi_wait_for_printer(void) {
     }
 }
 
+// the ranks on this node (the ones that share its memory), and this one's index
+// among them: known once MPI runs (mpi_runtime_init)
+static int mpi_node_size = 1, mpi_node_rank = 0;
+
 static void mpi_runtime_init(int *argc, char ***argv) {
-    MPI_Init(argc, argv);
+    // MPI_Init waits for every rank: under the timer of GPT2CP_TIMEOUT (its default
+    // when the value is bad: that is reported once MPI can end the job)
+    comm_timeout_from_env(&comm_timeout);
+    COMM_BLOCKING("MPI_Init", MPI_Init(argc, argv));
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     fatal_rank = rank;
@@ -49,6 +59,30 @@ static void mpi_runtime_init(int *argc, char ***argv) {
     // an MPI error is never recoverable here: let MPI end the job at once
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     comm_timeout_init();
+    comm_beacon_init();
+    MPI_Comm node;
+    COMM_BLOCKING("MPI_Comm_split_type", MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                                             &node));
+    MPI_Comm_size(node, &mpi_node_size);
+    MPI_Comm_rank(node, &mpi_node_rank);
+    MPI_Comm_free(&node);
+}
+
+// The end of the job's MPI: the beacons' receives are cancelled, and MPI_Finalize
+// (which waits for every rank) runs under the timer.
+static void mpi_runtime_finalize(void) {
+    for (int peer = 0; peer < comm_beacon_size; peer++) {
+        if (comm_beacon_recv[peer] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&comm_beacon_recv[peer]);
+            MPI_Request_free(&comm_beacon_recv[peer]);
+        }
+    }
+    progress_hook = NULL;
+    MPI_Comm_free(&comm_beacon_comm);
+    free(comm_beacon_recv);
+    comm_beacon_recv = NULL;
+    comm_beacon_size = 0;
+    COMM_BLOCKING("MPI_Finalize", MPI_Finalize());
 }
 
 #endif // CP_MPI_RUNTIME_H

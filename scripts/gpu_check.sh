@@ -109,7 +109,7 @@ for cp in 2 4; do
         compared "gpu_cp${cp}_${layout}_mpi" "$cp" FP32 cpu_cp1 -cp "$cp" -cl "$layout" -ct mpi
     done
 done
-# Ulysses (d2: 2 heads, so U 2): the all-to-all at cp 1 (a group of one), at cp 2, the hybrid U 2 x R 2
+# Ulysses (the check's model has 2 heads, so U 2): the all-to-all at cp 1 (a group of one), at cp 2, the hybrid U 2 x R 2
 compared "gpu_cp1_ulysses_$NCCL_CT" 1 FP32 cpu_cp1 -cp 1 -ca ulysses -ct "$NCCL_CT"
 compared gpu_cp2_ulysses_mpi 2 FP32 cpu_cp1 -cp 2 -cl round_robin -ca ulysses -ct mpi
 compared gpu_cp4_hybrid_2x2_mpi 4 FP32 cpu_cp1 -cp 4 -cl contiguous -ca hybrid -cu 2 -ct mpi

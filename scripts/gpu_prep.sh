@@ -50,7 +50,9 @@ else
 # the dry run's, under the CUDA emulation (scripts/gpu_prep.sh): every step, small
 PREP_SIZES=emulation
 TIME_SCALE=40                                          # an emulated step runs far longer than a GPU's
-CHECK=(-e d2 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0)
+# d1's weights read as 2 heads of 32 (made below): Ulysses and the hybrid need 2
+# heads, and an emulated step's time goes with the parameters (d2 has twice d1's)
+CHECK=(-e "$PREP/ref/d1_2heads.bin" -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0)
 CHECK_STEPS=2
 CHECK_TOKENS=64
 RING_RANKS=""                                          # run.sh tests runs them at 1 to 4 ranks already
@@ -74,6 +76,13 @@ mkdir -p "$PREP/ref/bf16_models"
 python3 test/lib/llmc_files.py bf16_models "$PREP/ref/bf16_models" > /dev/null
 MPIRUN=(mpirun --bind-to none)
 [[ $(id -u) -eq 0 ]] && MPIRUN+=(--allow-run-as-root)
+if [[ $SIZES == emulation ]]; then
+    # the emulated check's model: d1's weights, 2 heads in the checkpoint header
+    "${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu -e d1 -b 1 -t 64 -x 0 -n 1 -v 0 -s 0 -o "$PREP/ref/d1" > /dev/null
+    cp "$PREP/ref/d1/model_00000000.bin" "$PREP/ref/d1_2heads.bin"
+    put_i32 "$PREP/ref/d1_2heads.bin" 20 2
+    rm -rf "$PREP/ref/d1"
+fi
 reference() {
     local name=$1
     shift

@@ -538,6 +538,34 @@ static void test_transport(Comm *comm) {
     check_rel_device("transport all_to_all", d_got, wanted, part * n, 0.0);
     cudaCheck(cudaFree(d_sent)); cudaCheck(cudaFree(d_got));
     free(sent); free(wanted);
+
+    // two ring exchanges back to back, the second larger: rank r sends r * 10000 + i
+    // and receives rank r-1's. Both use the first free slot, whose staging buffers
+    // (the staged transport's) grow for the second while the first's copy back to the
+    // device may still be queued on the transport's stream. The sends are on the
+    // device before the first starts, so that no synchronous copy drains that stream
+    size_t ring_counts[2] = {100, 3000};
+    float *d_ring_send[2], *d_ring_recv[2];
+    for (int e = 0; e < 2; e++) {
+        float *block = (float *)mallocCheck(ring_counts[e] * sizeof(float));
+        for (size_t i = 0; i < ring_counts[e]; i++) { block[i] = (float)(r * 10000 + (int)i); }
+        d_ring_send[e] = device_copy(block, ring_counts[e]);
+        d_ring_recv[e] = (float *)cudaMallocCheck(ring_counts[e] * sizeof(float));
+        poison_device(d_ring_recv[e], ring_counts[e] * sizeof(float));
+        free(block);
+    }
+    for (int e = 0; e < 2; e++) {
+        comm->ring_wait(comm, comm->ring_start(comm, d_ring_send[e], d_ring_recv[e], ring_counts[e] * sizeof(float)));
+    }
+    int previous = (r - 1 + n) % n;
+    for (int e = 0; e < 2; e++) {
+        float *want = (float *)mallocCheck(ring_counts[e] * sizeof(float));
+        for (size_t i = 0; i < ring_counts[e]; i++) { want[i] = (float)(previous * 10000 + (int)i); }
+        check_rel_device(e == 0 ? "transport ring exchange" : "transport ring exchange, grown", d_ring_recv[e], want,
+                         ring_counts[e], 0.0);
+        free(want);
+        cudaCheck(cudaFree(d_ring_send[e])); cudaCheck(cudaFree(d_ring_recv[e]));
+    }
     comm->barrier(comm);
     cudaCheck(cudaFree(d_x)); cudaCheck(cudaFree(d_dv)); cudaCheck(cudaFree(d_all));
     free(x); free(expected);

@@ -40,8 +40,9 @@ source scripts/gpu_toolchain.sh || exit 1
 [[ $HAVE_MPI -eq 1 ]] || { say "error: the benchmark needs MPI (the trainer is an MPI program)"; exit 1; }
 HAVE_SMI=0
 command -v nvidia-smi > /dev/null && HAVE_SMI=1
+HAVE_TORCH=1
 python3 -c 'import torch; assert torch.cuda.is_available()' 2> /dev/null ||
-    say "no python3 with torch and a GPU it sees: the PyTorch columns say '-'"
+    { HAVE_TORCH=0; say "no python3 with torch and a GPU it sees: the PyTorch columns say '-'"; }
 CT1=$([[ $HAVE_NCCL -eq 1 ]] && echo nccl || echo mpi)
 read -ra LENGTHS <<< "$ATTENTION_LENGTHS"
 GPU_NAME=$( ( [[ $HAVE_SMI -eq 1 ]] && nvidia-smi --query-gpu=name --format=csv,noheader 2> /dev/null | head -n 1 ) ||
@@ -129,11 +130,14 @@ for T in $TRAIN_LENGTHS; do
             "$(mfu "$tps" "$T" "$peak")" "$PEAK_MIB" >> "$TABLE"
     done
     name=torch_T$T
-    if run_measured "$name" 60 python3 dev/bench/gpt2_torch.py -t "$T" -b "$B" -p bf16 -x 5; then
+    tps=-
+    if [[ $HAVE_TORCH -eq 0 ]]; then
+        say "$name: skipped (no torch)"
+        PEAK_MIB=-
+    elif run_measured "$name" 60 python3 dev/bench/gpt2_torch.py -t "$T" -b "$B" -p bf16 -x 5; then
         tps=$(sed -n 's/.* \([0-9]*\) tok\/s.*/\1/p' "$WORK/$name.out" | head -n 1)
     else
         fail "$name"
-        tps=-
     fi
     printf "| %s | %s | PyTorch %s (eager) | bf16 autocast, fp32 master weights | %s | %s | %s |\n" "$T" "$B" \
         "$(python3 -c 'import torch; print(torch.__version__)' 2> /dev/null)" "${tps:--}" \
