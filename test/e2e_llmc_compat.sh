@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What an llm.c user relies on, end to end on the CPU trainer (issue 12):
+# What an llm.c user relies on, end to end on the CPU trainer:
 #   1. -e d2 builds llm.c's weights bit for bit: checked by an independent Python
 #      generator (test/random_init_reference.py); -e gpt2:d2 is the same model;
 #      normal_ of lengths that are no multiple of 16 (the tail llm.c redraws) too
