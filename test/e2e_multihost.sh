@@ -34,6 +34,12 @@ VETH=(gcpa$$ gcpb$$)
 netns_dir_mounted=0
 mountpoint -q /run/netns 2>/dev/null && netns_dir_mounted=1
 cleanup() {
+    # nothing the test started outlives it: after the link is cut, mpirun (host a) and
+    # the daemon of the host it lost (host b) may go on waiting for each other, and
+    # killing the shell that launched mpirun leaves them to init
+    for ns in "${NS[@]}"; do
+        for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
+    done
     for ns in "${NS[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
     if [[ $netns_dir_mounted -eq 0 ]] && mountpoint -q /run/netns 2>/dev/null &&
             [[ -z $(ls -A /run/netns 2>/dev/null) ]]; then
