@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The CPU trainer across two "hosts": two network namespaces joined by a veth pair,
 # made here (as root), each rank in its own namespace with its own hostname,
-# talking over the veth addresses only. mpirun runs the README's multi-node
+# talking over the veth addresses only. mpirun runs docs/running.md's multi-node
 # command (a host file, TCP on the hosts' network) with a launch agent that enters
 # each host's namespace instead of ssh:
 #   1. cp 2 over the two hosts matches the one-host run step by step (main.log,
@@ -84,7 +84,7 @@ on_host_a() {
     ip netns exec "${NS[0]}" unshare --uts bash -c "hostname ${HOSTS[0]} && exec \"\$@\"" _ "$@"
 }
 
-# the README's multi-node command, with the agent in place of ssh
+# docs/running.md's multi-node command, with the agent in place of ssh
 MULTI_NODE=("$MPIRUN" --hostfile "$HOSTFILE" --mca btl tcp,self --mca btl_tcp_if_include "$NET.0/24"
             --mca oob_tcp_if_include "$NET.0/24" --mca plm_rsh_agent "$AGENT" --allow-run-as-root -np 2)
 COMMON=(-e d1 -b 2 -t 64 -x 10 -l 1e-3 -v 5 -m 2 -s 0 -cp 2 -cl round_robin)
