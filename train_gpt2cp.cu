@@ -68,12 +68,7 @@ static int device_sharers = 1;
 // The device of this rank: local rank modulo the node's GPUs. NCCL needs a GPU of
 // its own per rank; -ct mpi may share.
 static int select_device(int use_nccl) {
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    int local_rank, local_size;
-    MPI_Comm_rank(node, &local_rank);
-    MPI_Comm_size(node, &local_size);
-    MPI_Comm_free(&node);
+    int local_rank = mpi_node_rank, local_size = mpi_node_size;
     char why[256];
     int devices = cuda_device_count(why, sizeof(why));
     if (devices == 0) {
@@ -116,7 +111,7 @@ static Ranks ranks_init(int cp_size, int ulysses_size, int with_ulysses, int use
     MeshComms mc;
     MPI_Comm cp_host;
     r.mesh = mesh_split_mpi(cp_size, ulysses_size, &mc);
-    MPI_Comm_dup(mc.cp, &cp_host);
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(mc.cp, &cp_host));
     r.world = device_comm_create(use_nccl, mc.world);
     r.cp = device_comm_create(use_nccl, mc.cp);
     r.self = device_comm_create(use_nccl, mc.self);
@@ -125,7 +120,7 @@ static Ranks ranks_init(int cp_size, int ulysses_size, int with_ulysses, int use
     r.ulysses = r.ulysses_host = r.ring = NULL;
     if (with_ulysses) {
         MPI_Comm ulysses_host;
-        MPI_Comm_dup(mc.ulysses, &ulysses_host);
+        COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(mc.ulysses, &ulysses_host));
         r.ulysses = device_comm_create(use_nccl, mc.ulysses);
         r.ulysses_host = comm_mpi_create(ulysses_host);
         r.ring = device_comm_create(use_nccl, mc.ring);
@@ -266,7 +261,7 @@ int main(int argc, char **argv) {
     train_config_defaults(&cfg);
     if (help_asked_anywhere(parse_train_args(argc, argv, &cfg, TRANSPORTS))) {
         if (fatal_rank == 0) { print_usage(stdout, argv[0], TRANSPORTS); }
-        MPI_Finalize();
+        job_comm_finalize();
         return 1;
     }
     CpLayoutKind layout = validate_train_config(&cfg);
@@ -377,6 +372,6 @@ int main(int argc, char **argv) {
     gpt2_cuda_free(&model);
     ranks_free(&ranks);
     cuda_free_context();
-    MPI_Finalize();
+    job_comm_finalize();
     return 0;
 }

@@ -4,10 +4,20 @@ runtime every trainer starts with: MPI_Init, and the hooks that turn any rank's
 fatal error into the end of the whole job.
 
 No wait blocks in MPI: every verb posts non-blocking requests (MPI_Isend/Irecv,
-MPI_Iallreduce, MPI_Iallgather, ...) and waits for them in one test loop,
-comm_mpi_wait, under the progress watchdog of cp/comm_watchdog.h: the clock
-restarts whenever a request completes; GPT2CP_TIMEOUT seconds without any ends
-the job, naming the rank that did not answer.
+MPI_Iallreduce, MPI_Iallgather, MPI_Ialltoall, ...) and waits for them in one test
+loop, comm_mpi_wait, under the progress watchdog of cp/comm_watchdog.h: the clock
+restarts whenever a request completes or a beacon arrives; GPT2CP_TIMEOUT seconds
+without any ends the job, naming the rank that did not answer. What has no
+non-blocking form (MPI_Init, MPI_Finalize, making communicators) runs under
+COMM_BLOCKING.
+
+MPI counts are int: a transfer larger than COMM_MPI_MAX_BYTES (1 GiB) goes in
+pieces of at most that many bytes, each its own request (a ring step) or its own
+collective. A piece of the verbs whose buffers hold one part per rank (all_gather,
+all_to_all) is the same slice of every rank's part: an MPI datatype of the slice
+whose extent is a whole part; reduce_scatter_sum copies the slices together first
+(MPI reduces no derived datatype). (GPT2CP_TEST_MPI_MAX_BYTES
+lowers the limit, for the tests of the pieces: test/test_comm.c, test/e2e_zero.sh.)
 
 Who did not answer:
   - a ring exchange: the rank it receives from (rank-1) while the receive is
@@ -61,8 +71,15 @@ static void mpi_wait_for_printer(void) {
     }
 }
 
+// the ranks on this node (the ones that share its memory), and this one's index
+// among them: known once MPI runs (mpi_runtime_init)
+static int mpi_node_size = 1, mpi_node_rank = 0;
+
 static void mpi_runtime_init(int *argc, char ***argv) {
-    MPI_Init(argc, argv);
+    // MPI_Init waits for every rank: under the timer of GPT2CP_TIMEOUT (its default
+    // when the value is bad: that is reported once MPI can end the job)
+    comm_timeout_from_env(&comm_timeout);
+    COMM_BLOCKING("MPI_Init", MPI_Init(argc, argv));
     int rank;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     fatal_rank = rank;
@@ -71,28 +88,59 @@ static void mpi_runtime_init(int *argc, char ***argv) {
     // an MPI error is never recoverable here: let MPI end the job at once
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     comm_timeout_init();
+    comm_beacon_init();
+    MPI_Comm node;
+    COMM_BLOCKING("MPI_Comm_split_type", MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL,
+                                                             &node));
+    MPI_Comm_size(node, &mpi_node_size);
+    MPI_Comm_rank(node, &mpi_node_rank);
+    MPI_Comm_free(&node);
+}
+
+// The end of the job's MPI: the beacons' receives are cancelled, and MPI_Finalize
+// (which waits for every rank) runs under the timer.
+static void mpi_runtime_finalize(void) {
+    for (int peer = 0; peer < comm_beacon_size; peer++) {
+        if (comm_beacon_recv[peer] != MPI_REQUEST_NULL) {
+            MPI_Cancel(&comm_beacon_recv[peer]);
+            MPI_Request_free(&comm_beacon_recv[peer]);
+        }
+    }
+    progress_hook = NULL;
+    MPI_Comm_free(&comm_beacon_comm);
+    free(comm_beacon_recv);
+    comm_beacon_recv = NULL;
+    comm_beacon_size = 0;
+    COMM_BLOCKING("MPI_Finalize", MPI_Finalize());
 }
 
 // ----------------------------------------------------------------------------
 // the transport
 
-// the requests of one wait: a ring exchange's receive and send, or one collective
-#define COMM_MPI_OPS 2
+// MPI counts are int: move big buffers in pieces of at most 1 GiB
+#define COMM_MPI_MAX_BYTES ((size_t)1 << 30)
+// MPI's non-blocking all-reduce (Open MPI's libnbc) allocates a scratch buffer of
+// the whole message, which the ranks that receive in its tree write: the gradient
+// all-reduce goes in pieces of at most this, so that the scratch stays small
+#define COMM_MPI_REDUCE_PIECE_BYTES ((size_t)64 << 20)
 
 typedef struct {
     MPI_Comm comm;
     MPI_Comm arrivals;     // a duplicate of comm: the collectives' arrival notices
     int *world_ranks;      // (size) each rank's world rank, for the messages
+    size_t max_bytes;      // the most bytes one MPI call moves (COMM_MPI_MAX_BYTES)
     long collectives;      // the collectives this rank has entered
     long *arrived;         // (size) the collectives each rank is known to have entered
-    // what comm_mpi_wait tests: COMM_MPI_OPS requests of the verb, then the posted
-    // arrival receive of each rank (MPI_REQUEST_NULL for this rank itself)
-    MPI_Request *requests; // (COMM_MPI_OPS + size)
-    int *completed;        // (COMM_MPI_OPS + size) MPI_Testsome's indices
+    // what comm_mpi_wait tests: the posted arrival receive of each rank
+    // (MPI_REQUEST_NULL for this rank itself), then the verb's requests
+    MPI_Request *requests; // (size + op_capacity)
+    int *completed;        // (size + op_capacity) MPI_Testsome's indices
+    int ops, op_capacity;  // the verb's requests now, and room for them
 } CommMPI;
 
 typedef struct {
-    MPI_Request requests[2]; // receive from rank-1, send to rank+1
+    int count;             // receives (from rank-1) first, then as many sends (to rank+1)
+    MPI_Request *requests; // (count)
 } CommMPIExchange;
 
 static MPI_Datatype comm_mpi_type(CommType type) {
@@ -104,11 +152,28 @@ static MPI_Datatype comm_mpi_type(CommType type) {
     return MPI_BYTE;
 }
 
-// MPI counts are int: move big buffers in pieces of at most 1 GiB
-#define COMM_MPI_MAX_BYTES ((size_t)1 << 30)
-
 static CommMPI *comm_mpi_impl(Comm *comm) { return (CommMPI *)comm->impl; }
 static MPI_Comm comm_mpi_handle(Comm *comm) { return comm_mpi_impl(comm)->comm; }
+
+// The elements of `elem_bytes` bytes one piece of a transfer holds: as many as the
+// limit allows, at least one.
+static size_t comm_mpi_piece_count(const CommMPI *impl, size_t elem_bytes) {
+    size_t n = impl->max_bytes / elem_bytes;
+    return n > 0 ? n : 1;
+}
+
+// Room for n requests of a verb (requests of a transfer in pieces).
+static MPI_Request *comm_mpi_ops(CommMPI *impl, int size, int n) {
+    if (n > impl->op_capacity) {
+        impl->requests = (MPI_Request *)realloc(impl->requests, (size_t)(size + n) * sizeof(MPI_Request));
+        impl->completed = (int *)realloc(impl->completed, (size_t)(size + n) * sizeof(int));
+        if (impl->requests == NULL || impl->completed == NULL) { fatal("out of memory for MPI requests"); }
+        impl->op_capacity = n;
+    }
+    impl->ops = n;
+    for (int i = 0; i < n; i++) { impl->requests[size + i] = MPI_REQUEST_NULL; }
+    return impl->requests + size;
+}
 
 // seconds between two polls of a wait beyond which this rank itself was not running
 #define COMM_MPI_POLL_GAP 0.25
@@ -117,34 +182,42 @@ static MPI_Comm comm_mpi_handle(Comm *comm) { return comm_mpi_impl(comm)->comm; 
 static char comm_mpi_empty;
 
 static void comm_mpi_post_arrival(CommMPI *impl, int peer) {
-    MPI_Irecv(&comm_mpi_empty, 0, MPI_BYTE, peer, 0, impl->arrivals, &impl->requests[COMM_MPI_OPS + peer]);
+    MPI_Irecv(&comm_mpi_empty, 0, MPI_BYTE, peer, 0, impl->arrivals, &impl->requests[peer]);
 }
 
-// Waits until the verb's requests (impl->requests[0, COMM_MPI_OPS)) are done,
-// counting arrival notices meanwhile. Returns 1 then, or 0 once nothing at all
-// completed for GPT2CP_TIMEOUT seconds (every notice that came is counted by then).
+// whether every request of the verb is done
+static int comm_mpi_ops_done(const CommMPI *impl, int size) {
+    for (int i = 0; i < impl->ops; i++) {
+        if (impl->requests[size + i] != MPI_REQUEST_NULL) { return 0; }
+    }
+    return 1;
+}
+
+// Waits until the verb's requests are done, counting arrival notices meanwhile.
+// Returns 1 then, or 0 once nothing at all completed (and no beacon came) for
+// GPT2CP_TIMEOUT seconds (every notice that came is counted by then).
 // Polls: a busy loop for the first millisecond without progress (a ring step's
 // partner is usually about to answer), then short sleeps, so that a rank waiting
 // for a slow peer leaves the cores to the ranks that compute. Time this rank was
 // not running (itself stopped, or starved of a core: a gap between two polls far
 // longer than a sleep) is not held against the others: the clock starts again.
 static int comm_mpi_wait(CommMPI *impl, int size) {
-    int total = COMM_MPI_OPS + size;
+    int total = size + impl->ops;
     double last = comm_clock(), polled = last;
     for (;;) {
         int count;
         MPI_Testsome(total, impl->requests, &count, impl->completed, MPI_STATUSES_IGNORE);
         if (count == MPI_UNDEFINED) { return 1; } // nothing active: one rank, all done
         for (int i = 0; i < count; i++) {
-            int peer = impl->completed[i] - COMM_MPI_OPS;
-            if (peer >= 0) {
+            int peer = impl->completed[i];
+            if (peer < size) {
                 impl->arrived[peer]++;
                 comm_mpi_post_arrival(impl, peer);
             }
         }
-        if (impl->requests[0] == MPI_REQUEST_NULL && impl->requests[1] == MPI_REQUEST_NULL) { return 1; }
+        if (comm_mpi_ops_done(impl, size)) { return 1; }
         double now = comm_clock();
-        if (count > 0 || now - polled > COMM_MPI_POLL_GAP) {
+        if (count > 0 || now - polled > COMM_MPI_POLL_GAP || comm_beacons_arrived() > 0) {
             last = now;
         } else if (now - last > comm_timeout) {
             return 0;
@@ -165,29 +238,39 @@ static void comm_mpi_no_progress(CommMPI *impl, const int *who, int n, const cha
     comm_no_progress(from, verb);
 }
 
+// One ring step, in pieces of at most max_bytes: every piece's receive and send
+// are posted at once (one tag: MPI delivers messages between two ranks in order).
 static void *comm_mpi_ring_start(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes) {
-    if (bytes > COMM_MPI_MAX_BYTES) {
-        fatal("ring message of %zu bytes exceeds the MPI transport's limit of %zu", bytes, COMM_MPI_MAX_BYTES);
-    }
+    CommMPI *impl = comm_mpi_impl(comm);
+    size_t piece = comm_mpi_piece_count(impl, 1);
+    int pieces = bytes == 0 ? 1 : (int)((bytes + piece - 1) / piece);
     CommMPIExchange *ex = (CommMPIExchange *)mallocCheck(sizeof(CommMPIExchange));
+    ex->count = 2 * pieces;
+    ex->requests = (MPI_Request *)mallocCheck((size_t)ex->count * sizeof(MPI_Request));
     int next = (comm->rank + 1) % comm->size;
     int prev = (comm->rank - 1 + comm->size) % comm->size;
     MPI_Comm mc = comm_mpi_handle(comm);
-    MPI_Irecv(recv_buf, (int)bytes, MPI_BYTE, prev, 0, mc, &ex->requests[0]);
-    MPI_Isend(send_buf, (int)bytes, MPI_BYTE, next, 0, mc, &ex->requests[1]);
+    for (int p = 0; p < pieces; p++) {
+        size_t at = (size_t)p * piece, n = bytes - at < piece ? bytes - at : piece;
+        MPI_Irecv((char *)recv_buf + at, (int)n, MPI_BYTE, prev, 0, mc, &ex->requests[p]);
+        MPI_Isend((const char *)send_buf + at, (int)n, MPI_BYTE, next, 0, mc, &ex->requests[pieces + p]);
+    }
     return ex;
 }
 
 static void comm_mpi_ring_wait(Comm *comm, void *exchange) {
     CommMPI *impl = comm_mpi_impl(comm);
     CommMPIExchange *ex = (CommMPIExchange *)exchange;
-    impl->requests[0] = ex->requests[0];
-    impl->requests[1] = ex->requests[1];
+    MPI_Request *ops = comm_mpi_ops(impl, comm->size, ex->count);
+    memcpy(ops, ex->requests, (size_t)ex->count * sizeof(MPI_Request));
+    int receives = ex->count / 2;
+    free(ex->requests);
     free(ex);
     if (!comm_mpi_wait(impl, comm->size)) {
         // the block to receive has not come, or the next rank does not take ours
-        int peer = impl->requests[0] != MPI_REQUEST_NULL ? (comm->rank - 1 + comm->size) % comm->size
-                                                         : (comm->rank + 1) % comm->size;
+        int receiving = 0;
+        for (int p = 0; p < receives; p++) { receiving |= ops[p] != MPI_REQUEST_NULL; }
+        int peer = receiving ? (comm->rank - 1 + comm->size) % comm->size : (comm->rank + 1) % comm->size;
         comm_mpi_no_progress(impl, &peer, 1, "ring exchange");
     }
 }
@@ -203,7 +286,7 @@ static MPI_Request *comm_mpi_enter(Comm *comm) {
         MPI_Isend(&comm_mpi_empty, 0, MPI_BYTE, peer, 0, impl->arrivals, &notice);
         MPI_Request_free(&notice);
     }
-    return &impl->requests[0];
+    return comm_mpi_ops(impl, comm->size, 1);
 }
 
 // Waits for the collective entered last; on a timeout names the ranks that have
@@ -222,9 +305,37 @@ static void comm_mpi_finish(Comm *comm, const char *verb) {
     comm_mpi_no_progress(impl, missing, n, verb);
 }
 
+// A slice of every rank's part of a buffer that holds one part per rank: n bytes,
+// and the next rank's slice a whole part (stride bytes) on. *count: how many of
+// the returned type the call moves per rank. Freed with comm_mpi_slice_free.
+static MPI_Datatype comm_mpi_slice(size_t n, size_t stride, int *count) {
+    if (n == stride) { // the whole part: no datatype of its own
+        *count = (int)n;
+        return MPI_BYTE;
+    }
+    MPI_Datatype run, slice;
+    MPI_Type_contiguous((int)n, MPI_BYTE, &run);
+    MPI_Type_create_resized(run, 0, (MPI_Aint)stride, &slice);
+    MPI_Type_commit(&slice);
+    MPI_Type_free(&run);
+    *count = 1;
+    return slice;
+}
+
+static void comm_mpi_slice_free(MPI_Datatype type) {
+    if (type != MPI_BYTE) { MPI_Type_free(&type); }
+}
+
+// The scratch memory an all-reduce of `bytes` holds on a rank: a piece's (the
+// memory estimate counts it, train/memory.h).
+static size_t comm_mpi_all_reduce_scratch(size_t bytes) {
+    return bytes < COMM_MPI_REDUCE_PIECE_BYTES ? bytes : COMM_MPI_REDUCE_PIECE_BYTES;
+}
+
 static void comm_mpi_all_reduce_sum(Comm *comm, void *buf, size_t count, CommType type) {
     size_t elem = comm_type_size(type);
-    size_t max_count = COMM_MPI_MAX_BYTES / elem;
+    size_t max_count = comm_mpi_piece_count(comm_mpi_impl(comm), elem);
+    if (max_count > COMM_MPI_REDUCE_PIECE_BYTES / elem) { max_count = COMM_MPI_REDUCE_PIECE_BYTES / elem; }
     char *p = (char *)buf;
     for (size_t done = 0; done < count; done += max_count) {
         size_t n = count - done < max_count ? count - done : max_count;
@@ -235,38 +346,73 @@ static void comm_mpi_all_reduce_sum(Comm *comm, void *buf, size_t count, CommTyp
 }
 
 static void comm_mpi_all_gather(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank) {
-    if (bytes_per_rank > COMM_MPI_MAX_BYTES) {
-        fatal("all_gather of %zu bytes per rank exceeds the MPI transport's limit", bytes_per_rank);
-    }
+    size_t max = comm_mpi_piece_count(comm_mpi_impl(comm), 1);
     // in place (send_buf is this rank's part of recv_buf): MPI needs MPI_IN_PLACE then
     int in_place = send_buf == (const char *)recv_buf + (size_t)comm->rank * bytes_per_rank;
-    MPI_Iallgather(in_place ? MPI_IN_PLACE : send_buf, (int)bytes_per_rank, MPI_BYTE, recv_buf, (int)bytes_per_rank,
-                   MPI_BYTE, comm_mpi_handle(comm), comm_mpi_enter(comm));
-    comm_mpi_finish(comm, "all_gather");
+    size_t done = 0;
+    do {
+        size_t n = bytes_per_rank - done < max ? bytes_per_rank - done : max;
+        int count;
+        MPI_Datatype slice = comm_mpi_slice(n, bytes_per_rank, &count);
+        MPI_Iallgather(in_place ? MPI_IN_PLACE : (const char *)send_buf + done, (int)n, MPI_BYTE,
+                       (char *)recv_buf + done, count, slice, comm_mpi_handle(comm), comm_mpi_enter(comm));
+        comm_mpi_finish(comm, "all_gather");
+        comm_mpi_slice_free(slice);
+        done += n;
+    } while (done < bytes_per_rank);
 }
+
+// MPI's reductions take no derived datatypes: in pieces, the slice of every part is
+// first copied into a buffer of its own (at most COMM_MPI_STAGE_BYTES)
+#define COMM_MPI_STAGE_BYTES ((size_t)64 << 20)
 
 static void comm_mpi_reduce_scatter_sum(Comm *comm, const void *send_buf, void *recv_buf, size_t count,
                                         CommType type) {
-    if (count * comm_type_size(type) > COMM_MPI_MAX_BYTES) {
-        fatal("reduce_scatter_sum of %zu elements per rank exceeds the MPI transport's limit", count);
+    CommMPI *impl = comm_mpi_impl(comm);
+    size_t elem = comm_type_size(type);
+    if (count * elem <= impl->max_bytes) {
+        MPI_Ireduce_scatter_block(send_buf, recv_buf, (int)count, comm_mpi_type(type), MPI_SUM, impl->comm,
+                                  comm_mpi_enter(comm));
+        comm_mpi_finish(comm, "reduce_scatter_sum");
+        return;
     }
-    MPI_Ireduce_scatter_block(send_buf, recv_buf, (int)count, comm_mpi_type(type), MPI_SUM, comm_mpi_handle(comm),
-                              comm_mpi_enter(comm));
-    comm_mpi_finish(comm, "reduce_scatter_sum");
+    size_t stage_bytes = impl->max_bytes < COMM_MPI_STAGE_BYTES ? impl->max_bytes : COMM_MPI_STAGE_BYTES;
+    size_t max = stage_bytes / (elem * (size_t)comm->size);
+    if (max == 0) { max = 1; }
+    char *stage = (char *)mallocCheck(max * elem * (size_t)comm->size);
+    for (size_t done = 0; done < count; done += max) {
+        size_t n = count - done < max ? count - done : max;
+        for (int part = 0; part < comm->size; part++) {
+            memcpy(stage + (size_t)part * n * elem, (const char *)send_buf + ((size_t)part * count + done) * elem,
+                   n * elem);
+        }
+        MPI_Ireduce_scatter_block(stage, (char *)recv_buf + done * elem, (int)n, comm_mpi_type(type), MPI_SUM,
+                                  impl->comm, comm_mpi_enter(comm));
+        comm_mpi_finish(comm, "reduce_scatter_sum");
+    }
+    free(stage);
 }
 
 static void comm_mpi_all_to_all(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank) {
-    if (bytes_per_rank > COMM_MPI_MAX_BYTES) {
-        fatal("all_to_all of %zu bytes per rank exceeds the MPI transport's limit", bytes_per_rank);
-    }
-    MPI_Alltoall(send_buf, (int)bytes_per_rank, MPI_BYTE, recv_buf, (int)bytes_per_rank, MPI_BYTE,
-                 comm_mpi_handle(comm));
+    size_t max = comm_mpi_piece_count(comm_mpi_impl(comm), 1);
+    size_t done = 0;
+    do {
+        size_t n = bytes_per_rank - done < max ? bytes_per_rank - done : max;
+        int count;
+        MPI_Datatype slice = comm_mpi_slice(n, bytes_per_rank, &count);
+        MPI_Ialltoall((const char *)send_buf + done, count, slice, (char *)recv_buf + done, count, slice,
+                      comm_mpi_handle(comm), comm_mpi_enter(comm));
+        comm_mpi_finish(comm, "all_to_all");
+        comm_mpi_slice_free(slice);
+        done += n;
+    } while (done < bytes_per_rank);
 }
 
 static void comm_mpi_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
+    size_t max = comm_mpi_piece_count(comm_mpi_impl(comm), 1);
     char *p = (char *)buf;
-    for (size_t done = 0; done < bytes; done += COMM_MPI_MAX_BYTES) {
-        size_t n = bytes - done < COMM_MPI_MAX_BYTES ? bytes - done : COMM_MPI_MAX_BYTES;
+    for (size_t done = 0; done < bytes; done += max) {
+        size_t n = bytes - done < max ? bytes - done : max;
         MPI_Ibcast(p + done, (int)n, MPI_BYTE, root, comm_mpi_handle(comm), comm_mpi_enter(comm));
         comm_mpi_finish(comm, "broadcast");
     }
@@ -280,10 +426,10 @@ static void comm_mpi_barrier(Comm *comm) {
 static void comm_mpi_destroy(Comm *comm) {
     CommMPI *impl = comm_mpi_impl(comm);
     for (int peer = 0; peer < comm->size; peer++) {
-        MPI_Request *arrival = &impl->requests[COMM_MPI_OPS + peer];
+        MPI_Request *arrival = &impl->requests[peer];
         if (*arrival != MPI_REQUEST_NULL) {
             MPI_Cancel(arrival);
-            MPI_Wait(arrival, MPI_STATUS_IGNORE); // cancelled (or matched): returns at once
+            MPI_Request_free(arrival); // cancelled (or matched): nothing is waited for
         }
     }
     MPI_Comm_free(&impl->arrivals);
@@ -298,23 +444,37 @@ static void comm_mpi_destroy(Comm *comm) {
     free(comm);
 }
 
+// the per-call limit: COMM_MPI_MAX_BYTES, or for tests GPT2CP_TEST_MPI_MAX_BYTES
+static size_t comm_mpi_max_bytes(void) {
+    const char *env = getenv("GPT2CP_TEST_MPI_MAX_BYTES");
+    if (env == NULL) { return COMM_MPI_MAX_BYTES; }
+    char *end;
+    errno = 0;
+    long long v = strtoll(env, &end, 10);
+    if (errno != 0 || end == env || *end != '\0' || v < 1 || (size_t)v > COMM_MPI_MAX_BYTES) {
+        fatal("GPT2CP_TEST_MPI_MAX_BYTES='%s': expected a number of bytes from 1 to %zu", env, COMM_MPI_MAX_BYTES);
+    }
+    return (size_t)v;
+}
+
 // Wraps an MPI communicator (the Comm takes ownership of communicators it did not
 // get as MPI_COMM_WORLD or MPI_COMM_SELF). Collective over mc.
 static Comm *comm_mpi_create(MPI_Comm mc) {
     Comm *comm = (Comm *)callocCheck(1, sizeof(Comm));
     CommMPI *impl = (CommMPI *)callocCheck(1, sizeof(CommMPI));
     impl->comm = mc;
+    impl->max_bytes = comm_mpi_max_bytes();
     MPI_Comm_rank(mc, &comm->rank);
     MPI_Comm_size(mc, &comm->size);
-    MPI_Comm_dup(mc, &impl->arrivals);
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(mc, &impl->arrivals));
     int size = comm->size;
     impl->world_ranks = (int *)mallocCheck(size * sizeof(int));
     for (int r = 0; r < size; r++) { impl->world_ranks[r] = comm_world_rank(mc, r); }
     impl->arrived = (long *)callocCheck(size, sizeof(long));
-    impl->requests = (MPI_Request *)mallocCheck((COMM_MPI_OPS + size) * sizeof(MPI_Request));
-    impl->completed = (int *)mallocCheck((COMM_MPI_OPS + size) * sizeof(int));
-    for (int i = 0; i < COMM_MPI_OPS + size; i++) { impl->requests[i] = MPI_REQUEST_NULL; }
+    impl->requests = (MPI_Request *)mallocCheck(size * sizeof(MPI_Request));
+    impl->completed = (int *)mallocCheck(size * sizeof(int));
     for (int peer = 0; peer < size; peer++) {
+        impl->requests[peer] = MPI_REQUEST_NULL;
         if (peer != comm->rank) { comm_mpi_post_arrival(impl, peer); }
     }
     comm->impl = impl;

@@ -19,7 +19,8 @@ peer it waits for. The watcher polls them, and every communicator's asynchronous
 error, while the host waits for a stream (cuda_stream_wait), and at every new
 operation. Progress is a milestone passed; the clock runs only while one is
 outstanding, from the later of the last milestone passed and the first
-outstanding one queued. GPT2CP_TIMEOUT seconds without progress (cp/comm_watchdog.h),
+outstanding one queued; a beacon of a rank that works alone restarts it too.
+GPT2CP_TIMEOUT seconds without progress (cp/comm_watchdog.h),
 or an asynchronous error, abort the communicators and end the job with the
 reason: a wait covering a whole long backward pass is fine as long as its ring
 steps keep passing. A ring step names the rank it receives from; a collective
@@ -88,6 +89,7 @@ static void comm_nccl_watch(void) {
         fatal("NCCL failed while this rank waited for the GPU: %s (a peer rank failed, or the network)", reason);
     }
     comm_nccl_pass();
+    if (comm_beacons_arrived() > 0) { comm_nccl_progress_at = comm_clock(); } // another rank works alone
     if (comm_nccl_passed < comm_nccl_issued && comm_clock() - comm_nccl_progress_at > comm_timeout) {
         const CommNcclMilestone *m = &comm_nccl_milestones[comm_nccl_passed % COMM_NCCL_MILESTONES];
         char from[64];
@@ -262,7 +264,7 @@ static Comm *comm_nccl_create(MPI_Comm mc, cudaStream_t compute) {
     ncclUniqueId id;
     if (comm->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
     impl->host->broadcast(impl->host, &id, sizeof(id), 0);
-    ncclCheck(ncclCommInitRank(&impl->nccl, comm->size, id, comm->rank));
+    COMM_BLOCKING("ncclCommInitRank", ncclCheck(ncclCommInitRank(&impl->nccl, comm->size, id, comm->rank)));
     comm_nccl_watch_add(impl->nccl);
     comm_streams_init(&impl->streams, compute);
     comm_exchanges_init(impl->slots);

@@ -12,6 +12,19 @@ requests completes (cp/comm_mpi.h), or one of the transport's operations on the
 GPU completes (cp/comm_nccl.cuh), so a long but healthy step is never cut short;
 only a wait during which nothing moved for the whole timeout ends the job.
 
+Work one rank does alone for long (rank 0 sampling, a rank validating its data or
+writing its checkpoint files) is progress too: such loops call note_progress
+(llmc/utils.h), which sends a beacon, an empty message, to every other rank at
+most every GPT2CP_TIMEOUT / 4 seconds; every wait counts an arriving beacon as
+progress. So the others wait for a rank that works, and still name one that
+stopped (its beacons stop with it).
+
+What MPI offers only as a blocking call (MPI_Init, creating communicators,
+MPI_Finalize, NCCL's communicator init) runs under COMM_BLOCKING: a timer that
+ends this rank with one line once the call has waited GPT2CP_TIMEOUT seconds. A
+blocking call cannot tell which rank is missing: where it matters a watched
+barrier comes first, so that a rank that never arrives is named there.
+
 GPT2CP_TIMEOUT: seconds, a positive number (fractions allowed); default 600, which
 no healthy wait reaches (a wait spans at most one rank's compute between two
 exchanges, far below that even at long context). Read once, at start-up, on every
@@ -25,26 +38,37 @@ file's one MPI helper translates a group's rank into one.
 
 #include <math.h>
 #include <mpi.h>
+#include <signal.h>
+#include <sys/time.h>
 #include <time.h>
+#include <unistd.h>
 #include "../llmc/utils.h"
 
 #define COMM_TIMEOUT_DEFAULT 600.0
 
 static double comm_timeout = COMM_TIMEOUT_DEFAULT; // seconds
 
+// GPT2CP_TIMEOUT into *seconds (the default when it is not set); -1 when it is
+// not a positive number.
+static int comm_timeout_from_env(double *seconds) {
+    *seconds = COMM_TIMEOUT_DEFAULT;
+    const char *env = getenv("GPT2CP_TIMEOUT");
+    if (env == NULL) { return 0; }
+    char *end;
+    errno = 0;
+    double value = strtod(env, &end);
+    if (end == env || *end != '\0' || errno != 0 || !isfinite(value) || !(value > 0.0)) { return -1; }
+    *seconds = value;
+    return 0;
+}
+
 // Reads GPT2CP_TIMEOUT; a bad value ends the job (on every rank: all see the same
 // environment, and rank 0 prints).
 static void comm_timeout_init(void) {
-    const char *env = getenv("GPT2CP_TIMEOUT");
-    if (env == NULL) { return; }
-    char *end;
-    errno = 0;
-    double seconds = strtod(env, &end);
-    if (end == env || *end != '\0' || errno != 0 || !isfinite(seconds) || !(seconds > 0.0)) {
+    if (comm_timeout_from_env(&comm_timeout) != 0) {
         fatal_everywhere("GPT2CP_TIMEOUT='%s': expected a positive number of seconds (the longest a wait on another "
-                         "rank may see no progress; default %.0f)", env, COMM_TIMEOUT_DEFAULT);
+                         "rank may see no progress; default %.0f)", getenv("GPT2CP_TIMEOUT"), COMM_TIMEOUT_DEFAULT);
     }
-    comm_timeout = seconds;
 }
 
 // monotonic seconds
@@ -71,6 +95,116 @@ static int comm_world_rank(MPI_Comm mc, int rank) {
     MPI_Group_free(&group);
     MPI_Group_free(&world);
     return world_rank;
+}
+
+// ----------------------------------------------------------------------------
+// blocking calls
+
+static char comm_blocking_line[512]; // the line of an expired call, made before it
+static size_t comm_blocking_len;
+
+// SIGALRM while a blocking call waits: only async-signal-safe calls. A rank that
+// ends without MPI_Finalize makes mpirun end every other rank.
+static void comm_blocking_expired(int sig) {
+    (void)sig;
+    if (write(STDERR_FILENO, comm_blocking_line, comm_blocking_len) < 0) { /* nothing else is safe here */ }
+    _exit(1);
+}
+
+// Arms the timer of a blocking call `what`.
+static void comm_blocking_begin(const char *what) {
+    int n = fatal_wait_for_printer != NULL
+                ? snprintf(comm_blocking_line, sizeof(comm_blocking_line), "error: rank %d: ", fatal_rank)
+                : snprintf(comm_blocking_line, sizeof(comm_blocking_line), "error: ");
+    snprintf(comm_blocking_line + n, sizeof(comm_blocking_line) - n, "no progress for %g s in %s, which waits for "
+             "every rank of its group: a rank is stopped or gone (GPT2CP_TIMEOUT=%g)\n", comm_timeout, what,
+             comm_timeout);
+    comm_blocking_len = strlen(comm_blocking_line);
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = comm_blocking_expired;
+    action.sa_flags = SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    sigaction(SIGALRM, &action, NULL);
+    struct itimerval timer;
+    memset(&timer, 0, sizeof(timer));
+    timer.it_value.tv_sec = (time_t)comm_timeout;
+    timer.it_value.tv_usec = (suseconds_t)((comm_timeout - (double)timer.it_value.tv_sec) * 1e6);
+    if (timer.it_value.tv_sec == 0 && timer.it_value.tv_usec == 0) { timer.it_value.tv_usec = 1; }
+    setitimer(ITIMER_REAL, &timer, NULL);
+}
+
+static void comm_blocking_end(void) {
+    struct itimerval off;
+    memset(&off, 0, sizeof(off));
+    setitimer(ITIMER_REAL, &off, NULL);
+    signal(SIGALRM, SIG_DFL);
+}
+
+// A call that waits for every rank of a group and has no non-blocking form, under
+// the timer (test/blocking_calls.sh checks that every such call of the trainers is
+// written this way)
+#define COMM_BLOCKING(what, call) \
+    do {                           \
+        comm_blocking_begin(what); \
+        call;                      \
+        comm_blocking_end();       \
+    } while (0)
+
+// ----------------------------------------------------------------------------
+// progress beacons: a rank's long work alone counts as progress for the others
+
+static MPI_Comm comm_beacon_comm = MPI_COMM_NULL; // a duplicate of the world: nothing else matches there
+static MPI_Request *comm_beacon_recv;             // (world size) a receive posted from each other rank
+static int comm_beacon_rank, comm_beacon_size;
+static double comm_beacon_sent_at = -1e300;
+static char comm_beacon_byte; // beacons are empty: this only gives MPI a valid address
+
+static void comm_beacon_post(int peer) {
+    MPI_Irecv(&comm_beacon_byte, 0, MPI_BYTE, peer, 0, comm_beacon_comm, &comm_beacon_recv[peer]);
+}
+
+// Sends a beacon to every other rank, unless one went less than GPT2CP_TIMEOUT / 4
+// seconds ago (the note_progress hook of llmc/utils.h).
+static void comm_beacon_send(void) {
+    double now = comm_clock();
+    if (comm_beacon_comm == MPI_COMM_NULL || now - comm_beacon_sent_at < comm_timeout / 4) { return; }
+    comm_beacon_sent_at = now;
+    for (int peer = 0; peer < comm_beacon_size; peer++) {
+        if (peer == comm_beacon_rank) { continue; }
+        MPI_Request sent;
+        MPI_Isend(&comm_beacon_byte, 0, MPI_BYTE, peer, 0, comm_beacon_comm, &sent);
+        MPI_Request_free(&sent);
+    }
+}
+
+// How many beacons arrived since the last call (every wait polls this).
+static int comm_beacons_arrived(void) {
+    if (comm_beacon_comm == MPI_COMM_NULL) { return 0; }
+    int arrived = 0;
+    for (int peer = 0; peer < comm_beacon_size; peer++) {
+        int done = 0;
+        if (peer == comm_beacon_rank) { continue; }
+        MPI_Test(&comm_beacon_recv[peer], &done, MPI_STATUS_IGNORE);
+        if (done) {
+            arrived++;
+            comm_beacon_post(peer);
+        }
+    }
+    return arrived;
+}
+
+// After MPI_Init: the beacons' communicator and receives; installs note_progress.
+static void comm_beacon_init(void) {
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &comm_beacon_comm));
+    MPI_Comm_rank(comm_beacon_comm, &comm_beacon_rank);
+    MPI_Comm_size(comm_beacon_comm, &comm_beacon_size);
+    comm_beacon_recv = (MPI_Request *)mallocCheck((size_t)comm_beacon_size * sizeof(MPI_Request));
+    for (int peer = 0; peer < comm_beacon_size; peer++) {
+        comm_beacon_recv[peer] = MPI_REQUEST_NULL;
+        if (peer != comm_beacon_rank) { comm_beacon_post(peer); }
+    }
+    progress_hook = comm_beacon_send;
 }
 
 #endif // CP_COMM_WATCHDOG_H

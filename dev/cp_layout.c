@@ -65,6 +65,7 @@ MAX_BT.
 #include <stdlib.h>
 #include <string.h>
 #include <limits.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include "../cp/layout.h"
 #include "../cp/sharder.h"
@@ -371,6 +372,10 @@ static int gnuplot_found(void) {
     return system("command -v gnuplot > /dev/null 2>&1") == 0;
 }
 
+static char picture_tmp[4200]; // the .tmp of the picture being written, for a failure to remove
+
+static void remove_picture_tmp(void) { unlink(picture_tmp); }
+
 static FILE *open_in(const char *dir, const char *name, char *path, size_t size) {
     snprintf(path, size, "%s/%s", dir, name);
     return open_output_file(path, 0);
@@ -388,6 +393,46 @@ static unsigned cell_color(const PairGrid *g, size_t cell) {
     return g->computed[cell] ? MASKED_COLOR : SKIPPED_COLOR;
 }
 
+// The picture gnuplot drew (`drawn`, in the temporary directory) for `png`, in
+// memory (*size bytes); NULL when it is no PNG (gnuplot's message is above).
+static unsigned char *load_picture(const char *drawn, long *size) {
+    static const unsigned char magic[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
+    char why[512];
+    FILE *in = open_input_file(drawn, why, sizeof(why));
+    if (in == NULL) { return NULL; }
+    *size = file_size_of(in, drawn);
+    unsigned char *bytes = (unsigned char *)mallocCheck((size_t)*size);
+    size_t got = fread(bytes, 1, (size_t)*size, in);
+    fclose(in);
+    if (*size < (long)sizeof(magic) || got != (size_t)*size || memcmp(bytes, magic, sizeof(magic)) != 0) {
+        free(bytes);
+        return NULL;
+    }
+    return bytes;
+}
+
+// Writes the picture to `png`, every write checked (gnuplot itself exits 0 when its
+// output cannot be written, a full device). A regular file (or a new one) is
+// written whole to png.tmp and renamed into place, so that a failed write leaves
+// the earlier picture as it was and no .tmp; anything else (a device) is written
+// directly.
+static void write_picture(const char *png, const unsigned char *bytes, long size) {
+    struct stat st;
+    if (stat(png, &st) == 0 && !S_ISREG(st.st_mode)) {
+        FILE *out = open_output_file(png, 0);
+        fwriteCheck(bytes, 1, (size_t)size, out, png);
+        fcloseCheck(out, png);
+        return;
+    }
+    AtomicFile af;
+    atomic_open(&af, png);
+    snprintf(picture_tmp, sizeof(picture_tmp), "%s", af.tmp_path);
+    fatal_cleanup_hook = remove_picture_tmp;
+    fwriteCheck(bytes, 1, (size_t)size, af.fp, af.tmp_path);
+    atomic_commit(&af);
+    fatal_cleanup_hook = NULL;
+}
+
 // Writes the data and the script into a fresh temporary directory, runs gnuplot, and
 // removes the temporary files. Left: the P x P attention matrix, each visible pair in
 // the colour of the rank that computes it, with the tile boundaries; right: the work
@@ -398,7 +443,8 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, int tile, con
     int T = lay0->original_seq_len, P = lay0->padded_seq_len, Tl = lay0->local_len;
     char dir[] = "/tmp/cp_layout.XXXXXX";
     if (mkdtemp(dir) == NULL) { fatal("cannot create a temporary directory for gnuplot"); }
-    char matrix_path[64], work_path[64], script_path[64];
+    char matrix_path[64], work_path[64], script_path[64], drawn_path[64];
+    snprintf(drawn_path, sizeof(drawn_path), "%s/layout.png", dir);
 
     // matrix.dat: one line "x y colour" per cell at its centre, every cell a box (unlike
     // gnuplot's images, boxes also draw a matrix of a single cell)
@@ -424,7 +470,7 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, int tile, con
                "} else {\n"
                "  set terminal png size 1600,760 noenhanced\n"
                "}\n"
-               "set output '%s'\n", png);
+               "set output '%s'\n", drawn_path);
     int B = lay0->B;
     char rows[32] = "";
     if (B > 1) { snprintf(rows, sizeof(rows), ", %d rows summed", B); }
@@ -503,15 +549,16 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, int tile, con
     char command[128];
     snprintf(command, sizeof(command), "gnuplot '%s'", script_path);
     int status = system(command);
+    long size = 0;
+    unsigned char *picture = status == 0 ? load_picture(drawn_path, &size) : NULL;
     remove(matrix_path);
     remove(work_path);
     remove(script_path);
+    remove(drawn_path);
     rmdir(dir);
-    if (status != 0) { fatal("gnuplot failed drawing '%s' (its message is above)", png); }
-    FILE *out = fopen(png, "rb");
-    int first = out ? fgetc(out) : EOF;
-    if (out) { fclose(out); }
-    if (first == EOF) { fatal("gnuplot wrote no picture to '%s'", png); }
+    if (picture == NULL) { fatal("gnuplot drew no picture for '%s' (its message is above)", png); }
+    write_picture(png, picture, size);
+    free(picture);
 }
 
 // ----------------------------------------------------------------------------

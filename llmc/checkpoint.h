@@ -4,11 +4,19 @@ Checkpoints a run can trust after a crash.
 For step N (the optimizer steps done) the output directory holds
     model_N.bin       the weights, an llm.c model file (written by rank 0; below)
     state_N_R.bin     rank R's training state: step, mesh, data position,
-                      sampling RNG, AdamW first and second moments (of all the
-                      parameters, or at -z 1 of the rank's shard), and optionally
-                      the rank's part of the fp32 master weights
+                      sampling RNG, the outlier detectors, AdamW first and second
+                      moments (of all the parameters, or at -z 1 of the rank's
+                      shard), and optionally the rank's part of the fp32 master
+                      weights
     DONE_N            written by rank 0 only after every rank's files are complete
-(N printed as %08d, R as %05d.)
+(N printed as %08d, at least 8 digits, R as %05d.)
+
+A checkpoint is one unit: every file of it records the run id of the job that
+wrote it (64 random bits drawn at the job's start) and its step: the model file
+in header slots llm.c leaves unused, each state file in its header, the DONE
+marker as its text. A resume refuses a checkpoint whose files do not all carry the
+same run id and step, so a file of another run (or another step) copied into the
+directory never mixes in.
 
 Every file is written to a temporary name, flushed to disk and renamed into place
 (atomic_open / atomic_commit, llmc/utils.h), so a reader sees either the whole
@@ -16,25 +24,30 @@ file or none of it. Resume trusts only the newest step with a DONE_ marker: a
 crash in the middle of writing step N leaves step N without its marker and the
 previous checkpoint in charge; leftover .tmp files are never read.
 
-State file: 256 int32 header
-    [0] 20241207 magic  [1] 3 version  [2] step  [3] rank  [4] world size
+State file (version 4): 256 int32 header
+    [0] 20241207 magic  [1] 4 version  [2] step  [3] rank  [4] world size
     [5] cp  [6] dp  [7] layout (CpLayoutKind)  [8] B  [9] T
 then 32 uint64: [0] number of parameters, [1] data shard, [2] data position
 (tokens into the shard), [3] sampling RNG state, [4] padded row length the batches
 are padded to at least (the packed layout's, which grows with the data), [5] the
 train data's fingerprint, [6] its tokens, [7] its files, [8] the checksum of m and
-v, [9] train batches read since the start (a shuffled order replays them), [10] 1
-if the train data was shuffled (else 0), [11] the ZeRO stage (-z), [12, 13] the
-range [begin, end) of the flat parameter vector whose optimizer state the file
-holds (all of it at -z 0, the rank's shard at -z 1: train/zero.h), [14] 1 if the
-master-weights section follows the moments (else 0), [15] its checksum (else 0),
-[16..30] 0, [31] the checksum of everything before it in the file and of the -e
-text; then the -e text (256 bytes, NUL-padded); then m and v, fp32, one value per
-parameter of the range each; then, if [14] says so, the fp32 master weights of the
-range: written when the model file does not hold the weights exactly (a bf16
-model file), so that a resume takes them from here. Checksums: FNV-1a
-(llmc/checksum.h), so that one flipped bit anywhere is found at resume. (llm.c's
-own state files, magic 20240327, have another layout.)
+v, [9] train batches read since the start of the data (a shuffled order replays
+them), [10] 1 if the train data was shuffled (else 0), [11] the ZeRO stage (-z),
+[12, 13] the range [begin, end) of the flat parameter vector whose optimizer state
+the file holds (all of it at -z 0, the rank's shard at -z 1: train/zero.h), [14] 1
+if the master-weights section follows the moments (else 0), [15] its checksum
+(else 0), [16] the run id, [17] the most batches any step of the run read (so [9]
+is at most step x [17]), [18] the bytes of the -tl file at the checkpoint and [19]
+the checksum of its last TOKEN_LOSS_TAIL_BYTES before that (rank 0's; 0 without
+-tl), [20..30] 0, [31] the checksum of the whole header with itself 0; then the
+two outlier detectors of -sl and -sg (llmc/outlier_detector.h), loss then gradient
+norm, each uint64 count, uint64 index, double sum, double sum of squares, double
+window[128]; then the -e text (STATE_TEXT_BYTES, NUL-padded); then m and
+v, fp32, one value per parameter of the range each; then, if [14] says so, the
+fp32 master weights of the range: written when the model file does not hold the
+weights exactly (a bf16 model file), so that a resume takes them from here.
+Checksums: FNV-1a (llmc/checksum.h), so that one flipped bit anywhere is found at
+resume. (llm.c's own state files, magic 20240327, have another layout.)
 
 Model file (llm.c's): 256 int32 header ([0] 20240326, [1] version, [2] maxT, [3] V,
 [4] L, [5] NH, [6] C, [7] Vp), then every parameter in llm.c's order, as float32
@@ -44,7 +57,8 @@ to fp32; a writer chooses the version (the GPU trainer's BF16 build writes 5, as
 llm.c's bf16 build does; every other build 3). The model file carries the checksum
 of its parameters as the file stores them (fp32 or bf16 bytes) in llm.c's unused
 header slots [8..10] (checkpoint_put_checksum), so llm.c still reads it; a file
-without it (written by llm.c) loads unchecked.
+without it (written by llm.c) loads unchecked. A checkpoint's model file also
+carries its run id and step in slots [11..14] (checkpoint_put_tag).
 */
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
@@ -61,13 +75,17 @@ without it (written by llm.c) loads unchecked.
 #include <unistd.h>
 #include "bf16.h"
 #include "checksum.h"
+#include "outlier_detector.h"
 #include "utils.h"
 
 #define STATE_MAGIC 20241207
-#define STATE_VERSION 3
+#define STATE_VERSION 4
 #define STATE_FIELDS 32
-#define STATE_INIT_BYTES 256
-#define STATE_HEADER_BYTES (256 * sizeof(int) + STATE_FIELDS * sizeof(uint64_t) + STATE_INIT_BYTES)
+#define STATE_TEXT_BYTES 4096 // a path of up to PATH_MAX - 1 bytes: longer ones are refused before a run starts
+#define STATE_DETECTOR_BYTES ((4 + OUTLIER_WINDOW) * sizeof(uint64_t))
+#define STATE_HEADER_BYTES \
+    (256 * sizeof(int) + STATE_FIELDS * sizeof(uint64_t) + 2 * STATE_DETECTOR_BYTES + STATE_TEXT_BYTES)
+#define TOKEN_LOSS_TAIL_BYTES 65536 // what identifies a -tl file as the checkpoint's
 
 typedef struct {
     int step;             // optimizer steps completed
@@ -87,7 +105,12 @@ typedef struct {
     uint64_t shard_begin, shard_end; // the parameters [begin, end) whose optimizer state the file holds
     uint64_t has_master_weights;     // 1: the fp32 master weights of the range follow the moments
     uint64_t master_checksum;        // of those master weights (0 without them)
-    char init[STATE_INIT_BYTES]; // the run's -e
+    uint64_t run_id;                 // of the job that wrote the checkpoint: in every file of it
+    uint64_t micro_batches;          // the most batches any step of the run read (-d)
+    uint64_t token_loss_bytes;       // the -tl file's bytes at the checkpoint (rank 0's; 0 without -tl) ...
+    uint64_t token_loss_tail;        // ... and the checksum of its last TOKEN_LOSS_TAIL_BYTES (token_loss_tail)
+    OutlierDetector loss_outliers, grad_norm_outliers; // -sl, -sg
+    char init[STATE_TEXT_BYTES];     // the run's -e
 } TrainState;
 
 // ----------------------------------------------------------------------------
@@ -143,7 +166,7 @@ static void model_params_write(FILE *fp, const char *path, const float *params, 
 // the file ends first.
 static int model_params_read(FILE *fp, float *params, size_t n, int version, uint64_t *sum) {
     if (version != CHECKPOINT_VERSION_BF16) {
-        if (fread(params, sizeof(float), n, fp) != n) { return -1; }
+        if (fread_progress(params, sizeof(float), n, fp) != n) { return -1; }
         *sum = fnv1a(FNV_OFFSET, params, n * sizeof(float));
         return 0;
     }
@@ -152,6 +175,7 @@ static int model_params_read(FILE *fp, float *params, size_t n, int version, uin
     for (size_t i = 0; i < n; i += MODEL_BF16_CHUNK) {
         size_t m = n - i < MODEL_BF16_CHUNK ? n - i : MODEL_BF16_CHUNK;
         if (fread(bits, sizeof(uint16_t), m, fp) != m) { return -1; }
+        note_progress();
         *sum = fnv1a(*sum, bits, m * sizeof(uint16_t));
         for (size_t j = 0; j < m; j++) { params[i + j] = bf16_to_float(bits[j]); }
     }
@@ -180,6 +204,57 @@ static int checkpoint_verify_checksum(const int header[256], uint64_t sum, char 
     return 0;
 }
 
+// What ties the files of a checkpoint together: the run id of the job that wrote
+// it and its step
+typedef struct {
+    uint64_t run_id;
+    int step;
+} CheckpointTag;
+
+// A checkpoint's run id and step, in the model file's header slots [11..14]
+#define MODEL_TAG_SLOT 11
+#define MODEL_TAG_MARK 0x47415431 // "1TAG": the slots hold a run id and a step
+
+static void checkpoint_put_tag(int header[256], CheckpointTag tag) {
+    header[MODEL_TAG_SLOT] = MODEL_TAG_MARK;
+    header[MODEL_TAG_SLOT + 1] = (int)(uint32_t)tag.run_id;
+    header[MODEL_TAG_SLOT + 2] = (int)(uint32_t)(tag.run_id >> 32);
+    header[MODEL_TAG_SLOT + 3] = tag.step;
+}
+
+// The run id and step of model file `path` (its header alone); 0, or -1 with the
+// reason in why (also for a file without them: one not written as a checkpoint).
+static int checkpoint_read_tag(const char *path, CheckpointTag *tag, char *why, size_t why_size) {
+    FILE *fp = open_input_file(path, why, why_size);
+    if (fp == NULL) { return -1; }
+    int header[256];
+    size_t got = fread(header, sizeof(int), 256, fp);
+    fclose(fp);
+    if (got != 256) { return problem(why, why_size, "cannot read its header"); }
+    if (header[MODEL_TAG_SLOT] != MODEL_TAG_MARK) {
+        return problem(why, why_size, "records no run id and step: not the model file of a checkpoint of this trainer");
+    }
+    tag->run_id = (uint64_t)(uint32_t)header[MODEL_TAG_SLOT + 1] | (uint64_t)(uint32_t)header[MODEL_TAG_SLOT + 2] << 32;
+    tag->step = header[MODEL_TAG_SLOT + 3];
+    return 0;
+}
+
+// The checksum of the TOKEN_LOSS_TAIL_BYTES of file `path` before byte `bytes` (all
+// of them when fewer): what a state records of the -tl file, so that a resume
+// knows the file as the one its checkpoint's run wrote, wherever it now is, without
+// reading all of it. 0, or -1 when the file cannot be read that far.
+static int token_loss_tail(const char *path, uint64_t bytes, uint64_t *sum) {
+    char why[256];
+    unsigned char tail[TOKEN_LOSS_TAIL_BYTES];
+    uint64_t from = bytes > TOKEN_LOSS_TAIL_BYTES ? bytes - TOKEN_LOSS_TAIL_BYTES : 0;
+    FILE *fp = open_input_file(path, why, sizeof(why));
+    if (fp == NULL) { return -1; }
+    int ok = fseeko(fp, (off_t)from, SEEK_SET) == 0 && fread(tail, 1, bytes - from, fp) == bytes - from;
+    fclose(fp);
+    *sum = fnv1a(FNV_OFFSET, tail, bytes - from);
+    return ok ? 0 : -1;
+}
+
 // ----------------------------------------------------------------------------
 // paths
 
@@ -195,15 +270,19 @@ static void done_path(char *buf, size_t size, const char *dir, int step) {
     snprintf(buf, size, "%s/DONE_%08d", dir, step);
 }
 
-// the step of a name that is exactly DONE_ and 8 digits, or -1
+// the step of a name that is exactly DONE_ and at least 8 digits (%08d of a step
+// up to 2^31 - 1), or -1
 static int done_marker_step(const char *name) {
-    if (strncmp(name, "DONE_", 5) != 0 || strlen(name) != 13) { return -1; }
-    int step = 0;
-    for (int i = 5; i < 13; i++) {
+    size_t len = strlen(name);
+    if (strncmp(name, "DONE_", 5) != 0 || len < 13) { return -1; }
+    long long step = 0;
+    for (size_t i = 5; i < len; i++) {
         if (!isdigit((unsigned char)name[i])) { return -1; }
         step = step * 10 + (name[i] - '0');
+        if (step > 2147483647LL) { return -1; }
     }
-    return step;
+    if (len > 13 && name[5] == '0') { return -1; } // %08d pads to 8 digits, never more
+    return (int)step;
 }
 
 static int compare_steps_newest_first(const void *a, const void *b) {
@@ -244,12 +323,32 @@ static int latest_complete_checkpoint(const char *dir) {
     return latest;
 }
 
-static void write_done_marker(const char *dir, int step) {
-    char path[4096];
-    done_path(path, sizeof(path), dir, step);
+// The DONE marker of checkpoint `step` holds "run RUN_ID step STEP\n" (run id in hex).
+static void write_done_marker(const char *dir, CheckpointTag tag) {
+    char path[4096], text[64];
+    done_path(path, sizeof(path), dir, tag.step);
+    int n = snprintf(text, sizeof(text), "run %016llx step %d\n", (unsigned long long)tag.run_id, tag.step);
     AtomicFile af;
     atomic_open(&af, path);
+    fwriteCheck(text, 1, (size_t)n, af.fp, af.tmp_path);
     atomic_commit(&af);
+}
+
+// The run id and step the DONE marker of `step` records; 0, or -1 with the reason in why.
+static int read_done_marker(const char *dir, int step, CheckpointTag *tag, char *why, size_t why_size) {
+    char path[4096], text[64] = "";
+    done_path(path, sizeof(path), dir, step);
+    FILE *fp = open_input_file(path, why, why_size);
+    if (fp == NULL) { return -1; }
+    size_t n = fread(text, 1, sizeof(text) - 1, fp);
+    fclose(fp);
+    text[n] = '\0';
+    unsigned long long id;
+    if (sscanf(text, "run %16llx step %d", &id, &tag->step) != 2) {
+        return problem(why, why_size, "records no run id and step: not a marker of this trainer");
+    }
+    tag->run_id = id;
+    return 0;
 }
 
 // Removes the DONE_ marker of `step`, if there is one, for good (before that step
@@ -277,15 +376,48 @@ static void state_int_fields(TrainState *s, int *fields[STATE_INT_FIELDS]) {
     memcpy(fields, order, sizeof(order));
 }
 
-// the uint64 fields [0, 16) of a state, in file order
-#define STATE_U64_FIELDS 16
+// the uint64 fields [0, 20) of a state, in file order
+#define STATE_U64_FIELDS 20
 static void state_u64_fields(TrainState *s, uint64_t *fields[STATE_U64_FIELDS]) {
     uint64_t *order[STATE_U64_FIELDS] = {&s->num_parameters, &s->data_shard, &s->data_position, &s->rng_state,
                                          &s->padded_len, &s->data_fingerprint, &s->data_tokens, &s->data_files,
                                          &s->moments_checksum, &s->data_batches, &s->data_shuffled, &s->zero_stage,
                                          &s->shard_begin, &s->shard_end, &s->has_master_weights,
-                                         &s->master_checksum};
+                                         &s->master_checksum, &s->run_id, &s->micro_batches, &s->token_loss_bytes,
+                                         &s->token_loss_tail};
     memcpy(fields, order, sizeof(order));
+}
+
+// An outlier detector as the state file stores it (STATE_DETECTOR_BYTES): count,
+// index, sum, sum of squares, window
+static void state_encode_detector(const OutlierDetector *d, unsigned char *bytes) {
+    uint64_t count = (uint64_t)d->count, index = (uint64_t)d->index;
+    memcpy(bytes, &count, 8);
+    memcpy(bytes + 8, &index, 8);
+    memcpy(bytes + 16, &d->sum, 8);
+    memcpy(bytes + 24, &d->sum_sq, 8);
+    memcpy(bytes + 32, d->window, OUTLIER_WINDOW * sizeof(double));
+}
+
+// 0, or -1 when the stored detector cannot be one (a count or index outside the
+// window, a value that is not finite)
+static int state_decode_detector(const unsigned char *bytes, OutlierDetector *d) {
+    uint64_t count, index;
+    memcpy(&count, bytes, 8);
+    memcpy(&index, bytes + 8, 8);
+    memcpy(&d->sum, bytes + 16, 8);
+    memcpy(&d->sum_sq, bytes + 24, 8);
+    memcpy(d->window, bytes + 32, OUTLIER_WINDOW * sizeof(double));
+    if (count > OUTLIER_WINDOW || index >= OUTLIER_WINDOW || (count < OUTLIER_WINDOW && index != 0) ||
+        !isfinite(d->sum) || !isfinite(d->sum_sq)) {
+        return -1;
+    }
+    for (int i = 0; i < OUTLIER_WINDOW; i++) {
+        if (!isfinite(d->window[i])) { return -1; }
+    }
+    d->count = (int)count;
+    d->index = (int)index;
+    return 0;
 }
 
 // the checksum of the optimizer moments, as the state file records it
@@ -317,12 +449,15 @@ static void state_encode_header(const TrainState *s, unsigned char *bytes) {
     uint64_t *u64s[STATE_U64_FIELDS];
     state_u64_fields(&copy, u64s);
     for (int i = 0; i < STATE_U64_FIELDS; i++) { fields[i] = *u64s[i]; }
-    char init[STATE_INIT_BYTES];
-    memset(init, 0, sizeof(init));
-    snprintf(init, sizeof(init), "%s", s->init);
-    memcpy(bytes, header, sizeof(header));
+    memset(bytes, 0, STATE_HEADER_BYTES);
+    unsigned char *at = bytes;
+    memcpy(at, header, sizeof(header));
+    at += sizeof(header) + sizeof(fields);
+    state_encode_detector(&s->loss_outliers, at);
+    state_encode_detector(&s->grad_norm_outliers, at + STATE_DETECTOR_BYTES);
+    at += 2 * STATE_DETECTOR_BYTES;
+    snprintf((char *)at, STATE_TEXT_BYTES, "%s", s->init);
     memcpy(bytes + sizeof(header), fields, sizeof(fields));
-    memcpy(bytes + sizeof(header) + sizeof(fields), init, sizeof(init));
     fields[STATE_FIELDS - 1] = fnv1a(FNV_OFFSET, bytes, STATE_HEADER_BYTES);
     memcpy(bytes + sizeof(header), fields, sizeof(fields));
 }
@@ -379,19 +514,27 @@ static int state_read_header(FILE *fp, long size, TrainState *s, uint64_t num_pa
     uint64_t *u64s[STATE_U64_FIELDS];
     state_u64_fields(s, u64s);
     for (int i = 0; i < STATE_U64_FIELDS; i++) { *u64s[i] = fields[i]; }
-    memcpy(s->init, bytes + sizeof(header) + sizeof(fields), STATE_INIT_BYTES);
-    s->init[STATE_INIT_BYTES - 1] = '\0';
+    const unsigned char *at = bytes + sizeof(header) + sizeof(fields);
+    if (state_decode_detector(at, &s->loss_outliers) != 0 ||
+        state_decode_detector(at + STATE_DETECTOR_BYTES, &s->grad_norm_outliers) != 0) {
+        return problem(why, why_size, "corrupt header: an outlier detector (-sl, -sg) that cannot be");
+    }
+    at += 2 * STATE_DETECTOR_BYTES;
+    memcpy(s->init, at, STATE_TEXT_BYTES);
+    s->init[STATE_TEXT_BYTES - 1] = '\0';
     if (s->step < 0 || s->rank < 0 || s->world_size < 1 || s->rank >= s->world_size || s->cp_size < 1 ||
         s->dp_size < 1 || (long)s->cp_size * s->dp_size != s->world_size || s->layout < 0 ||
         s->B < 1 || s->T < 1 || s->padded_len < 1 || s->padded_len > (uint64_t)s->T * 2 * s->cp_size ||
         s->zero_stage > 1 || s->shard_begin > s->shard_end || s->shard_end > s->num_parameters ||
-        s->has_master_weights > 1 || (s->zero_stage == 0 && (s->shard_begin != 0 || s->shard_end != s->num_parameters))) {
+        s->has_master_weights > 1 || (s->zero_stage == 0 && (s->shard_begin != 0 || s->shard_end != s->num_parameters)) ||
+        s->micro_batches < 1 || s->micro_batches > 2147483647ULL) {
         return problem(why, why_size, "corrupt header (step %d, rank %d, world %d, cp %d, dp %d, layout %d, B %d, T %d, "
-                       "padded length %llu, -z %llu, parameters [%llu, %llu) of %llu, master weights %llu)", s->step,
-                       s->rank, s->world_size, s->cp_size, s->dp_size, s->layout, s->B, s->T,
-                       (unsigned long long)s->padded_len, (unsigned long long)s->zero_stage,
+                       "padded length %llu, -z %llu, parameters [%llu, %llu) of %llu, master weights %llu, batches "
+                       "per step %llu)", s->step, s->rank, s->world_size, s->cp_size, s->dp_size, s->layout, s->B,
+                       s->T, (unsigned long long)s->padded_len, (unsigned long long)s->zero_stage,
                        (unsigned long long)s->shard_begin, (unsigned long long)s->shard_end,
-                       (unsigned long long)s->num_parameters, (unsigned long long)s->has_master_weights);
+                       (unsigned long long)s->num_parameters, (unsigned long long)s->has_master_weights,
+                       (unsigned long long)s->micro_batches);
     }
     if (num_parameters == 0) { return 0; }
     if (s->num_parameters != num_parameters) {
@@ -434,11 +577,12 @@ static int state_read(const char *path, TrainState *s, const StateBuffers *buf, 
                          (unsigned long long)buf->end);
     }
     uint64_t n = buf->end - buf->begin;
-    if (status == 0 && (fread(buf->m, sizeof(float), n, fp) != n || fread(buf->v, sizeof(float), n, fp) != n)) {
+    if (status == 0 &&
+        (fread_progress(buf->m, sizeof(float), n, fp) != n || fread_progress(buf->v, sizeof(float), n, fp) != n)) {
         status = problem(why, why_size, "cannot read its optimizer moments");
     }
     int master = status == 0 && s->has_master_weights && buf->master != NULL;
-    if (master && fread(buf->master, sizeof(float), n, fp) != n) {
+    if (master && fread_progress(buf->master, sizeof(float), n, fp) != n) {
         status = problem(why, why_size, "cannot read its master weights");
     }
     fclose(fp);

@@ -133,6 +133,7 @@ static int tokens_file_read(FILE *fp, long size, int vocab_size, size_t *ntok, u
         }
         hash = fnv1a(hash, chunk, n * sizeof(uint16_t));
         done += n;
+        note_progress();
     }
     *ntok = count;
     *fingerprint = hash;

@@ -556,7 +556,7 @@ static void gpt2_load_checkpoint(GPT2 *model, const char *path) {
     if (status != 0) { fatal_everywhere("checkpoint '%s': %s", path, why); }
 }
 
-static void gpt2_write_checkpoint_header(const GPT2 *model, int version, int header[256]) {
+static void gpt2_write_checkpoint_header(const GPT2 *model, int version, const CheckpointTag *tag, int header[256]) {
     memset(header, 0, 256 * sizeof(int));
     header[0] = CHECKPOINT_MAGIC;
     header[1] = version;
@@ -567,19 +567,21 @@ static void gpt2_write_checkpoint_header(const GPT2 *model, int version, int hea
     header[6] = model->config.channels;
     header[7] = model->config.padded_vocab_size;
     checkpoint_put_checksum(header, model_params_checksum(model->params_memory, model->num_parameters, version));
+    if (tag) { checkpoint_put_tag(header, *tag); }
 }
 
 // Writes the model as an llm.c model file of `version`: CHECKPOINT_VERSION_FP32
 // (the fp32 parameters as they are) or CHECKPOINT_VERSION_BF16 (each rounded to
 // bf16, to nearest even: llmc/bf16.h). Written atomically (llmc/utils.h): a crash
-// mid-write leaves no half checkpoint.
-static void gpt2_save_checkpoint(const GPT2 *model, const char *path, int version) {
+// mid-write leaves no half checkpoint. tag: the checkpoint the file belongs to
+// (its run id and step, in the header), NULL for a model file of its own.
+static void gpt2_save_checkpoint(const GPT2 *model, const char *path, int version, const CheckpointTag *tag) {
     if (version != CHECKPOINT_VERSION_FP32 && version != CHECKPOINT_VERSION_BF16) {
         fatal("model file version %d: only %d and %d can be written", version, CHECKPOINT_VERSION_FP32,
               CHECKPOINT_VERSION_BF16);
     }
     int header[256];
-    gpt2_write_checkpoint_header(model, version, header);
+    gpt2_write_checkpoint_header(model, version, tag, header);
     AtomicFile af;
     atomic_open(&af, path);
     fwriteCheck(header, sizeof(int), 256, af.fp, af.tmp_path);

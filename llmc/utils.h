@@ -91,6 +91,18 @@ static void fatal_everywhere(const char *fmt, ...) {
 }
 
 // ----------------------------------------------------------------------------
+// long work: a loop that can keep one rank busy for long (sampling, validating
+// data, writing a checkpoint) calls note_progress now and then, so that ranks
+// waiting for this one see it working (the transport's watchdog, cp/comm_watchdog.h,
+// installs the hook; without it this does nothing)
+
+static void (*progress_hook)(void) = NULL;
+
+static void note_progress(void) {
+    if (progress_hook) { progress_hook(); }
+}
+
+// ----------------------------------------------------------------------------
 // fatal signals: one line naming the rank and the signal, then the default action
 
 static const struct {
@@ -185,8 +197,35 @@ static FILE *open_output_file(const char *path, int append) {
     return fp;
 }
 
+// Long reads and writes (a checkpoint of a large model) go in pieces of at most
+// IO_PIECE_BYTES, each followed by note_progress.
+#define IO_PIECE_BYTES ((size_t)64 << 20)
+
+static size_t io_piece_items(size_t size) { return IO_PIECE_BYTES / size > 0 ? IO_PIECE_BYTES / size : 1; }
+
 static void fwriteCheck(const void *ptr, size_t size, size_t nmemb, FILE *stream, const char *what) {
-    if (fwrite(ptr, size, nmemb, stream) != nmemb) { fatal("cannot write '%s': %s", what, strerror(errno)); }
+    size_t per = io_piece_items(size);
+    for (size_t done = 0; done < nmemb; done += per) {
+        size_t n = nmemb - done < per ? nmemb - done : per;
+        if (fwrite((const char *)ptr + done * size, size, n, stream) != n) {
+            fatal("cannot write '%s': %s", what, strerror(errno));
+        }
+        note_progress();
+    }
+}
+
+// fread of nmemb items in pieces; returns how many were read (nmemb unless the
+// file ends or fails first)
+static size_t fread_progress(void *ptr, size_t size, size_t nmemb, FILE *stream) {
+    size_t per = io_piece_items(size), done = 0;
+    while (done < nmemb) {
+        size_t n = nmemb - done < per ? nmemb - done : per;
+        size_t got = fread((char *)ptr + done * size, size, n, stream);
+        done += got;
+        note_progress();
+        if (got != n) { break; }
+    }
+    return done;
 }
 
 // A buffered stream's errors may show only when it is flushed: every flush is checked.

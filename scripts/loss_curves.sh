@@ -5,28 +5,39 @@
 # difference to cp 1, and prints a table of the largest |loss - loss at cp 1|. CPU
 # twin by default, the GPU trainer where GPUs are.
 #
-#   bash scripts/loss_curves.sh [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f "FLAGS"] [-p] [-r]
+#   bash scripts/loss_curves.sh [-o PNG] [-d DIR] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f "FLAGS"] [-p] [-r]
 #
 # -t, -e, -b, -x replace the default's sequence length, model, batch and steps; -f
 # appends trainer flags (e.g. "-u 5" for a shorter warmup); -p trains the five
 # runs at the same time (where there are cores to spare: 13 ranks in all); -r
 # trains nothing and draws the runs' main.log as they are, up to the last step
-# every run has reached (runs cut short, or still going). The default (about 15
-# minutes on 2 CPU cores) drew docs/loss_curves.png; the long-context plot
-# docs/loss_curves_T4096.png came from
+# every run has reached (runs cut short, or still going). A curve needs at least
+# 2 steps: fewer (-x 1, or -r over runs with fewer in common) is refused with one
+# line. The default (about 15 minutes on 2 CPU cores) drew docs/loss_curves.png:
+#
+#   bash scripts/loss_curves.sh -o docs/loss_curves.png
+#
+# and the long-context plot docs/loss_curves_T4096.png came from
 #
 #   bash scripts/loss_curves.sh -t 4096 -e d1 -b 1 -x 30 -f "-u 5 -l 3e-3" -p -o docs/loss_curves_T4096.png
 #
-# Runs go to out/loss_curves/<model>_T<T>/<name>/main.log.
+# Runs go to DIR/<model>_T<T>/<name>/main.log (DIR: out/loss_curves), and the
+# picture, unless -o names another file, to DIR/<model>_T<T>/loss_curves.png: a
+# plain run never writes over the committed pictures of docs/. The picture is
+# drawn to a file of its own and moved into place only when gnuplot succeeded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/default_config.sh
 
-png=docs/loss_curves.png
+usage="usage: $0 [-o PNG] [-d DIR] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f \"FLAGS\"] [-p] [-r]"
+die() { echo "error: $*" >&2; exit 1; }
+png= runs_dir=out/loss_curves
 steps= T= model= B= extra_flags= parallel=0 redraw=0
 while [ $# -gt 0 ]; do
     case $1 in
+    -o|-d|-x|-t|-e|-b|-f) [ $# -ge 2 ] || die "$1 needs a value ($usage)" ;;&
     -o) png=$2; shift 2 ;;
+    -d) runs_dir=$2; shift 2 ;;
     -x) steps=$2; shift 2 ;;
     -t) T=$2; shift 2 ;;
     -e) model=$2; shift 2 ;;
@@ -34,10 +45,10 @@ while [ $# -gt 0 ]; do
     -f) extra_flags=$2; shift 2 ;;
     -p) parallel=1; shift ;;
     -r) redraw=1; shift ;;
-    *) echo "usage: $0 [-o PNG] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f \"FLAGS\"] [-p] [-r]" >&2; exit 1 ;;
+    *) die "unknown argument '$1' ($usage)" ;;
     esac
 done
-command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
+command -v gnuplot > /dev/null || die "gnuplot is missing (apt-get install gnuplot-nox)"
 
 # later flags win: the default's, then the replacements
 flags=("${DEFAULT_FLAGS[@]}" -v 0 -s 0)
@@ -49,22 +60,27 @@ read -r -a extra <<< "$extra_flags"
 flags+=("${extra[@]}")
 # what the runs are: the last value of each flag
 flag_value() { local v= i; for ((i = 0; i < ${#flags[@]} - 1; i++)); do [ "${flags[i]}" = "$1" ] && v=${flags[i + 1]}; done; echo "$v"; }
-run_model=$(flag_value -e) run_T=$(flag_value -t) run_B=$(flag_value -b)
+run_model=$(flag_value -e) run_T=$(flag_value -t) run_B=$(flag_value -b) run_steps=$(flag_value -x)
+[[ $run_steps =~ ^[0-9]+$ ]] || die "-x '$run_steps': the runs' steps must be a number (a curve needs at least 2)"
+[ "$run_steps" -ge 2 ] || die "-x $run_steps: a curve needs at least 2 steps"
 gpus=$(gpus_available)
 if [ "$gpus" -gt 0 ]; then
-    make -s train_gpt2cp
+    target=train_gpt2cp
     trainer=(./train_gpt2cp -f 0)
     # one GPU per rank where there are enough, else ranks share through MPI
     transport() { if [ "$1" -le "$gpus" ]; then echo nccl; else echo mpi; fi; }
     what="GPU trainer"
 else
-    make -s train_gpt2cp_cpu
+    target=train_gpt2cp_cpu
     trainer=(./train_gpt2cp_cpu)
     transport() { :; }
     what="CPU twin"
 fi
+[ $redraw -eq 1 ] || make -s $target # -r trains nothing
 
-out=out/loss_curves/${run_model}_T$run_T
+out=$runs_dir/${run_model}_T$run_T
+[ -n "$png" ] || png=$out/loss_curves.png
+[ ! -e "$png" ] || [ -f "$png" ] || die "-o $png is not a regular file: the picture is moved into place as one"
 mkdir -p "$out" "$(dirname "$png")"
 runs=(cp1_identity cp2_contiguous cp2_round_robin cp4_contiguous cp4_round_robin)
 # step_losses NAME: the step losses of a run's main.log, "step loss" per line
@@ -137,10 +153,12 @@ train_watched() {
 if [ $redraw -eq 1 ]; then
     shortest=
     for name in "${runs[@]}"; do
+        [ -f "$out/$name/main.log" ] || die "-r: no run $name in $out (its main.log is missing)"
         step_losses "$name"
         n=$(wc -l < "$out/$name.dat")
         if [ -z "$shortest" ] || [ "$n" -lt "$shortest" ]; then shortest=$n; fi
     done
+    [ "$shortest" -ge 2 ] || die "-r: the runs in $out have $shortest step(s) in common: a curve needs at least 2"
     for name in "${runs[@]}"; do head -n "$shortest" "$out/$name.dat" > "$out/$name.dat.tmp"; mv "$out/$name.dat.tmp" "$out/$name.dat"; done
     echo "drawing the first $shortest step(s) of each run"
     what+=", the first $shortest of $(flag_value -x) steps"
@@ -168,9 +186,12 @@ for name in "${runs[@]}"; do
     plot+="'$out/$name.dat' using 1:2 with lines lw 2 title '$title', "
     diffplot+="'$out/$name.diff' using 1:2 with lines lw 2 title '$title', "
 done
-gnuplot <<GNUPLOT
+# drawn to a file of its own, moved into place only when gnuplot succeeded
+drawn=$out/loss_curves.drawing.png
+rm -f "$drawn"
+gnuplot > "$out/gnuplot.err" 2>&1 <<GNUPLOT || die "gnuplot could not draw $png: $(grep -m1 -v '^ *$' "$out/gnuplot.err")"
 set terminal pngcairo size 1100,900 font ",11"
-set output '$png'
+set output '$drawn'
 set multiplot layout 2,1 title "Training loss across cp sizes and layouts: -e $run_model, B $run_B, T $run_T ($what)"
 set grid
 set xlabel 'step'
@@ -182,4 +203,7 @@ set format y '%.1e'
 plot ${diffplot%, }
 unset multiplot
 GNUPLOT
+[ "$(head -c 4 "$drawn" 2> /dev/null | od -An -tx1 | tr -d ' ')" = 89504e47 ] ||
+    die "gnuplot drew no picture for $png: $(grep -m1 -v '^ *$' "$out/gnuplot.err" || echo 'no message')"
+mv "$drawn" "$png" || die "cannot move the picture to $png"
 echo "wrote $png"

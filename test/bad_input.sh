@@ -327,8 +327,8 @@ resume_dir() { rm -rf "$WORK/$1"; cp -r "$WORK/resume_good" "$WORK/$1"; }
 state0=state_00000000_00000.bin
 state1=state_00000000_00001.bin
 expect_success resume_good_control 2 "${RESUME[@]}" -o "$WORK/resume_good"
-resume_dir resume_truncated;  truncate -s 5000 "$WORK/resume_truncated/$state1"
-expect_error state_truncated 2 "rank 1: state file '.*resume_truncated/$state1': 5000 bytes, expected [0-9]+ for $params parameters" \
+resume_dir resume_truncated;  truncate -s $((STATE_HEADER_BYTES + 5000)) "$WORK/resume_truncated/$state1"
+expect_error state_truncated 2 "rank 1: state file '.*resume_truncated/$state1': $((STATE_HEADER_BYTES + 5000)) bytes, expected [0-9]+ for $params parameters" \
     "${RESUME[@]}" -o "$WORK/resume_truncated"
 # a DONE marker whose files are gone: passed over with a note (here for none: afresh)
 resume_dir resume_missing;    rm "$WORK/resume_missing/$state1"
@@ -403,7 +403,14 @@ expect_error resume_z1_swapped_shard 2 "rank 1: state file '.*resume_z1_swapped/
 # (and the zero weights of ckpt_good.bin have zero gradients: a random init here)
 expect_success moments_run_a 2 "${BASE[@]}" -cp 2 -x 2 -n 2 -l 1e-3 -o "$WORK/moments_a"
 expect_success moments_run_b 2 "${BASE[@]}" -cp 2 -x 2 -n 2 -l 2e-3 -o "$WORK/moments_b"
-cp "$WORK/moments_b/state_00000002_00001.bin" "$WORK/moments_a/"
+# (run b's moments and their checksum, uint64 [8], under the rest of run a's own
+# header, sealed again: a file whose header is another run's is refused before its
+# moments are read)
+f=$WORK/moments_a/state_00000002_00001.bin
+{ head -c $STATE_HEADER_BYTES "$f"; tail -c +$((STATE_HEADER_BYTES + 1)) "$WORK/moments_b/state_00000002_00001.bin"; } >"$f.new"
+put_u64 "$f.new" $((1024 + 8 * 8)) "$(od -An -td8 -j $((1024 + 8 * 8)) -N 8 "$WORK/moments_b/state_00000002_00001.bin" | tr -d ' ')"
+state_reseal "$f.new"
+mv "$f.new" "$f"
 expect_error moments_disagree 2 "rank 1: the optimizer state is checksum [0-9a-f]+, but checksum [0-9a-f]+ on rank 0 \(every rank must resume the same optimizer state\)" \
     "${BASE[@]}" -cp 2 -x 2 -y 1 -o "$WORK/moments_a"
 # the state of another model: the weights of a model with C 8 in place of C 4
@@ -413,6 +420,71 @@ expect_error state_other_model 2 "rank 0: state file '.*resume_other/$state0': o
 resume_dir resume_model_cut;  truncate -s 2048 "$WORK/resume_model_cut/model_00000000.bin"
 expect_error resume_model_truncated 2 "checkpoint '.*resume_model_cut/model_00000000\.bin': 2048 bytes, but its header describes" \
     "${RESUME[@]}" -o "$WORK/resume_model_cut"
+# a checkpoint is one unit: every file of it carries the run id of the job that
+# wrote it, and a file of another run (here an identical twin run's, which holds
+# other bytes only in its run id) is refused, naming both runs
+expect_success resume_twin_source 2 "${BASE[@]}" -cp 2 -sh 0 -e "$WORK/ckpt_good.bin" -x 0 -n 1 -o "$WORK/resume_twin"
+resume_dir resume_mix_model;  cp "$WORK/resume_twin/model_00000000.bin" "$WORK/resume_mix_model/"
+expect_error mixed_model_file 2 "model file '.*resume_mix_model/model_00000000\.bin' was written by run [0-9a-f]{16} at step 0, the state files by run [0-9a-f]{16} at step 0: files of two runs in one checkpoint" \
+    "${RESUME[@]}" -o "$WORK/resume_mix_model"
+resume_dir resume_mix_state;  cp "$WORK/resume_twin/$state1" "$WORK/resume_mix_state/"
+expect_error mixed_state_file 2 "rank 1: state file '.*resume_mix_state/$state1': written by run [0-9a-f]{16}, rank 0's by run [0-9a-f]{16}: files of two runs in one checkpoint" \
+    "${RESUME[@]}" -o "$WORK/resume_mix_state"
+resume_dir resume_mix_done;   cp "$WORK/resume_twin/DONE_00000000" "$WORK/resume_mix_done/"
+expect_error mixed_done_marker 2 "DONE marker '.*resume_mix_done/DONE_00000000' was written by run [0-9a-f]{16} at step 0, the state files by run" \
+    "${RESUME[@]}" -o "$WORK/resume_mix_done"
+resume_dir resume_untagged;   cp "$WORK/ckpt_good.bin" "$WORK/resume_untagged/model_00000000.bin"
+expect_error untagged_model_file 2 "model file '.*resume_untagged/model_00000000\.bin': records no run id and step: not the model file of a checkpoint" \
+    "${RESUME[@]}" -o "$WORK/resume_untagged"
+# a -z 1 optimizer shard of a twin run (the same shard of the same parameters)
+expect_success resume_z1_twin_source 2 "${BASE[@]}" -cp 2 -sh 0 -e "$WORK/ckpt_good.bin" -x 0 -n 1 -z 1 -o "$WORK/resume_z1_twin"
+cp -r "$WORK/resume_z1" "$WORK/resume_z1_mixed"; cp "$WORK/resume_z1_twin/$state1" "$WORK/resume_z1_mixed/"
+expect_error mixed_z1_shard 2 "rank 1: state file '.*resume_z1_mixed/$state1': written by run [0-9a-f]{16}, rank 0's by run" \
+    "${RESUME[@]}" -z 1 -o "$WORK/resume_z1_mixed"
+# -y 1 with no checkpoint to resume leaves the outputs of the run it could not
+# resume as they were (a DONE marker whose files are gone: nothing usable)
+resume_dir resume_lost;       rm "$WORK/resume_lost/$state0"
+echo "s:0 trl:10.000000 lr:0.000100 norm:1.000000" >"$WORK/resume_lost/main.log"
+cp "$WORK/resume_lost/main.log" "$WORK/resume_lost_log.copy"
+expect_error resume_nothing_keeps_log 2 "-y 1: no complete checkpoint in .*resume_lost to resume, and starting from scratch would write over '.*resume_lost/main\.log' \([0-9]+ bytes of the run that wrote it\)" \
+    "${RESUME[@]}" -o "$WORK/resume_lost"
+cmp -s "$WORK/resume_lost/main.log" "$WORK/resume_lost_log.copy" || { failures=$((failures + 1)); echo "FAIL resume_nothing_keeps_log: main.log changed"; }
+: >"$WORK/resume_lost/main.log"
+head -c 64 /dev/urandom >"$WORK/resume_lost.tl"; cp "$WORK/resume_lost.tl" "$WORK/resume_lost_tl.copy"
+expect_error resume_nothing_keeps_tl 2 "-y 1: no complete checkpoint .* would write over '.*resume_lost\.tl' \(64 bytes" \
+    "${RESUME[@]}" -o "$WORK/resume_lost" -tl "$WORK/resume_lost.tl"
+cmp -s "$WORK/resume_lost.tl" "$WORK/resume_lost_tl.copy" || { failures=$((failures + 1)); echo "FAIL resume_nothing_keeps_tl: -tl changed"; }
+# a resume with -tl naming a file that holds other bytes than the checkpoint's run
+# wrote: cutting it back would lose them
+head -c 100 /dev/urandom >"$WORK/other_losses.tl"; cp "$WORK/other_losses.tl" "$WORK/other_losses.copy"
+expect_error resume_other_tl 2 "-tl '.*other_losses\.tl' holds 100 bytes that are not the per-token losses the checkpoint's run wrote \(0 bytes: it had no -tl\)" \
+    "${RESUME[@]}" -o "$WORK/resume_good" -tl "$WORK/other_losses.tl"
+cmp -s "$WORK/other_losses.tl" "$WORK/other_losses.copy" || { failures=$((failures + 1)); echo "FAIL resume_other_tl: the file changed"; }
+# the batch count of a shuffled run is bounded by its steps and the most batches a
+# step read (-d): at the bound a state is a run's (here 2 steps of 70000 batches),
+# one past it is refused (the fields sealed again)
+expect_success batches_source 2 "${BASE[@]}" -cp 2 -x 2 -n 2 -o "$WORK/batches_good"
+for case in "batches_at_bound 140000" "batches_past_bound 140001"; do
+    read -r name batches <<<"$case"
+    rm -rf "$WORK/$name"; cp -r "$WORK/batches_good" "$WORK/$name"
+    for r in 00000 00001; do
+        put_u64 "$WORK/$name/state_00000002_$r.bin" $((1024 + 17 * 8)) 70000
+        put_u64 "$WORK/$name/state_00000002_$r.bin" $((1024 + 9 * 8)) "$batches"
+        state_reseal "$WORK/$name/state_00000002_$r.bin"
+    done
+done
+expect_success batches_at_bound 2 "${BASE[@]}" -cp 2 -x 2 -y 1 -o "$WORK/batches_at_bound"
+expect_error batches_past_bound 2 "rank 0: state file '.*batches_past_bound/state_00000002_00000\.bin': 140001 batches read in 2 steps of at most 70000 batches is impossible" \
+    "${BASE[@]}" -cp 2 -x 2 -y 1 -o "$WORK/batches_past_bound"
+# -e longer than the 256 bytes a state once kept: recorded whole, its own checkpoint resumes
+long_dir=$WORK/$(printf 'a%.0s' {1..120})/$(printf 'b%.0s' {1..120})/$(printf 'c%.0s' {1..60})
+mkdir -p "$long_dir"; cp "$WORK/ckpt_good.bin" "$long_dir/init.bin"
+expect_success long_init_source 2 "${BASE[@]}" -cp 2 -sh 0 -e "$long_dir/init.bin" -x 0 -n 1 -o "$WORK/long_init"
+expect_success long_init_resumed 2 "${BASE[@]}" -cp 2 -sh 0 -e "$long_dir/init.bin" -x 1 -y 1 -o "$WORK/long_init"
+expect_note long_init_resumed "^resuming from step 0: "
+# -mt on a resume: the checkpoint's table stays, and the run says so
+expect_success mt_on_resume 2 "${BASE[@]}" -cp 2 -x 2 -y 1 -mt 2048 -o "$WORK/batches_good"
+expect_note mt_on_resume "^note: -mt 2048 sets the position table of a fresh start; the checkpoint brings its own of 1024 rows"
 # an error on one rank alone names it: only rank 0 writes -tl
 expect_error tl_unwritable 2 "rank 0: cannot open '.*/no_such_dir/losses\.tl' for writing: No such file or directory" \
     "${BASE[@]}" -cp 2 -tl "$WORK/no_such_dir/losses.tl"
@@ -537,6 +609,27 @@ expect_error tl_is_val_data_hard_link 2 "rank 0: -tl '.*hard_link\.bin' is the -
     "${BASE[@]}" -cp 2 -v 1 -j "$WORK/tokens_input.bin" -tl "$WORK/hard_link.bin"
 expect_error tl_is_tokenizer 2 "rank 0: -tl '.*gpt2_tokenizer\.bin' is the -tk input" \
     "${BASE[@]}" "${SAMPLES[@]}" -cp 2 -tl "$TOKENIZER"
+# every file an input flag names is compared, read by this run or not (a run without
+# samples reads no tokenizer, one that does not validate no -j; -hf is read by -h 1)
+cp "$TOKENIZER" "$WORK/tokenizer_copy.bin"
+expect_error tl_is_unread_tokenizer 2 "rank 0: -tl '.*tokenizer_copy\.bin' is the -tk input" \
+    "${BASE[@]}" -s 0 -cp 2 -tk "$WORK/tokenizer_copy.bin" -tl "$WORK/tokenizer_copy.bin"
+expect_error tl_is_unread_val_data 2 "rank 0: -tl '.*tokens_input\.bin' is the -j input" \
+    "${BASE[@]}" -v 0 -cp 2 -j "$WORK/tokens_input.bin" -tl "$WORK/tokens_input.bin"
+cp "$TOKENS" "$WORK/hellaswag_input.bin"
+expect_error tl_is_hellaswag_file 2 "rank 0: -tl '.*hellaswag_input\.bin' is the -hf input" \
+    "${BASE[@]}" -cp 2 -h 1 -hf "$WORK/hellaswag_input.bin" -tl "$WORK/hellaswag_input.bin"
+# no cap on the inputs compared: -tl is the last of 5000 -i files (each its own file)
+python3 - "$WORK/many" <<'PY'
+import os, struct, sys
+d = sys.argv[1]
+os.makedirs(d, exist_ok=True)
+tokens = struct.pack("<256i", 20240520, 1, 64, *([0] * 253)) + bytes(range(128))
+for i in range(5000):
+    with open(os.path.join(d, "shard_%05d.bin" % i), "wb") as f: f.write(tokens)
+PY
+expect_error tl_is_last_of_5000_inputs 2 "rank 0: -tl '.*many/shard_04999\.bin' is the -i input '.*many/shard_04999\.bin'" \
+    "${BASE[@]}" -cp 2 -i "$WORK/many/shard_*.bin" -tl "$WORK/many/shard_04999.bin"
 mkdir -p "$WORK/log_input"; cp "$TOKENS" "$WORK/log_input/main.log"
 expect_error main_log_is_train_data 2 "rank 0: the -i input '.*log_input/main\.log' is a file the run writes in its -o directory" \
     "${BASE[@]}" -cp 2 -i "$WORK/log_input/main.log" -o "$WORK/log_input"
@@ -702,6 +795,10 @@ expect_error schedule_unknown 2 "-k 'cosin': unknown learning-rate schedule" "${
 expect_error total_batch_not_multiple 2 "-d 100 is not a multiple of the 16 tokens of a micro-batch \(dp 1 x B 1 x T 16\)" \
     "${BASE[@]}" -cp 2 -d 100
 expect_error total_batch_zero 2 "-d 0: the total batch is a number of tokens" "${BASE[@]}" -cp 2 -d 0
+# -x -1 with a step longer than the data: llm.c would train 0 steps and exit 0
+head -c $((1024 + 2 * 100)) "$TOKENS" >"$WORK/tokens_100.bin"; put_i32 "$WORK/tokens_100.bin" 8 100
+expect_error epoch_shorter_than_step 2 "-x -1 trains one epoch, but the -i data holds 100 tokens, fewer than the 112 of one step \(-d\)" \
+    "${BASE[@]}" -cp 2 -x -1 -d 112 -i "$WORK/tokens_100.bin"
 expect_error hellaswag_two 2 "-h 2: HellaSwag is 0 or 1" "${BASE[@]}" -cp 2 -h 2
 
 # the default data are paths from the repository root: from another directory the

@@ -37,11 +37,22 @@ put_u64() {
 }
 
 # state_reseal FILE: recomputes a state file's header checksum (llmc/checkpoint.h:
-# 1024 bytes of int32, 32 uint64, 256 bytes of -e; the checksum is uint64 [31],
-# computed with itself 0), so that a test can craft header fields the checksum
-# would otherwise reject first
-STATE_HEADER_BYTES=$((1024 + 32 * 8 + 256))
+# 1024 bytes of int32, 32 uint64, the two outlier detectors of 132 x 8 bytes each,
+# 4096 bytes of -e; the checksum is uint64 [31], computed with itself 0), so that a
+# test can craft header fields the checksum would otherwise reject first
+STATE_HEADER_BYTES=$((1024 + 32 * 8 + 2 * 132 * 8 + 4096))
 state_reseal() {
     put_u64 "$1" $((1024 + 31 * 8)) 0
     put_u64 "$1" $((1024 + 31 * 8)) "$(fnv1a_file "$1" $STATE_HEADER_BYTES)"
 }
+
+# A checkpoint's files record the run id of the job that wrote them (and the model
+# file its step): runs that train the same weights write files that differ there
+# alone. model_untagged FILE: a model file without header slots 11..14 (run id,
+# step); state_untagged FILE: a state file without its run id (uint64 [16]) and the
+# header checksum that covers it ([31]).
+model_untagged() { head -c 44 "$1"; tail -c +61 "$1"; }
+state_untagged() { head -c $((1024 + 16 * 8)) "$1"; tail -c +$((1024 + 17 * 8 + 1)) "$1" | head -c $((14 * 8)); tail -c +$((1024 + 32 * 8 + 1)) "$1"; }
+# same_model / same_state FILE1 FILE2: identical but for the tag
+same_model() { cmp -s <(model_untagged "$1") <(model_untagged "$2"); }
+same_state() { cmp -s <(state_untagged "$1") <(state_untagged "$2"); }

@@ -8,15 +8,25 @@
 #      the stopped rank (or 'ranks P, Q': the ranks that have not reached a
 #      collective, P among them). Cases: rank 1 of cp 2; rank 0 of cp 2; rank 3 of cp 2 x dp 2
 #      (world ranks across a cp group and the world's all-reduce); rank 1 of cp 2
-#      writing a checkpoint every step (the checkpoint's barriers)
+#      writing a checkpoint every step (the checkpoint's barriers); rank 1 of a
+#      Ulysses run (its waits are mostly all-to-alls)
+#   1b. every verb of the MPI transport (test_comm stop VERB: rank 1 stops itself
+#      just before it, rank 0 enters it): GPT2CP_TIMEOUT=1 ends the job within
+#      1 + 20 s naming rank 1 and the verb
 #   2. GPT2CP_TIMEOUT=1 on a healthy cp 2 run that lasts at least 3 times as long:
 #      it passes (the timeout bounds a wait without progress, not the total wait)
+#   2b. GPT2CP_TIMEOUT=1 on a healthy cp 2 run whose rank 0 samples alone (-g 768)
+#      for several seconds while rank 1 waits for it: it passes (the sampling rank's
+#      beacons are progress); the samples' durations are measured here from the
+#      output, and a sample shorter than twice the timeout fails the test (it
+#      would show nothing)
 #   3. GPT2CP_TIMEOUT of 'abc', '0', '-1', 'nan', '': one error line naming it
 #
-#   bash test/e2e_hang.sh      (env: see e2e_lib.sh)
+#   bash test/e2e_hang.sh TEST_COMM      (env: see e2e_lib.sh)
 set -euo pipefail
 E2E_NAME=e2e_hang
 source "$(dirname "$0")/e2e_lib.sh"
+TEST_COMM=${1:?usage: e2e_hang.sh TEST_COMM (the test_comm binary)}
 
 BASE=(-e d1 -b 2 -t 64 -v 0 -s 0 -n 0)
 
@@ -56,6 +66,31 @@ stop_rank 4 2 3
 # resume-step broadcast, train/'s collectives (train/job_comm.h), watched too
 rm -rf "$WORK/stop_checkpointing"
 stop_rank 2 2 1 stop_checkpointing -n 1
+# Ulysses: the all-to-alls (d2: 2 heads for cp 2)
+stop_rank 2 2 1 stop_ulysses -e d2 -ca ulysses
+
+# every verb of the transport, the peer stopped just before it
+echo
+echo "== a rank stopped before each verb of the MPI transport"
+for verb in all_to_all all_gather reduce_scatter_sum all_reduce_sum broadcast barrier ring; do
+    out=$WORK/stop_verb_$verb.out
+    start=$SECONDS
+    rc=0
+    GPT2CP_TIMEOUT=1 timeout 60 "${LAUNCH[@]}" -np 2 "$TEST_COMM" stop $verb >"$out" 2>&1 || rc=$?
+    name=$([[ $verb == ring ]] && echo "ring exchange" || echo "$verb")
+    if [[ $rc -ne 0 && $rc -ne 124 && $((SECONDS - start)) -le 21 ]] &&
+       grep -q "rank 0: no progress from rank 1 for 1 s in $name (GPT2CP_TIMEOUT=1)" "$out"; then
+        echo "ok   $verb: rc $rc after $((SECONDS - start)) s: $(grep -m1 'no progress' "$out")"
+    else
+        fail "$verb: rc $rc after $((SECONDS - start)) s (124: a hang), no line naming rank 1"
+        tail -n 5 "$out"
+    fi
+    left=$(pgrep -f -- "$TEST_COMM stop $verb\$" || true)
+    if [[ -n $left ]]; then
+        fail "$verb: test_comm processes left running: $left"
+        kill -KILL $left 2>/dev/null || true
+    fi
+done
 
 # ---- 2. a healthy run with a short timeout
 echo
@@ -70,6 +105,29 @@ if [[ $rc -eq 0 && $seconds -ge 3 ]] && grep -q "^step  *80/80 " "$WORK/healthy.
 else
     fail "healthy run with GPT2CP_TIMEOUT=1: rc $rc after $seconds s (expected exit 0 after at least 3 s)"
     tail -n 10 "$WORK/healthy.out"
+fi
+
+# a healthy run whose rank 0 samples alone for longer than the timeout; each line
+# of the output stamped with the time it arrived
+echo
+echo "== a healthy run whose rank 0 samples alone for longer than the timeout"
+rc=0
+set +o pipefail
+GPT2CP_TIMEOUT=1 timeout 300 "${LAUNCH[@]}" -np 2 "$TRAINER" "${BASE[@]}" -cp 2 -x 2 -s 1 -g 768 -o "$WORK/sampling" 2>&1 |
+    while IFS= read -r line; do printf '%s %s\n' "$(date +%s.%N)" "$line"; done >"$WORK/sampling.out"
+rc=${PIPESTATUS[0]}
+set -o pipefail
+# a sample: from its "generating:" line to the "---" that closes its tokens
+longest=$(awk '$2 == "generating:" { start = $1; open = 1; tokens = 0; next }
+               open && $2 == "---" && NF == 2 { if (tokens) { d = $1 - start; if (d > m) m = d; n++; open = 0 } next }
+               open { tokens = 1 }
+               END { printf "%d %.1f", n, m }' "$WORK/sampling.out")
+read -r samples seconds <<<"$longest"
+if [[ $rc -eq 0 && $samples -eq 2 ]] && awk -v s="$seconds" 'BEGIN { exit !(s >= 2) }'; then
+    echo "ok   GPT2CP_TIMEOUT=1: rank 0 sampled alone for up to $seconds s while rank 1 waited; exit 0"
+else
+    fail "sampling run with GPT2CP_TIMEOUT=1: rc $rc, $samples sample(s), the longest $seconds s (expected exit 0, 2 samples, one of at least 2 s)"
+    tail -n 5 "$WORK/sampling.out"
 fi
 
 # ---- 3. bad values

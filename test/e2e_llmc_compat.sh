@@ -9,10 +9,18 @@
 #      parsed as llm.c's dev/vislog notebook parses it
 #   4. -d: gradient accumulation equals the larger batch (DESIGN §5 tolerances on the
 #      losses, per token too; the weights within 1e-5), at cp 2 and at dp 2
-#   5. -n 0 writes no checkpoint; -n 2 -nk 2 -nm 4 over 10 steps leaves 4, 8, 10
-#   6. -a 1 trains on the first batch of -j, as a file of exactly that batch does
+#   5. -n 0 writes no checkpoint; -n 2 -nk 2 -nm 4 over 10 steps leaves 4, 8, 10;
+#      -nk 4 -n 2^30 (a product past 2^31) keeps the checkpoint just written
+#   6. -a 1 trains on the first batch of -j, as a file of exactly that batch does;
+#      with -d (2 micro-batches) the batch is the first -d tokens, read again every
+#      step, as llm.c reads it (a file of exactly those tokens, read in order)
 #   7. -sl / -sg skip exactly the step of an injected spike (its weights unchanged),
-#      at the z-score an independent recomputation from main.log gives
+#      at the z-score an independent recomputation from main.log gives; resumed
+#      at step 70 (the detectors' windows come back from the state), bit for bit
+#  11. -x -1 trains llm.c's epoch: the train tokens over a step's, rounded down
+#      (here 19 steps; the shards' whole steps added up would be 18), and with -d
+#      (2 micro-batches) half of it; -m -1 validates on the validation tokens over
+#      a batch's (19 again); -d longer than the data: bad_input.sh
 #   8. -h 1: HellaSwag on a small eval file (test/llmc_files.py, llm.c's format) with
 #      a model trained on a token cycle: the expected 4/6 at cp 1, cp 2 and dp 2;
 #      a missing eval file is noted and skipped, as in llm.c
@@ -27,6 +35,7 @@ set -euo pipefail
 E2E_NAME=e2e_llmc_compat
 source "$(dirname "$0")/e2e_lib.sh"
 need python3 python3
+source "$(dirname "$0")/binary_files.sh" # same_model: model files but for their checkpoint's run id and step
 TEST_RANDOM_INIT=${1:?usage: e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS}
 COMPARE=${2:?usage: e2e_llmc_compat.sh TEST_RANDOM_INIT COMPARE_RUNS}
 REFERENCE=$REPO_ROOT/test/random_init_reference.py
@@ -38,7 +47,7 @@ echo "== -e dN: llm.c's weights"
 train init_d2 1 -e d2 -x 0 -n 1 -o "$WORK/init_d2"
 train init_gpt2_d2 1 -e gpt2:d2 -x 0 -n 1 -o "$WORK/init_gpt2_d2"
 python3 "$REFERENCE" model "$WORK/init_d2/model_00000000.bin" || fail "-e d2 is not llm.c's init"
-if cmp -s "$WORK/init_d2/model_00000000.bin" "$WORK/init_gpt2_d2/model_00000000.bin"; then
+if same_model "$WORK/init_d2/model_00000000.bin" "$WORK/init_gpt2_d2/model_00000000.bin"; then
     echo "ok   -e gpt2:d2 builds the same weights as -e d2"
 else
     fail "-e gpt2:d2 and -e d2 build different weights"
@@ -144,6 +153,14 @@ else
     fail "-nk/-nm: the directory holds '$got', expected '$expected'"
 fi
 
+# -nk 4 x -n 2^30 = 2^32: in 32 bits the step to delete would wrap onto the step just written
+train ckpt_wrap 1 -e d1 -b 1 -t 16 -x 2 -n $((1 << 30)) -nk 4 -o "$WORK/ckpt_wrap"
+if [[ -f $WORK/ckpt_wrap/DONE_00000002 && -f $WORK/ckpt_wrap/model_00000002.bin && -f $WORK/ckpt_wrap/state_00000002_00000.bin ]]; then
+    echo "ok   -x 2 -n 2^30 -nk 4: the checkpoint of step 2 stays"
+else
+    fail "-n 2^30 -nk 4: the checkpoint just written is gone: $(ls "$WORK/ckpt_wrap" | tr '\n' ' ')"
+fi
+
 # ---- 6. overfitting one batch
 echo
 echo "== -a 1: the first batch of -j, every step"
@@ -157,6 +174,15 @@ else
 fi
 awk -F'[: ]' '$3 == "trl" { l[$2] = $4 } END { exit !(l[5] < l[0] - 0.5) }' "$WORK/overfit/main.log" ||
     fail "-a 1: the loss does not fall (overfitting one batch)"
+# with -d: the step's batch is its 2 micro-batches, the first 2 x 2 x 32 tokens of -j
+python3 "$FILES" head dev/data/austen/austen_val.bin "$WORK/two_batches.bin" $((2 * 2 * 32 + 1))
+train overfit_acc 1 -e d1 -b 2 -t 32 -d 128 -x 6 -l 1e-3 -a 1 -j dev/data/austen/austen_val.bin -o "$WORK/overfit_acc"
+train two_batches 1 -e d1 -b 2 -t 32 -d 128 -x 6 -l 1e-3 -sh 0 -i "$WORK/two_batches.bin" -o "$WORK/two_batches"
+if cmp -s "$WORK/overfit_acc/main.log" "$WORK/two_batches/main.log"; then
+    echo "ok   -a 1 -d 128 trains exactly as a file of those two micro-batches, read in order (main.log identical)"
+else
+    fail "-a 1 with -d differs from training on its first -d tokens"
+fi
 
 # ---- 7. outlier skipping
 echo
@@ -182,12 +208,23 @@ for kind in loss grad; do
     else
         fail "-s${kind:0:1} 3: $skips skip line(s), '$line', recomputed z $z"
     fi
-    if cmp -s "$(model_at "$WORK/skip_$kind" 140)" "$(model_at "$WORK/skip_$kind" 141)"; then
+    if same_model "$(model_at "$WORK/skip_$kind" 140)" "$(model_at "$WORK/skip_$kind" 141)"; then
         echo "ok   -s${kind:0:1} 3: the weights after step 140 are those before it"
     else
         fail "-s${kind:0:1} 3: the skipped step changed the weights"
     fi
 done
+# resumed at step 70: the window of the steps before it comes back with the state
+flag=-sl
+train skip_first 1 "${SPIKE[@]}" $flag 3 -x 70 -n 70 -o "$WORK/skip_resumed"
+train skip_rest 1 "${SPIKE[@]}" $flag 3 -y 1 -o "$WORK/skip_resumed"
+if cmp -s "$WORK/skip_loss/main.log" "$WORK/skip_resumed/main.log" &&
+   same_model "$(model_at "$WORK/skip_loss" 141)" "$(model_at "$WORK/skip_resumed" 141)" &&
+   grep -q '^skipping update due to loss z-score' "$WORK/skip_rest.out"; then
+    echo "ok   $flag 3 resumed at step 70: the same skip at step 140, main.log and weights bit for bit"
+else
+    fail "$flag 3 resumed at step 70 differs from the uninterrupted run"
+fi
 
 # ---- 8. HellaSwag
 echo
@@ -243,5 +280,29 @@ if cmp -s "$WORK/shuffled_resume.tl" "$WORK/shuffled_whole.tl" && cmp -s "$WORK/
 else
     fail "-sh 1: the resumed run differs from the uninterrupted one"
 fi
+
+# ---- 11. one epoch, as llm.c counts it
+echo
+echo "== -x -1 and -m -1: the tokens over a step's (a batch's)"
+python3 "$FILES" head dev/data/austen/austen_val.bin "$WORK/epoch_a.bin" $((11 * 32 + 25))
+python3 "$FILES" head dev/data/austen/austen_train.bin "$WORK/epoch_b.bin" $((7 * 32 + 25))
+tokens=$(((11 * 32 + 25) + (7 * 32 + 25)))
+EPOCH=(-e d1 -b 2 -t 16 -l 0 -i "$WORK/epoch_*.bin" -j "$WORK/epoch_*.bin" -v 1000 -m -1)
+train epoch 1 "${EPOCH[@]}" -x -1 -o "$WORK/epoch"
+train epoch_acc 1 "${EPOCH[@]}" -x -1 -d 64 -o "$WORK/epoch_acc"
+for run in "epoch 32" "epoch_acc 64"; do
+    read -r name step_tokens <<<"$run"
+    want=$((tokens / step_tokens))
+    got=$(grep -c ' trl:' "$WORK/$name/main.log" || true)
+    table=$(awk -F'|' '$2 ~ /^ steps / { gsub(/ /, "", $3); print $3 }' "$WORK/$name.out")
+    if [[ $got -eq $want && $table -eq $want ]]; then
+        echo "ok   $name: -x -1 trains $want steps ($tokens tokens / $step_tokens a step, rounded down)"
+    else
+        fail "$name: -x -1 trained $got steps (table: $table), llm.c's epoch is $want"
+    fi
+done
+val=$(awk -F'|' '$2 ~ /^ val batches / { gsub(/ /, "", $3); print $3 }' "$WORK/epoch.out")
+[[ $val -eq $((tokens / 32)) ]] && echo "ok   -m -1: $val validation batches, llm.c's count" ||
+    fail "-m -1: $val validation batches, llm.c's count is $((tokens / 32))"
 
 finish

@@ -7,7 +7,14 @@
 #   3. crash safety: with the newest step's DONE marker gone, its model file cut
 #      short and .tmp leftovers around, -y 1 resumes from the previous complete step
 #      (again bit for bit); -y 1 on a directory without a checkpoint starts afresh
-#   4. the packed layout with short documents resumes bit for bit too
+#   4. the packed layout with short documents resumes bit for bit too, at dp 1 and
+#      at dp 2 (each replica pads its own rows: a per-replica state field)
+#   5. resumed at another shape (cp 1, B 1), the -tl file keeps the rows of the 10
+#      steps before the checkpoint byte for byte and the new rows follow (of the
+#      new shape); so does a copy of the run's files (the -tl file is known by its
+#      contents, not its name)
+#   6. gradient accumulation (-d: 4 micro-batches a step), shuffled: resumed at
+#      step 3, bit for bit
 #
 #   bash test/e2e_resume.sh        (env: see e2e_lib.sh)
 set -euo pipefail
@@ -19,8 +26,15 @@ B=2 T=64
 # validation every 10 steps and a checkpoint every 10
 COMMON=(-e d1 -b $B -t $T -l 1e-3 -u 15 -v 10 -m 2 -s 0 -n 10)
 STEP_BYTES=$((B * T * 4)) # one step of -tl at dp 1
+# same_checkpoint_file WHAT same_model|same_state FILE1 FILE2: the checkpoint files
+# are identical but for the run id of the job that wrote them (binary_files.sh)
+same_checkpoint_file() {
+    if "$2" "$3" "$4"; then echo "ok   $1 identical but for the run id ($(stat -c %s "$3") bytes)"; else fail "$1: $3 and $4 differ"; fi
+}
 # train lines of steps FIRST..LAST of a main.log
 trl_lines() { awk -F'[: ]' -v a="$2" -v b="$3" '$3 == "trl" && $2 >= a && $2 <= b' "$1"; }
+
+source "$(dirname "$0")/binary_files.sh" # short_documents, same_model, same_state
 
 # same_bytes WHAT FILE1 FILE2 [SKIP]: the files are identical (from byte SKIP on)
 same_bytes() {
@@ -50,9 +64,9 @@ fi
 same_bytes "main.log" "$WORK/A/main.log" "$WORK/B/main.log"
 [[ $(stat -c %s "$WORK/B.tl") -eq $((20 * STEP_BYTES)) ]] || fail "B.tl holds $(stat -c %s "$WORK/B.tl") bytes, expected 20 steps"
 same_bytes "-tl losses of steps 10..19" "$WORK/A.tl" "$WORK/B.tl" $((10 * STEP_BYTES))
-same_bytes "final weights" "$WORK/A/model_00000020.bin" "$WORK/B/model_00000020.bin"
+same_checkpoint_file "final weights" same_model "$WORK/A/model_00000020.bin" "$WORK/B/model_00000020.bin"
 for r in 00000 00001; do
-    same_bytes "final state of rank $r" "$WORK/A/state_00000020_$r.bin" "$WORK/B/state_00000020_$r.bin"
+    same_checkpoint_file "final state of rank $r" same_state "$WORK/A/state_00000020_$r.bin" "$WORK/B/state_00000020_$r.bin"
 done
 for f in DONE_00000010 DONE_00000020 model_00000010.bin state_00000010_00001.bin; do
     [[ -f $WORK/A/$f ]] || fail "A wrote no $f"
@@ -84,7 +98,7 @@ if grep -q '^resuming from step 10: ' "$WORK/D.out"; then echo "ok   resumed fro
 else fail "D did not resume from step 10: $(grep -m1 '^resuming\|^error' "$WORK/D.out" || true)"; fi
 # A's -tl file held 20 steps: the resumed run cut it back to the 10 before its checkpoint
 same_bytes "-tl after resuming a longer file" "$WORK/A.tl" "$WORK/D.tl"
-same_bytes "rewritten checkpoint 20" "$WORK/A/model_00000020.bin" "$WORK/D/model_00000020.bin"
+same_checkpoint_file "rewritten checkpoint 20" same_model "$WORK/A/model_00000020.bin" "$WORK/D/model_00000020.bin"
 # so did main.log: the steps past checkpoint 10 are not there twice
 grep -q "^note: $WORK/D/main.log: [0-9]* line(s) logged after checkpoint 10" "$WORK/D.out" ||
     fail "D does not say that it cut main.log back"
@@ -107,7 +121,7 @@ for missing in model_00000020.bin; do
     else
         fail "$missing missing: no fallback to step 10 with a note: $(grep -m1 '^note\|^resuming\|^error' "$WORK/F.out" || true)"
     fi
-    same_bytes "final weights after the fallback" "$WORK/A/model_00000020.bin" "$WORK/F/model_00000020.bin"
+    same_checkpoint_file "final weights after the fallback" same_model "$WORK/A/model_00000020.bin" "$WORK/F/model_00000020.bin"
     same_bytes "main.log after the fallback" "$WORK/A/main.log" "$WORK/F/main.log"
 done
 
@@ -116,7 +130,6 @@ done
 # the same length as the uninterrupted one (the state keeps it), so again bit for bit
 echo
 echo "== packed layout with documents: resume bit for bit"
-source "$(dirname "$0")/binary_files.sh" # short_documents
 short_documents "$WORK/docs.bin" $((20 * B * T + 1))
 PACKED=(-cp 2 -cl packed -dm 1 -i "$WORK/docs.bin")
 train P 2 "${PACKED[@]}" -x 20 -o "$WORK/P" -tl "$WORK/P.tl"
@@ -124,7 +137,47 @@ train Q_first 2 "${PACKED[@]}" -x 10 -o "$WORK/Q" -tl "$WORK/Q.tl"
 train Q_resumed 2 "${PACKED[@]}" -x 20 -y 1 -o "$WORK/Q" -tl "$WORK/Q.tl"
 same_bytes "packed main.log" "$WORK/P/main.log" "$WORK/Q/main.log"
 same_bytes "packed -tl" "$WORK/P.tl" "$WORK/Q.tl"
-same_bytes "packed model at step 20" "$WORK/P/model_00000020.bin" "$WORK/Q/model_00000020.bin"
+same_checkpoint_file "packed model at step 20" same_model "$WORK/P/model_00000020.bin" "$WORK/Q/model_00000020.bin"
+# dp 2: each replica's rows pad to their own length, and each replica resumes its own
+# (documents all through the data the 18 steps read; validation at the checkpoint;
+# at step 12 the replicas' rows pad to 68 and 64 tokens)
+short_documents "$WORK/docs_dp2.bin" $((18 * 2 * B * T + 1))
+PACKED2=(-cp 2 -cl packed -dm 1 -i "$WORK/docs_dp2.bin" -v 6)
+train P2 4 "${PACKED2[@]}" -x 18 -o "$WORK/P2" -tl "$WORK/P2.tl"
+train Q2_first 4 "${PACKED2[@]}" -x 12 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
+pads=$(for r in 0 2; do od -An -tu8 -j $((1024 + 4 * 8)) -N 8 "$(printf '%s/state_00000012_%05d.bin' "$WORK/Q2" $r)"; done)
+read -r pad0 pad1 <<<"$(echo $pads)"
+[[ $pad0 -ne $pad1 ]] && echo "ok   the replicas' rows pad to $pad0 and $pad1 tokens at step 12" ||
+    fail "both replicas pad to $pad0 tokens: the case shows nothing (other documents are needed)"
+train Q2_resumed 4 "${PACKED2[@]}" -x 18 -y 1 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
+same_bytes "packed dp 2 main.log" "$WORK/P2/main.log" "$WORK/Q2/main.log"
+same_bytes "packed dp 2 -tl" "$WORK/P2.tl" "$WORK/Q2.tl"
+same_checkpoint_file "packed dp 2 model at step 18" same_model "$WORK/P2/model_00000018.bin" "$WORK/Q2/model_00000018.bin"
+
+# ---- 5. -tl across a resume at another shape: the rows of earlier steps stay
+echo
+echo "== -tl: resumed at cp 1, B 1, the rows of the steps before the checkpoint stay"
+mkdir -p "$WORK/G"
+cp "$WORK/B"/*00000010* "$WORK/G/"
+cp "$WORK/A.tl" "$WORK/G.tl" # the 20 steps of the uninterrupted run: its first 10 are the checkpoint's
+train G 1 -cp 1 -b 1 -x 12 -y 1 -o "$WORK/G" -tl "$WORK/G.tl"
+expected=$((10 * STEP_BYTES + 2 * 1 * T * 4))
+[[ $(stat -c %s "$WORK/G.tl") -eq $expected ]] && echo "ok   G.tl: $expected bytes (10 steps of 2 x $T, 2 of 1 x $T)" ||
+    fail "G.tl holds $(stat -c %s "$WORK/G.tl") bytes, expected $expected"
+cmp -s <(head -c $((10 * STEP_BYTES)) "$WORK/A.tl") <(head -c $((10 * STEP_BYTES)) "$WORK/G.tl") &&
+    echo "ok   the rows of steps 0..9 are the uninterrupted run's byte for byte" ||
+    fail "the -tl rows of steps 0..9 changed at the resume at another shape"
+
+# ---- 6. gradient accumulation, shuffled
+echo
+echo "== -d: 4 micro-batches a step, shuffled, resumed at step 3"
+ACC=(-cp 2 -d $((4 * B * T)) -sh 1 -n 3 -v 3)
+train H 2 "${ACC[@]}" -x 6 -o "$WORK/H" -tl "$WORK/H.tl"
+train I_first 2 "${ACC[@]}" -x 3 -o "$WORK/I" -tl "$WORK/I.tl"
+train I_resumed 2 "${ACC[@]}" -x 6 -y 1 -o "$WORK/I" -tl "$WORK/I.tl"
+same_bytes "accumulated main.log" "$WORK/H/main.log" "$WORK/I/main.log"
+same_bytes "accumulated -tl" "$WORK/H.tl" "$WORK/I.tl"
+same_checkpoint_file "accumulated model at step 6" same_model "$WORK/H/model_00000006.bin" "$WORK/I/model_00000006.bin"
 
 echo
 echo "== -y 1 without a checkpoint starts afresh"

@@ -16,6 +16,9 @@
 #      from the exact one, the ranks' master-weight sections put together are the
 #      exact weights, and the resume, at -z 1 np 4 and at -z 0 np 2, is again the
 #      uninterrupted run bit for bit: its weights came from the state files
+#   5. a shard larger than the MPI transport's per-call limit (1 GiB: GPT-2 774M at
+#      np 2), here with the limit lowered to 1 MiB (GPT2CP_TEST_MPI_MAX_BYTES):
+#      every collective goes in pieces, and -z 1 is again -z 0 bit for bit
 # (bad -z values and resumes at another -z or world size: bad_input.sh)
 #
 #   bash test/e2e_zero.sh        (env: see e2e_lib.sh)
@@ -25,9 +28,13 @@ source "$(dirname "$0")/e2e_lib.sh"
 source "$(dirname "$0")/binary_files.sh"
 
 COMMON=(-e d1 -b 2 -t 64 -l 1e-3 -u 2 -c 0.1 -v 3 -m 2 -s 0 -n 3)
-# same_bytes WHAT FILE1 FILE2: the files are identical
+# same_bytes WHAT FILE1 FILE2: the files are identical; same_checkpoint_file WHAT
+# same_model|same_state FILE1 FILE2: identical but for the run id (binary_files.sh)
 same_bytes() {
     if cmp -s "$2" "$3"; then echo "ok   $1 identical ($(stat -c %s "$2") bytes)"; else fail "$1: $2 and $3 differ"; fi
+}
+same_checkpoint_file() {
+    if "$2" "$3" "$4"; then echo "ok   $1 identical but for the run id ($(stat -c %s "$3") bytes)"; else fail "$1: $3 and $4 differ"; fi
 }
 # the parameters of the start-up table
 parameters() { awk -F'|' '$2 ~ /^ parameters / { gsub(/ /, "", $3); print $3 }' "$1"; }
@@ -42,7 +49,7 @@ for mesh in "2 1" "4 2"; do
     a=$WORK/z0_np$np b=$WORK/z1_np$np
     same_bytes "np $np main.log" "$a/main.log" "$b/main.log"
     same_bytes "np $np -tl losses" "$a.tl" "$b.tl"
-    for step in 00000003 00000006; do same_bytes "np $np model $step" "$a/model_$step.bin" "$b/model_$step.bin"; done
+    for step in 00000003 00000006; do same_checkpoint_file "np $np model $step" same_model "$a/model_$step.bin" "$b/model_$step.bin"; done
     N=$(parameters "$b.out")
     [[ $N =~ ^[0-9]+$ ]] || { fail "no parameter count in the start-up table"; continue; }
     S=$((N / np)) largest=$((N - (np - 1) * (N / np)))
@@ -74,9 +81,9 @@ train r_resumed 4 -cp 2 -z 1 -x 6 -y 1 -o "$WORK/r" -tl "$WORK/r.tl"
 grep -q "^resuming from step 3: .* and every rank's own state file$" "$WORK/r_resumed.out" || fail "r_resumed did not resume from step 3"
 same_bytes "resumed main.log" "$WORK/z1_np4/main.log" "$WORK/r/main.log"
 same_bytes "resumed -tl losses" "$WORK/z1_np4.tl" "$WORK/r.tl"
-same_bytes "resumed final weights" "$WORK/z1_np4/model_00000006.bin" "$WORK/r/model_00000006.bin"
+same_checkpoint_file "resumed final weights" same_model "$WORK/z1_np4/model_00000006.bin" "$WORK/r/model_00000006.bin"
 for r in 00000 00001 00002 00003; do
-    same_bytes "resumed final state of rank $r" "$WORK/z1_np4/state_00000006_$r.bin" "$WORK/r/state_00000006_$r.bin"
+    same_checkpoint_file "resumed final state of rank $r" same_state "$WORK/z1_np4/state_00000006_$r.bin" "$WORK/r/state_00000006_$r.bin"
 done
 
 # the same world at another cp (so another dp, other batches): each rank reads its
@@ -88,7 +95,7 @@ train rc0 4 -cp 4 -z 0 -x 6 -y 1 -o "$WORK/rc0"
 grep -q "^note: the checkpoint was written by 4 rank(s) at cp 2.*(each rank's own -z 1 shard)" "$WORK/rc.out" ||
     fail "rc: no note about the other cp"
 same_bytes "cp 4 resumed main.log, -z 1 and -z 0" "$WORK/rc0/main.log" "$WORK/rc/main.log"
-same_bytes "cp 4 resumed final weights, -z 1 and -z 0" "$WORK/rc0/model_00000006.bin" "$WORK/rc/model_00000006.bin"
+same_checkpoint_file "cp 4 resumed final weights, -z 1 and -z 0" same_model "$WORK/rc0/model_00000006.bin" "$WORK/rc/model_00000006.bin"
 
 # ---- 4. the master weights in the state files
 echo
@@ -97,7 +104,7 @@ for mesh in "4 2 1" "2 1 0"; do
     read -r np cp z <<<"$mesh"
     name=m_np${np}_z$z ref=$WORK/z${z}_np$np
     GPT2CP_TEST_BF16_MODEL_FILE=1 train "${name}_first" "$np" -cp "$cp" -z "$z" -x 3 -o "$WORK/$name" -tl "$WORK/$name.tl"
-    if cmp -s "$ref/model_00000003.bin" "$WORK/$name/model_00000003.bin"; then
+    if same_model "$ref/model_00000003.bin" "$WORK/$name/model_00000003.bin"; then
         fail "$name: the bf16 model file is the exact one (the test would show nothing)"
     fi
     # the master-weight sections (after the header and m, v: 12 bytes per parameter
@@ -117,4 +124,13 @@ for mesh in "4 2 1" "2 1 0"; do
     same_bytes "$name resumed main.log" "$ref/main.log" "$WORK/$name/main.log"
     same_bytes "$name resumed -tl losses" "$ref.tl" "$WORK/$name.tl"
 done
+
+# ---- 5. transfers in pieces: the parameter gather of a shard past the per-call limit
+echo
+echo "== np 2 -z 1 with the per-call limit lowered to 1 MiB (the shard: $(($(parameters "$WORK/z1_np2.out") * 4 / 2)) bytes)"
+GPT2CP_TEST_MPI_MAX_BYTES=$((1 << 20)) train z1_pieces 2 -cp 1 -x 6 -z 1 -o "$WORK/z1_pieces" -tl "$WORK/z1_pieces.tl"
+same_bytes "main.log in pieces" "$WORK/z0_np2/main.log" "$WORK/z1_pieces/main.log"
+same_bytes "-tl losses in pieces" "$WORK/z0_np2.tl" "$WORK/z1_pieces.tl"
+same_checkpoint_file "model 6 in pieces" same_model "$WORK/z0_np2/model_00000006.bin" "$WORK/z1_pieces/model_00000006.bin"
+
 finish

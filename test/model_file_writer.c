@@ -39,7 +39,7 @@ int main(int argc, char **argv) {
         fatal("'%s': cannot read its weights", argv[1]);
     }
     fclose(fp);
-    gpt2_save_checkpoint(&model, argv[9], version);
+    gpt2_save_checkpoint(&model, argv[9], version, NULL);
     gpt2_free(&model);
     return 0;
 }

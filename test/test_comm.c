@@ -1,7 +1,14 @@
 /*
-MPI test of the host transport's reduce_scatter_sum and all_to_all (cp/comm_mpi.h),
-the verbs all-gather attention sends its dK and dV home with and Ulysses attention
-trades heads for tokens with.
+MPI test of the host transport's verbs (cp/comm_mpi.h): reduce_scatter_sum and
+all_to_all (the verbs all-gather attention sends its dK and dV home with and
+Ulysses attention trades heads for tokens with), and all_reduce_sum, all_gather
+(apart and in place), broadcast and a ring step.
+
+Every verb runs twice: as it comes, and on a transport whose per-call limit is
+lowered to 24 bytes (GPT2CP_TEST_MPI_MAX_BYTES), so that every transfer but the
+smallest goes in pieces, as one of more than 1 GiB does at the real limit: each
+piece a slice of every rank's part (a strided MPI datatype) or a run of the
+buffer. The results must be the same, to the byte.
 
 Every rank fills its send buffer of size * count elements with small integers
 that encode (sending rank, part, element), so every sum is exact in float and
@@ -10,8 +17,18 @@ double. Rank i must receive, for element j of its part,
 computed here in closed form, not by the transport. Also: the send buffer is left
 as it was, and not one element past the receive buffer's count is written.
 Types float, double and int32; counts 1 (one element each), 7 (odd) and 100003
-(larger than any eager message).
+(larger than any eager message; 1003 under the lowered limit).
+
+all_reduce_sum: rank r holds value(r, 0, j) at j: the sum is ranks_sum *
+pattern(0, j). all_gather: rank r's bytes code(r, 0, k): part r of every rank's
+result. broadcast: the root's code(root, 0, k). Ring: rank r sends code(r, 1, k)
+and must receive rank r-1's. Each with a canary past the end.
+
+    test_comm stop VERB    (test/e2e_hang.sh) rank 1 stops itself (SIGSTOP) before
+                           VERB, which every other rank then enters: the watchdog
+                           must end the job naming rank 1 within GPT2CP_TIMEOUT
 */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -101,22 +118,133 @@ static void check_all_to_all(Comm *comm, size_t bytes) {
     free(recv);
 }
 
+static void check_all_reduce(Comm *comm, CommType type, size_t count) {
+    int n = comm->size, me = comm->rank;
+    size_t elem = comm_type_size(type);
+    void *buf = mallocCheck((count + 1) * elem);
+    for (size_t j = 0; j < count; j++) { set(buf, type, j, value(me, 0, j)); }
+    set(buf, type, count, CANARY);
+    comm->all_reduce_sum(comm, buf, count, type);
+    for (size_t j = 0; j < count; j++) {
+        double expected = (double)(n * (n + 1) / 2) * pattern(0, j);
+        CHECK(get(buf, type, j) == expected, "all_reduce_sum count %zu: element %zu is %g, expected %g", count, j,
+              get(buf, type, j), expected);
+    }
+    CHECK(get(buf, type, count) == CANARY, "all_reduce_sum count %zu wrote past the buffer", count);
+    free(buf);
+}
+
+// in_place: this rank's part is already in the receive buffer
+static void check_all_gather(Comm *comm, size_t bytes, int in_place) {
+    int n = comm->size, me = comm->rank;
+    unsigned char *send = (unsigned char *)mallocCheck(bytes + 1);
+    unsigned char *recv = (unsigned char *)mallocCheck(n * bytes + 1);
+    memset(recv, 0xA5, n * bytes + 1);
+    unsigned char *mine = in_place ? recv + (size_t)me * bytes : send;
+    for (size_t k = 0; k < bytes; k++) { mine[k] = code(me, 0, k); }
+    comm->all_gather(comm, mine, recv, bytes);
+    for (int r = 0; r < n; r++) {
+        for (size_t k = 0; k < bytes; k++) {
+            CHECK(recv[r * bytes + k] == code(r, 0, k), "all_gather %zu bytes%s: part %d byte %zu is %d, expected %d",
+                  bytes, in_place ? " in place" : "", r, k, recv[r * bytes + k], code(r, 0, k));
+        }
+    }
+    CHECK(recv[n * bytes] == 0xA5, "all_gather %zu bytes wrote past the receive buffer", bytes);
+    free(send);
+    free(recv);
+}
+
+static void check_broadcast(Comm *comm, size_t bytes) {
+    int root = comm->size - 1;
+    unsigned char *buf = (unsigned char *)mallocCheck(bytes + 1);
+    for (size_t k = 0; k <= bytes; k++) { buf[k] = comm->rank == root && k < bytes ? code(root, 0, k) : 0xA5; }
+    comm->broadcast(comm, buf, bytes, root);
+    for (size_t k = 0; k < bytes; k++) {
+        CHECK(buf[k] == code(root, 0, k), "broadcast %zu bytes: byte %zu is %d, expected %d", bytes, k, buf[k],
+              code(root, 0, k));
+    }
+    CHECK(buf[bytes] == 0xA5, "broadcast %zu bytes wrote past the buffer", bytes);
+    free(buf);
+}
+
+static void check_ring(Comm *comm, size_t bytes) {
+    int n = comm->size, me = comm->rank, prev = (me - 1 + n) % n;
+    unsigned char *send = (unsigned char *)mallocCheck(bytes + 1);
+    unsigned char *recv = (unsigned char *)mallocCheck(bytes + 1);
+    for (size_t k = 0; k < bytes; k++) { send[k] = code(me, 1, k); }
+    memset(recv, 0xA5, bytes + 1);
+    comm->ring_wait(comm, comm->ring_start(comm, send, recv, bytes));
+    for (size_t k = 0; k < bytes; k++) {
+        CHECK(recv[k] == code(prev, 1, k), "ring step of %zu bytes: byte %zu is %d, expected %d (rank %d's)", bytes, k,
+              recv[k], code(prev, 1, k), prev);
+    }
+    CHECK(recv[bytes] == 0xA5, "ring step of %zu bytes wrote past the receive buffer", bytes);
+    free(send);
+    free(recv);
+}
+
+// every verb on comm; largest: the largest count (elements of reduce_scatter_sum and
+// all_reduce_sum; about a quarter of the bytes of the byte verbs' largest size)
+static void check_verbs(Comm *comm, size_t largest) {
+    CommType types[] = {COMM_FLOAT, COMM_DOUBLE, COMM_INT32};
+    size_t counts[] = {1, 7, largest};
+    for (int t = 0; t < 3; t++) {
+        for (int c = 0; c < 3; c++) {
+            check_reduce_scatter(comm, types[t], counts[c]);
+            check_all_reduce(comm, types[t], counts[c]);
+        }
+    }
+    size_t sizes[] = {1, 7, 4 * largest};
+    for (int i = 0; i < 3; i++) {
+        check_all_to_all(comm, sizes[i]);
+        check_all_gather(comm, sizes[i], 0);
+        check_all_gather(comm, sizes[i], 1);
+        check_broadcast(comm, sizes[i]);
+        check_ring(comm, sizes[i]);
+    }
+}
+
+// Rank 1 stops before `verb`; the others enter it. Returns only if the verb
+// returned on a rank that should have waited for rank 1 for ever.
+static int stop_before(Comm *comm, const char *verb) {
+    float buf[8] = {0}, all[64] = {0};
+    if (comm->rank == 1) { raise(SIGSTOP); }
+    if (strcmp(verb, "all_to_all") == 0) { comm->all_to_all(comm, buf, all, sizeof(float)); }
+    else if (strcmp(verb, "all_gather") == 0) { comm->all_gather(comm, buf, all, sizeof(float)); }
+    else if (strcmp(verb, "reduce_scatter_sum") == 0) { comm->reduce_scatter_sum(comm, all, buf, 1, COMM_FLOAT); }
+    else if (strcmp(verb, "all_reduce_sum") == 0) { comm->all_reduce_sum(comm, buf, 1, COMM_FLOAT); }
+    else if (strcmp(verb, "broadcast") == 0) { comm->broadcast(comm, buf, sizeof(float), 1); }
+    else if (strcmp(verb, "barrier") == 0) { comm->barrier(comm); }
+    else if (strcmp(verb, "ring") == 0) { comm->ring_wait(comm, comm->ring_start(comm, buf, all, sizeof(float))); }
+    else { fprintf(stderr, "test_comm stop: unknown verb '%s'\n", verb); return 2; }
+    if (comm->rank == 1) { return 1; } // continued as the job ends: its peers had moved on
+    fprintf(stderr, "FAIL: rank %d: %s returned although rank 1 is stopped\n", comm->rank, verb);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
+    if (argc == 3 && strcmp(argv[1], "stop") == 0) {
+        MPI_Comm world;
+        MPI_Comm_dup(MPI_COMM_WORLD, &world);
+        return stop_before(comm_mpi_create(world), argv[2]);
+    }
     MPI_Comm dup;
     MPI_Comm_dup(MPI_COMM_WORLD, &dup);
     Comm *comm = comm_mpi_create(dup);
-    CommType types[] = {COMM_FLOAT, COMM_DOUBLE, COMM_INT32};
-    size_t counts[] = {1, 7, 100003};
-    for (int t = 0; t < 3; t++) {
-        for (int c = 0; c < 3; c++) { check_reduce_scatter(comm, types[t], counts[c]); }
-    }
-    size_t sizes[] = {1, 7, 400012};
-    for (int i = 0; i < 3; i++) { check_all_to_all(comm, sizes[i]); }
+    check_verbs(comm, 100003);
+    comm->destroy(comm);
+    // the per-call limit lowered: transfers in pieces of at most 24 bytes
+    setenv("GPT2CP_TEST_MPI_MAX_BYTES", "24", 1);
+    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+    comm = comm_mpi_create(dup);
+    check_verbs(comm, 1003);
     if (comm->rank == 0) {
-        printf("test_comm np %d: OK, reduce_scatter_sum of 3 types x 3 counts, all_to_all of 3 sizes\n", comm->size);
+        printf("test_comm np %d: OK, reduce_scatter_sum and all_reduce_sum of 3 types x 3 counts, all_to_all, "
+               "all_gather (apart and in place), broadcast and ring of 3 sizes; whole and in pieces of 24 bytes\n",
+               comm->size);
     }
     comm->destroy(comm);
-    MPI_Finalize();
+    mpi_runtime_finalize();
     return 0;
 }

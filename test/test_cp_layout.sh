@@ -418,6 +418,25 @@ if command -v gnuplot > /dev/null; then
         [ "$magic" = 89504e470d0a1a0a ] || fail "-t $T -png wrote no PNG (magic '$magic')"
         rm "$tmp/layout.png"
     done
+    # a write that fails (a full device; a full file system, a tmpfs mounted as root)
+    # ends with one line naming the file and the reason, and leaves no file behind
+    if "$tool" -t 16 -cp 4 -cl round_robin -png /dev/full > /dev/null 2> "$tmp/err"; then
+        fail "-png /dev/full exited 0"
+    fi
+    [ "$(grep -c '^error: ' "$tmp/err")" -eq 1 ] && grep -q "^error: cannot write '/dev/full': No space left on device" "$tmp/err" ||
+        fail "-png /dev/full: '$(cat "$tmp/err")'"
+    mkdir -p "$tmp/tiny"
+    if mount -t tmpfs -o size=8k tmpfs "$tmp/tiny" 2> /dev/null; then
+        rc=0
+        "$tool" -t 16 -cp 4 -cl round_robin -png "$tmp/tiny/layout.png" > /dev/null 2> "$tmp/err" || rc=$?
+        left=$(ls -A "$tmp/tiny")
+        umount "$tmp/tiny"
+        [ $rc -ne 0 ] && grep -q "^error: cannot write '.*tiny/layout\.png\.tmp': No space left on device" "$tmp/err" &&
+            [ -z "$left" ] || fail "-png on a full file system: rc $rc, '$(cat "$tmp/err")', left: '$left'"
+        echo "png: a full device and a full file system end with one error line, nothing left behind"
+    else
+        echo "png: a full device ends with one error line (no tmpfs mount here: the full file system case is skipped)"
+    fi
     echo "png: drawn with gnuplot"
 else
     echo "png: gnuplot not installed, checked the error only (apt-get install gnuplot-nox)"

@@ -1,17 +1,22 @@
 /*
-The state file's payload (llmc/checkpoint.h, version 3): the moments of a range
+The state file (llmc/checkpoint.h, version 4): its header, the moments of a range
 of the flat parameter vector (all of it at -z 0, a rank's shard at -z 1) and the
 optional section of the fp32 master weights of that range.
 
-    1. sizes: a file is exactly 1024 + 32 * 8 + 256 bytes of header plus 4 bytes
-       per parameter of the range for m, for v and, with the section, for the
-       master weights (the formula written out here, not the reader's)
-    2. round trip: the header's zero stage, range and section flag, and every
-       value of m, v and the master weights come back as written; a reader that
-       does not want the master weights (NULL) still reads the moments
+    1. sizes: a file is exactly 1024 + 32 * 8 + 2 * 132 * 8 + 4096 bytes of header
+       plus 4 bytes per parameter of the range for m, for v and, with the section,
+       for the master weights (the formula written out here, not the reader's)
+    2. round trip: the header's zero stage, range and section flag, run id, batch
+       bound, -tl bytes and tail checksum, the outlier detectors of -sl and -sg
+       (every value of both windows, the count and index of a full one), an -e of
+       4095 bytes, and every value of m, v and the master weights come back as
+       written; a reader that does not want the master weights (NULL) still reads
+       the moments
     3. what a resume must refuse, each with its reason: a range other than the
        reader's, a flipped bit in the master weights (their checksum), a master
-       weight that is not finite, a file cut short, a range past the parameters
+       weight that is not finite, a file cut short, a range past the parameters,
+       a detector whose index lies outside its window (sealed again: only the
+       field's check can find it), no batch bound
 */
 #include <math.h>
 #include <stdio.h>
@@ -22,7 +27,7 @@ optional section of the fp32 master weights of that range.
 #include "test/test_utils.h"
 
 #define NUM_PARAMETERS 1000
-#define HEADER_BYTES (1024 + 32 * 8 + 256)
+#define HEADER_BYTES (1024 + 32 * 8 + 2 * (4 + 128) * 8 + 4096)
 
 static char dir[] = "/tmp/test_state_file_XXXXXX";
 
@@ -41,7 +46,16 @@ static TrainState header(uint64_t stage, uint64_t begin, uint64_t end) {
     s.zero_stage = stage;
     s.shard_begin = begin;
     s.shard_end = end;
-    snprintf(s.init, sizeof(s.init), "d1");
+    s.run_id = 0x0123456789abcdefULL;
+    s.micro_batches = 70000; // more than 2^16 batches a step (-d)
+    s.data_batches = 3 * 70000;
+    s.token_loss_bytes = 5000000000ULL; // past 2^32
+    s.token_loss_tail = 0xfedcba9876543210ULL;
+    // the detectors: the loss's window full (count 128, index 37), the norm's filling
+    for (int i = 0; i < 200; i++) { outlier_detector_update(&s.loss_outliers, 3.0 + 0.01 * i); }
+    for (int i = 0; i < 50; i++) { outlier_detector_update(&s.grad_norm_outliers, 1.0 / (1 + i)); }
+    memset(s.init, 'x', sizeof(s.init) - 1); // an -e of the longest length kept whole
+    s.init[sizeof(s.init) - 1] = '\0';
     return s;
 }
 
@@ -122,7 +136,28 @@ int main(void) {
         }
     }
     CHECK(read_into(with_master, &got, m2, v2, NULL, begin, end, why) == 0, "master weights unwanted: %s", why);
-    printf("ok   round trip: header, moments, master weights (and the moments alone)\n");
+    CHECK(got.run_id == s.run_id && got.micro_batches == s.micro_batches && got.data_batches == s.data_batches &&
+          got.token_loss_bytes == s.token_loss_bytes && got.token_loss_tail == s.token_loss_tail,
+          "run id %llx, batches %llu of at most %llu a step, -tl %llu bytes %llx", (unsigned long long)got.run_id,
+          (unsigned long long)got.data_batches, (unsigned long long)got.micro_batches,
+          (unsigned long long)got.token_loss_bytes, (unsigned long long)got.token_loss_tail);
+    const OutlierDetector *want[2] = {&s.loss_outliers, &s.grad_norm_outliers}, *have[2] = {&got.loss_outliers,
+                                                                                            &got.grad_norm_outliers};
+    CHECK(want[0]->count == 128 && want[0]->index == 72 && want[1]->count == 50, "the detectors written: %d %d %d",
+          want[0]->count, want[0]->index, want[1]->count);
+    for (int d = 0; d < 2; d++) {
+        CHECK(have[d]->count == want[d]->count && have[d]->index == want[d]->index && have[d]->sum == want[d]->sum &&
+              have[d]->sum_sq == want[d]->sum_sq && memcmp(have[d]->window, want[d]->window, sizeof(want[d]->window)) == 0,
+              "detector %d: count %d index %d sum %g", d, have[d]->count, have[d]->index, have[d]->sum);
+        // the next z-score of a detector read back is the one the writer's gives
+        OutlierDetector a = *want[d], b = *have[d];
+        double za = outlier_detector_update(&a, 10.0), zb = outlier_detector_update(&b, 10.0);
+        CHECK((isnan(za) && isnan(zb)) || za == zb, "detector %d: next z-score %g, the writer's %g", d, zb, za);
+    }
+    CHECK(strlen(got.init) == sizeof(got.init) - 1 && strcmp(got.init, s.init) == 0, "-e of %zu bytes came back as %zu",
+          strlen(s.init), strlen(got.init));
+    printf("ok   round trip: header (run id, batch bound, -tl bytes and tail, both outlier windows, an -e of %zu "
+           "bytes), moments, master weights (and the moments alone)\n", strlen(s.init));
 
     // 3. refused
     expect_refused("another rank's range", read_into(with_master, &got, m2, v2, master2, 0, count, why), why,
@@ -138,12 +173,24 @@ int main(void) {
     expect_refused("an infinite master weight", read_into(damaged, &got, m2, v2, master2, begin, end, why), why,
                    "master weight 259 is not a finite number");
     CHECK(truncate(with_master, HEADER_BYTES + 2 * 4 * (long)count) == 0, "cannot truncate");
+    char expected[128];
+    snprintf(expected, sizeof(expected), "expected %ld for 250 parameters and their master weights",
+             HEADER_BYTES + 3 * 4 * (long)count);
     expect_refused("a file without its flagged section", read_into(with_master, &got, m2, v2, master2, begin, end, why),
-                   why, "expected 4536 for 250 parameters and their master weights");
+                   why, expected);
     TrainState past = header(1, 900, NUM_PARAMETERS + 1);
     state_write(damaged, &past, m, v, NULL);
     expect_refused("a range past the parameters", read_into(damaged, &got, m2, v2, master2, 900, 1001, why), why,
                    "corrupt header");
+    TrainState odd = header(1, begin, end);
+    odd.loss_outliers.index = 128; // outside the window: a resume would read past it
+    state_write(damaged, &odd, m, v, NULL);
+    expect_refused("a detector index outside its window", read_into(damaged, &got, m2, v2, NULL, begin, end, why), why,
+                   "an outlier detector (-sl, -sg) that cannot be");
+    odd = header(1, begin, end);
+    odd.micro_batches = 0;
+    state_write(damaged, &odd, m, v, NULL);
+    expect_refused("no batch bound", read_into(damaged, &got, m2, v2, NULL, begin, end, why), why, "corrupt header");
     unlink(plain);
     unlink(with_master);
     unlink(damaged);

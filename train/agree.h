@@ -16,6 +16,7 @@ rank's view of the job (its flags; its model and data) with rank 0's.
 #include <omp.h>
 #endif
 #include "../cp/comm_mpi.h"
+#include "../llmc/checksum.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/utils.h"
@@ -97,13 +98,16 @@ static void fail_if_any_rank(const char *why) {
 }
 
 // What one rank sees of the job as named values (its flags; its model and data),
-// fixed-size so that rank 0 can broadcast its own for every rank to compare.
+// fixed-size so that rank 0 can broadcast its own for every rank to compare. A
+// value is compared whole, by the checksum of all of it (a path can be longer than
+// the text kept for messages).
 #define VIEW_FIELDS 64
 typedef struct {
     int count;
     struct {
         char name[32];
-        char value[224];
+        char value[224];  // the value, cut to fit, for messages
+        uint64_t checksum; // of the whole value
     } fields[VIEW_FIELDS];
 } JobView;
 
@@ -111,10 +115,17 @@ __attribute__((format(printf, 3, 4)))
 static void view_add(JobView *view, const char *name, const char *fmt, ...) {
     if (view->count == VIEW_FIELDS) { fatal("a JobView holds at most %d fields", VIEW_FIELDS); }
     snprintf(view->fields[view->count].name, sizeof(view->fields[0].name), "%s", name);
-    va_list args;
+    va_list args, again;
     va_start(args, fmt);
-    vsnprintf(view->fields[view->count].value, sizeof(view->fields[0].value), fmt, args);
+    va_copy(again, args);
+    int length = vsnprintf(NULL, 0, fmt, args);
+    char *whole = (char *)mallocCheck((size_t)(length > 0 ? length : 0) + 1);
+    vsnprintf(whole, (size_t)(length > 0 ? length : 0) + 1, fmt, again);
+    va_end(again);
     va_end(args);
+    snprintf(view->fields[view->count].value, sizeof(view->fields[0].value), "%s", whole);
+    view->fields[view->count].checksum = fnv1a(FNV_OFFSET, whole, strlen(whole));
+    free(whole);
     view->count++;
 }
 
@@ -134,7 +145,7 @@ static void check_ranks_agree(const JobView *mine, const char *rule) {
         if (strcmp(name, root_name) != 0) {
             snprintf(why, sizeof(why), "runs another trainer than rank 0 (field %s, rank 0: %s)", name, root_name);
             problem_found = why;
-        } else if (strcmp(mine->fields[i].value, root->fields[i].value) != 0) {
+        } else if (mine->fields[i].checksum != root->fields[i].checksum) {
             snprintf(why, sizeof(why), "%s is %s, but %s on rank 0 (%s)", name, mine->fields[i].value,
                      root->fields[i].value, rule);
             problem_found = why;
@@ -149,13 +160,9 @@ static void check_ranks_agree(const JobView *mine, const char *rule) {
 // ranks on this node (llm.c's device is the rank modulo -pg). Each rank checks its
 // own; the job ends on every rank if one does not fit.
 static void check_launch_flags(const TrainConfig *cfg) {
-    int rank, size, node_size;
+    int rank, size, node_size = mpi_node_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, &node_size);
-    MPI_Comm_free(&node);
     char why[256];
     const char *problem_found = NULL;
     if (cfg->num_processes != 0 && cfg->num_processes != size) {

@@ -10,6 +10,7 @@ context-parallel ones.
 
 #include <errno.h>
 #include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -320,6 +321,10 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if ((long long)cfg->B * cfg->T > INT32_MAX) {
         fatal_everywhere("-b %d x -t %d = %lld tokens per step and replica, more than the 2^31 - 1 this trainer "
                          "counts in int", cfg->B, cfg->T, (long long)cfg->B * cfg->T);
+    }
+    if (strlen(cfg->init) >= STATE_TEXT_BYTES) {
+        fatal_everywhere("-e: %zu bytes, longer than the %d a checkpoint records (a path holds at most %d)",
+                         strlen(cfg->init), STATE_TEXT_BYTES - 1, PATH_MAX - 1);
     }
     if (cfg->max_seq_len < 0) { fatal_everywhere("-mt %d: the position table cannot have negative rows", cfg->max_seq_len); }
     if (cfg->max_seq_len > 0 && cfg->max_seq_len < cfg->T) {

@@ -17,13 +17,22 @@ static Comm *job_comm_instance;
 
 static void job_comm_init(void) {
     MPI_Comm world;
-    MPI_Comm_dup(MPI_COMM_WORLD, &world);
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &world));
     job_comm_instance = comm_mpi_create(world);
 }
 
 static Comm *job_comm(void) {
     if (job_comm_instance == NULL) { fatal("the job's transport is used before train_runtime_init"); }
     return job_comm_instance;
+}
+
+// The end of the job: a watched barrier (a rank that does not come is named), then
+// MPI's own end (mpi_runtime_finalize).
+static void job_comm_finalize(void) {
+    job_comm()->barrier(job_comm());
+    job_comm_instance->destroy(job_comm_instance);
+    job_comm_instance = NULL;
+    mpi_runtime_finalize();
 }
 
 #endif // TRAIN_JOB_COMM_H

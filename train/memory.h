@@ -25,12 +25,14 @@ estimate is a floor that the measured peak exceeds by a constant, not by a facto
 #ifndef TRAIN_MEMORY_H
 #define TRAIN_MEMORY_H
 
+#include <glob.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 #include "../cp/attention_kind.h"
 #include "../cp/comm_mpi.h"
+#include "../cp/sharder.h"
 #include "../llmc/gpt2.h"
 #include "agree.h"
 #include "config.h"
@@ -52,6 +54,11 @@ typedef struct {
     // this one included); `source` says where the number comes from. Returns 0, or
     // -1 when it cannot tell (the run then starts unchecked).
     int (*available)(size_t *bytes, int *sharers, char *source, size_t source_size);
+    // what the process holds besides the run's own buffers (the program, MPI, the
+    // libraries' work buffers as the run will fill them, for model c with chunks of
+    // chunk_rows tokens in its classifier), where the model lives in its memory;
+    // NULL elsewhere
+    size_t (*runtime_bytes)(GPT2Config c, int chunk_rows);
 } TrainerMemory;
 
 typedef struct {
@@ -62,8 +69,17 @@ typedef struct {
     size_t classifier;  // the lm head's buffers that grow with the vocabulary
     size_t attention;   // one instance serves every layer
     size_t data;        // token window, shard, per-token losses, sampling
+    size_t runtime;     // the process besides the run: the program, MPI, the libraries' work buffers
+    size_t scratch;     // what the transport holds for a collective (the gradient all-reduce's)
+    size_t margin;      // MEMORY_MARGIN_PERCENT of the rest: buffers no size of the code tells
     size_t total;
+    int local_T;        // the tokens of a row per rank it holds for (packed: of the data's longest row)
 } MemoryEstimate;
+
+// What the estimate adds for the buffers it cannot see (the allocator's, MPI's for a
+// ring step's message): measured 0.3-0.6% of the peak on the CPU twin
+// (dev/bench/README.md), so the estimate stays above the measured peak
+#define MEMORY_MARGIN_PERCENT 2
 
 // the bytes of the activations at value_bytes a value, and of the classifier's
 // buffer among them (ActivationTensors.logits)
@@ -80,6 +96,7 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
                                            int local_T, int dp, CpAttentionKind attention) {
     MemoryEstimate e;
     memset(&e, 0, sizeof(e));
+    e.local_T = local_T;
     int B = cfg->B;
     size_t param_bytes = gpt2_num_parameters(c) * sizeof(float);
     e.parameters = param_bytes + gpt2_num_parameters(c) * tm->weight_copy_bytes;
@@ -101,10 +118,20 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
         }
     }
     if (cfg->sample_every > 0) { // rank 0 samples one unsharded row of -g tokens
-        e.data += activation_bytes(c, 1, cfg->gen_tokens, cfg->recompute, tm->value_bytes, NULL) +
+        size_t logits;
+        e.data += activation_bytes(c, 1, cfg->gen_tokens, cfg->recompute, tm->value_bytes, &logits) +
                   tm->attention_bytes(CP_ATTENTION_RING, 1, 1, 1, cfg->gen_tokens, c.channels, c.num_heads);
+        // in host memory only the pages written count: a sample writes one token's logits
+        if (tm->host) { e.data -= logits - (size_t)c.padded_vocab_size * tm->value_bytes; }
     }
-    e.total = e.parameters + e.gradients + e.adamw + e.activations + e.classifier + e.attention + e.data;
+    if (tm->host && dp * cfg->cp_size > 1) { e.scratch = comm_mpi_all_reduce_scratch(param_bytes); }
+    if (tm->runtime_bytes) {
+        e.runtime = tm->runtime_bytes(c, classifier_chunk_rows(c.padded_vocab_size, (size_t)B * local_T));
+    }
+    size_t counted = e.parameters + e.gradients + e.adamw + e.activations + e.classifier + e.attention + e.data +
+                     e.scratch + e.runtime;
+    e.margin = counted / 100 * MEMORY_MARGIN_PERCENT;
+    e.total = counted + e.margin;
     return e;
 }
 
@@ -120,10 +147,7 @@ static void format_bytes(char *buf, size_t size, size_t bytes) {
 // can hand out without swapping), else sysconf's free pages; shared by the ranks
 // of this node.
 static int host_memory_available(size_t *bytes, int *sharers, char *source, size_t source_size) {
-    MPI_Comm node;
-    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
-    MPI_Comm_size(node, sharers);
-    MPI_Comm_free(&node);
+    *sharers = mpi_node_size;
     FILE *fp = fopen("/proc/meminfo", "r");
     if (fp != NULL) {
         char line[256];
@@ -142,6 +166,102 @@ static int host_memory_available(size_t *bytes, int *sharers, char *source, size
     *bytes = (size_t)pages * (size_t)page;
     snprintf(source, source_size, "host memory (free pages)");
     return 0;
+}
+
+// The longest padded row of the packed layout over a file of tokens: rows are the
+// T-token windows at multiples of T (a batch's rows start there, in order or
+// shuffled: dataloader.h), each padded as the sharder pads it (cp_packed_row_len).
+// A file that cannot be read is passed over (its reader reports it). row: (T).
+static int packed_longest_row_in_file(const char *path, int T, int cp, int eot, int *row, int *docs) {
+    char why[256];
+    FILE *fp = open_input_file(path, why, sizeof(why));
+    if (fp == NULL) { return 0; }
+    int header[256], longest = 0;
+    uint16_t *tokens = (uint16_t *)mallocCheck((size_t)T * sizeof(uint16_t));
+    if (fread(header, sizeof(int), 256, fp) == 256) {
+        while (fread(tokens, sizeof(uint16_t), (size_t)T, fp) == (size_t)T) {
+            for (int t = 0; t < T; t++) { row[t] = tokens[t]; }
+            cp_row_documents(row, T, eot, docs);
+            int len = cp_packed_row_len(docs, T, cp);
+            if (len > longest) { longest = len; }
+            note_progress();
+        }
+    }
+    free(tokens);
+    fclose(fp);
+    return longest;
+}
+
+// The same over the rows of an eval file (-h 1, llm.c's format: eval_loader.h): a
+// context and one of its completions, then token 0.
+static int packed_longest_row_in_eval(const char *path, int T, int cp, int eot, int *row, int *docs) {
+    char why[256];
+    FILE *fp = open_input_file(path, why, sizeof(why));
+    if (fp == NULL) { return 0; }
+    long size = file_size_of(fp, path);
+    size_t n = size > 1024 ? (size_t)(size - 1024) / 2 : 0;
+    uint16_t *s = (uint16_t *)mallocCheck(n * sizeof(uint16_t) + 1);
+    int longest = 0;
+    if (fseek(fp, 1024, SEEK_SET) == 0 && fread(s, sizeof(uint16_t), n, fp) == n) {
+        // an example: 65535, bytes, index, label, completions, context length, context,
+        // then per completion its length and tokens (read as far as it is there)
+        for (size_t at = 0; at + 6 <= n && s[at] == 65535 && s[at + 1] >= 12 && at + s[at + 1] / 2 <= n;) {
+            size_t end = at + s[at + 1] / 2, c = at + 6 + s[at + 5];
+            for (int k = 0; k < s[at + 4] && c < end && c + 1 + s[c] <= end; k++, c += 1 + s[c]) {
+                int context = s[at + 5], length = s[c];
+                if (context + length > T) { break; }
+                for (int t = 0; t < T; t++) { row[t] = 0; }
+                for (int t = 0; t < context; t++) { row[t] = s[at + 6 + t]; }
+                for (int t = 0; t < length; t++) { row[context + t] = s[c + 1 + t]; }
+                cp_row_documents(row, T, eot, docs);
+                int len = cp_packed_row_len(docs, T, cp);
+                if (len > longest) { longest = len; }
+            }
+            at = end;
+        }
+    }
+    free(s);
+    fclose(fp);
+    return longest;
+}
+
+// -cl packed: the longest padded row the run can meet, so that the estimate holds
+// for the most a rank can hold (1/cp of it). Each document (an EOT opens one under
+// -dm 1 or -rp 1) is padded to a multiple of 2 cp, so a row can grow to about twice T with
+// documents of 2 cp tokens or more and to 2 cp x T with shorter ones: the data
+// decides, and this reads it (every file of -i and -j, and the eval file of -h 1).
+// At least the row as the other layouts pad it.
+static int packed_longest_row(const TrainConfig *cfg) {
+    int T = cfg->T, cp = cfg->cp_size, eot = run_documents(cfg).token;
+    int longest = cp_padded_len(CP_LAYOUT_PACKED, T, cp);
+    int *row = (int *)mallocCheck((size_t)T * sizeof(int)), *docs = (int *)mallocCheck((size_t)T * sizeof(int));
+    const char *patterns[2] = {cfg->train_pattern, cfg->val_pattern};
+    for (int p = 0; p < 2; p++) {
+        glob_t files;
+        if (glob(patterns[p], 0, NULL, &files) != 0) { continue; }
+        for (size_t i = 0; i < files.gl_pathc; i++) {
+            int len = packed_longest_row_in_file(files.gl_pathv[i], T, cp, eot, row, docs);
+            if (len > longest) { longest = len; }
+        }
+        globfree(&files);
+    }
+    if (cfg->hellaswag) {
+        int len = packed_longest_row_in_eval(cfg->hellaswag_path, T, cp, eot, row, docs);
+        if (len > longest) { longest = len; }
+    }
+    free(row);
+    free(docs);
+    return longest;
+}
+
+// The resident memory of this process now (/proc/self/statm), 0 when it cannot tell.
+static size_t process_resident_bytes(void) {
+    FILE *fp = fopen("/proc/self/statm", "r");
+    unsigned long long size = 0, resident = 0;
+    int ok = fp != NULL && fscanf(fp, "%llu %llu", &size, &resident) == 2;
+    if (fp) { fclose(fp); }
+    long page = sysconf(_SC_PAGESIZE);
+    return ok && page > 0 ? (size_t)resident * (size_t)page : 0;
 }
 
 // Collective: ends the job on every rank, before anything big is allocated, when

@@ -7,14 +7,16 @@ What a run writes, and the rules that keep it from losing or mixing up data:
     its pid gone or another process's by its start time) is recognised and taken
     over with a note. A lock left by a run on another host cannot be checked from here: the
     message says which host and pid, and to remove the file if that run is gone.
-  * no output (-tl, DIR/main.log, the lock, the checkpoint files in DIR) is an
-    input of the run (-i and -j files, -e, the tokenizer): compared by device and
+  * no output (-tl, DIR/main.log, the lock, the checkpoint files in DIR) is a
+    file any input flag names (every -i and -j file, -e, -tk, -hf: the flag table
+    says which flags are inputs), read by this run or not: compared by device and
     inode, so symbolic and hard links are caught too.
 */
 #ifndef TRAIN_OUTPUTS_H
 #define TRAIN_OUTPUTS_H
 
 #include <errno.h>
+#include <glob.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdio.h>
@@ -189,52 +191,95 @@ static int in_output_dir(const char *path, const struct stat *dir) {
     return output_dir_name(name) && stat(parent, &st) == 0 && st.st_dev == dir->st_dev && st.st_ino == dir->st_ino;
 }
 
-// Rank 0 checks that no output of the run is one of its inputs; a clash ends the
-// job on every rank naming both. train, val: the loaders (val NULL when the run
-// does not validate); init_file, tokenizer: NULL when not read.
-static void check_outputs_are_not_inputs(const TrainConfig *cfg, const DataLoader *train, const DataLoader *val,
-                                         const char *init_file, const char *tokenizer) {
+// What a flag that takes a string is to the run's files: the name of input files
+// (a glob: -i and -j match several), of an output, or no file. Every such flag of
+// train_flags is listed here: one that is not ends the run at start-up, so that a
+// new input flag can never be left out of the check below.
+typedef enum { FLAG_NO_FILE, FLAG_INPUT, FLAG_OUTPUT } FlagFileRole;
+
+static int flag_file_role(const char *flag) {
+    static const struct {
+        const char *flag;
+        FlagFileRole role;
+    } roles[] = {
+        {"-i", FLAG_INPUT},   {"-j", FLAG_INPUT},    {"-e", FLAG_INPUT},    {"-tk", FLAG_INPUT},
+        {"-hf", FLAG_INPUT},  {"-o", FLAG_OUTPUT},   {"-tl", FLAG_OUTPUT},  {"-k", FLAG_NO_FILE},
+        {"-pi", FLAG_NO_FILE}, {"-pm", FLAG_NO_FILE}, {"-ps", FLAG_NO_FILE}, {"-pf", FLAG_NO_FILE},
+        {"-pp", FLAG_NO_FILE}, {"-cl", FLAG_NO_FILE}, {"-ca", FLAG_NO_FILE}, {"-ct", FLAG_NO_FILE},
+    };
+    for (size_t i = 0; i < sizeof(roles) / sizeof(roles[0]); i++) {
+        if (strcmp(roles[i].flag, flag) == 0) { return (int)roles[i].role; }
+    }
+    return -1;
+}
+
+// The outputs of a run, as rank 0 compares each input with them.
+typedef struct {
+    const TrainConfig *cfg;
+    struct stat dir, tl, log;
+    int have_dir, have_tl, have_log;
+} RunOutputs;
+
+// Whether input file `path` (named by `flag`) is one of the outputs; writes the
+// reason into why. An input that is not there is not compared: its reader says so.
+static int input_is_output(const RunOutputs *o, const char *flag, const char *path, char *why, size_t why_size) {
+    struct stat in;
+    if (stat(path, &in) != 0) { return 0; }
+    char real[PATH_MAX]; // the file a symbolic link leads to
+    const char *resolved = realpath(path, real) != NULL ? real : path;
+    if (o->have_tl && in.st_dev == o->tl.st_dev && in.st_ino == o->tl.st_ino) {
+        snprintf(why, why_size, "-tl '%s' is the %s input '%s': the run would write over it", o->cfg->token_loss_path,
+                 flag, path);
+        return 1;
+    }
+    if ((o->have_log && in.st_dev == o->log.st_dev && in.st_ino == o->log.st_ino) ||
+        (o->have_dir && in_output_dir(resolved, &o->dir))) {
+        snprintf(why, why_size, "the %s input '%s' is a file the run writes in its -o directory '%s'", flag, path,
+                 o->cfg->output_dir);
+        return 1;
+    }
+    return 0;
+}
+
+// Rank 0 checks that no output of the run (-tl, and in -o main.log, the lock and
+// the checkpoint files) is a file that any input flag names: every file of each
+// flag that train_flags marks as an input (flag_file_role), every match of the
+// -i and -j globs, whether or not this run reads it (a -j of a run that does not
+// validate, the -tk of one that prints no sample: they are the user's files all
+// the same). A clash ends the job on every rank naming both.
+static void check_outputs_are_not_inputs(const TrainConfig *cfg) {
     char why[9000];
     const char *problem_found = NULL;
     if (fatal_rank == 0) {
-        const char *inputs[4096];
-        const char *flags[4096];
-        int n = 0;
-        const DataLoader *loaders[2] = {train, val};
-        const char *loader_flags[2] = {"-i", "-j"};
-        for (int l = 0; l < 2; l++) {
-            for (size_t i = 0; loaders[l] != NULL && i < loaders[l]->files.gl_pathc && n < 4094; i++) {
-                inputs[n] = loaders[l]->files.gl_pathv[i];
-                flags[n++] = loader_flags[l];
-            }
-        }
-        if (init_file) { inputs[n] = init_file; flags[n++] = "-e"; }
-        if (tokenizer) { inputs[n] = tokenizer; flags[n++] = "-tk"; }
-        struct stat dir, tl, log, in;
-        char log_path[4200];
-        int have_dir = cfg->output_dir != NULL && stat(cfg->output_dir, &dir) == 0;
-        int have_tl = cfg->token_loss_path != NULL && stat(cfg->token_loss_path, &tl) == 0;
-        snprintf(log_path, sizeof(log_path), "%s/main.log", have_dir ? cfg->output_dir : "");
-        int have_log = have_dir && stat(log_path, &log) == 0;
-        if (have_dir && cfg->token_loss_path != NULL && in_output_dir(cfg->token_loss_path, &dir)) {
+        RunOutputs o;
+        memset(&o, 0, sizeof(o));
+        o.cfg = cfg;
+        char log_path[PATH_MAX + 16];
+        o.have_dir = cfg->output_dir != NULL && stat(cfg->output_dir, &o.dir) == 0;
+        o.have_tl = cfg->token_loss_path != NULL && stat(cfg->token_loss_path, &o.tl) == 0;
+        snprintf(log_path, sizeof(log_path), "%s/main.log", o.have_dir ? cfg->output_dir : "");
+        o.have_log = o.have_dir && stat(log_path, &o.log) == 0;
+        if (o.have_dir && cfg->token_loss_path != NULL && in_output_dir(cfg->token_loss_path, &o.dir)) {
             snprintf(why, sizeof(why), "-tl '%s' is a file the run writes in its -o directory '%s'",
                      cfg->token_loss_path, cfg->output_dir);
             problem_found = why;
         }
-        for (int i = 0; i < n && problem_found == NULL; i++) {
-            if (stat(inputs[i], &in) != 0) { continue; } // not there: its reader says so
-            char real[PATH_MAX]; // the file a symbolic link leads to
-            const char *resolved = realpath(inputs[i], real) != NULL ? real : inputs[i];
-            if (have_tl && in.st_dev == tl.st_dev && in.st_ino == tl.st_ino) {
-                snprintf(why, sizeof(why), "-tl '%s' is the %s input '%s': the run would write over it",
-                         cfg->token_loss_path, flags[i], inputs[i]);
-                problem_found = why;
-            } else if ((have_log && in.st_dev == log.st_dev && in.st_ino == log.st_ino) ||
-                       (have_dir && in_output_dir(resolved, &dir))) {
-                snprintf(why, sizeof(why), "the %s input '%s' is a file the run writes in its -o directory '%s'",
-                         flags[i], inputs[i], cfg->output_dir);
-                problem_found = why;
+        TrainConfig copy = *cfg; // the flag table points into a TrainConfig
+        Flag flags[MAX_FLAGS];
+        int nflags = train_flags(&copy, flags, "");
+        for (int f = 0; f < nflags && problem_found == NULL; f++) {
+            if (flags[f].type != FLAG_STRING) { continue; }
+            int role = flag_file_role(flags[f].name);
+            if (role < 0) { fatal("flag %s takes a string but has no file role (train/outputs.h)", flags[f].name); }
+            const char *value = *(const char **)flags[f].value;
+            if (role != FLAG_INPUT || value == NULL) { continue; }
+            if (strcmp(flags[f].name, "-e") == 0 && !init_is_checkpoint_file(value)) { continue; } // a descriptor
+            glob_t matches;
+            if (glob(value, GLOB_NOCHECK, NULL, &matches) != 0) { continue; } // nothing to compare
+            for (size_t i = 0; i < matches.gl_pathc && problem_found == NULL; i++) {
+                if (input_is_output(&o, flags[f].name, matches.gl_pathv[i], why, sizeof(why))) { problem_found = why; }
             }
+            globfree(&matches);
         }
     }
     fail_if_any_rank(problem_found);

@@ -95,7 +95,10 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     }
     printf("| %-21s | %-50s |\n", "transport", f->transport);
     char padded[128];
-    if (strcmp(cfg->layout, "packed") == 0) { snprintf(padded, sizeof(padded), "%d at least (depends on the documents)", f->padded_T); }
+    if (strcmp(cfg->layout, "packed") == 0) {
+        snprintf(padded, sizeof(padded), "%d to %d (the documents decide)", f->padded_T,
+                 f->memory->local_T * cfg->cp_size);
+    }
     else { snprintf(padded, sizeof(padded), "%d", f->padded_T); }
     printf("| %-21s | %-50s |\n", "padded T", padded);
     printf("| %-21s | %-50d |\n", "tokens per rank (row)", f->local_T);
@@ -110,7 +113,8 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     struct { const char *name; size_t bytes; } rows[] = {
         {"est. peak per rank", m->total}, {"  params, grads, m, v", m->parameters + m->gradients + m->adamw},
         {"  activations", m->activations}, {"  classifier", m->classifier}, {"  attention", m->attention},
-        {"  data, sampling", m->data}};
+        {"  data, sampling", m->data}, {"  transport scratch", m->scratch}, {"  runtime (MPI, libs)", m->runtime},
+        {"  margin", m->margin}};
     for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
         char value[64];
         format_bytes(value, sizeof(value), rows[i].bytes);
@@ -127,9 +131,12 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
 static void warn_if_threads_outnumber_cores(const Mesh *mesh) {
 #ifdef _OPENMP
     int mine[2] = {omp_get_max_threads(), omp_get_num_procs()}; // threads, cores
-    int *all = mesh->world_rank == 0 ? (int *)mallocCheck(2 * (size_t)mesh->world_size * sizeof(int)) : NULL;
-    MPI_Gather(mine, 2, MPI_INT, all, 2, MPI_INT, 0, MPI_COMM_WORLD);
-    if (mesh->world_rank != 0) { return; }
+    int *all = (int *)mallocCheck(2 * (size_t)mesh->world_size * sizeof(int));
+    job_comm()->all_gather(job_comm(), mine, all, sizeof(mine));
+    if (mesh->world_rank != 0) {
+        free(all);
+        return;
+    }
     int over = 0, first = -1;
     for (int r = 0; r < mesh->world_size; r++) {
         if (all[2 * r] > all[2 * r + 1]) { over++; if (first < 0) { first = r; } }

@@ -6,9 +6,11 @@ crash at any moment leaves a complete earlier one in charge.
 #ifndef TRAIN_RESUME_H
 #define TRAIN_RESUME_H
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "../cp/comm_mpi.h"
 #include "../cp/layout.h"
 #include "../cp/mesh.h"
@@ -35,15 +37,39 @@ static int newest_usable_checkpoint(const char *dir) {
     return found;
 }
 
+// Rank 0, -y 1 with no checkpoint to resume: whether a file the fresh start would
+// write over holds something (the log or the per-token losses of the run that
+// could not be resumed); writes the reason into why.
+static int earlier_outputs_present(const TrainConfig *cfg, char *why, size_t why_size) {
+    char log[PATH_MAX + 16];
+    snprintf(log, sizeof(log), "%s/main.log", cfg->output_dir);
+    const char *paths[2] = {log, cfg->token_loss_path};
+    for (int i = 0; i < 2; i++) {
+        struct stat st;
+        if (paths[i] == NULL || stat(paths[i], &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) { continue; }
+        problem(why, why_size, "-y 1: no complete checkpoint in %s to resume, and starting from scratch would write "
+                "over '%s' (%lld bytes of the run that wrote it): move it away, or run without -y 1 to start afresh "
+                "over it", cfg->output_dir, paths[i], (long long)st.st_size);
+        return 1;
+    }
+    return 0;
+}
+
 // The checkpoint to resume from with -y 1: the newest complete one in -o, or -1
 // for a fresh start. Rank 0 looks, and every rank takes its answer. A fresh run
 // (no -y 1) into a directory that holds an earlier run's checkpoints is refused:
-// writing over some of them would leave a mix that a later -y 1 resumes.
+// writing over some of them would leave a mix that a later -y 1 resumes. So is -y
+// 1 with no checkpoint to resume where main.log or -tl holds an earlier run's
+// lines: -y 1 asks to continue, and a fresh start would truncate them.
 static int find_resume_step(const TrainConfig *cfg) {
     int step = -1;
+    char why[9000];
+    const char *problem_found = NULL;
     if (fatal_rank == 0 && cfg->output_dir) {
         step = cfg->resume ? newest_usable_checkpoint(cfg->output_dir) : latest_complete_checkpoint(cfg->output_dir);
+        if (cfg->resume && step < 0 && earlier_outputs_present(cfg, why, sizeof(why))) { problem_found = why; }
     }
+    fail_if_any_rank(problem_found);
     job_comm()->broadcast(job_comm(), &step, sizeof(step), 0);
     if (!cfg->resume) {
         if (step >= 0) {
@@ -78,8 +104,6 @@ static void describe_data(char *buf, size_t size, uint64_t files, uint64_t token
 // checkpoint was written with; other data is refused unless -yd 1 (then the new
 // data is read from its start). Returns 0, or -1 with the reason in why; sets
 // *other_data when the data differ and -yd 1 allows it.
-// more micro-batches per step than -d could ask for on any real run
-#define STATE_MAX_BATCHES_PER_STEP 65536
 static int check_state_fits_run(const TrainState *s, const TrainRun *run, const TrainConfig *cfg, int world_size,
                                 int step, int *other_data, char *why, size_t why_size) {
     *other_data = 0;
@@ -110,10 +134,11 @@ static int check_state_fits_run(const TrainState *s, const TrainRun *run, const 
                        (unsigned long long)s->data_shard, (unsigned long long)s->data_position);
     }
     // a shuffled resume replays the draws of every batch read: a count no run of
-    // `step` steps could have read would replay for ever
-    if (s->data_batches > (uint64_t)s->step * STATE_MAX_BATCHES_PER_STEP) {
-        return problem(why, why_size, "%llu batches read in %d steps is impossible", (unsigned long long)s->data_batches,
-                       s->step);
+    // `step` steps could have read would replay for ever. No step of the run read
+    // more than micro_batches (each job that trained it raised it to its -d's)
+    if (s->data_batches > (uint64_t)s->step * s->micro_batches) {
+        return problem(why, why_size, "%llu batches read in %d steps of at most %llu batches is impossible",
+                       (unsigned long long)s->data_batches, s->step, (unsigned long long)s->micro_batches);
     }
     if (strcmp(s->init, cfg->init) != 0) {
         return problem(why, why_size, "was written by a run with -e %s, this run has -e %s: resume with the same "
@@ -134,29 +159,91 @@ static int check_state_fits_run(const TrainState *s, const TrainRun *run, const 
     return 0;
 }
 
-// A rank's own state file (same shape) must be one of the same checkpoint as
-// rank 0's: every field but the rank and the sampling RNG (only rank 0 samples)
-// equal to the writer's.
+// A rank's own state file must be one of the same checkpoint as rank 0's: every
+// global field equal to the writer's. Not global: the rank and, at -z 1, the range
+// of the parameters (each rank's own, checked against the rank's when the moments
+// are read, as the moments' checksums are, which are compared across ranks once
+// read); the sampling RNG and the -tl file (rank 0's alone: only rank 0 samples
+// and writes -tl); the padded row length (each replica's: its rows are its own;
+// check_replicas_agree compares it within the replica).
 static int check_state_matches_writer(const TrainState *s, const TrainState *writer, int rank, char *why,
                                       size_t why_size) {
     if (s->rank != rank || s->world_size != writer->world_size) {
         return problem(why, why_size, "written by rank %d of %d, expected rank %d of %d", s->rank, s->world_size, rank,
                        writer->world_size);
     }
-    TrainState a = *s, b = *writer;
-    a.rank = b.rank = 0;
-    a.rng_state = b.rng_state = 0;
-    a.moments_checksum = b.moments_checksum = 0; // compared across ranks once the moments are read
-    a.master_checksum = b.master_checksum = 0;
-    a.shard_begin = b.shard_begin = a.shard_end = b.shard_end = 0; // each rank's own at -z 1
-    unsigned char ha[STATE_HEADER_BYTES], hb[STATE_HEADER_BYTES];
-    state_encode_header(&a, ha);
-    state_encode_header(&b, hb);
-    if (memcmp(ha, hb, sizeof(ha)) != 0) {
+    if (s->run_id != writer->run_id) {
+        return problem(why, why_size, "written by run %016llx, rank 0's by run %016llx: files of two runs in one "
+                       "checkpoint (restore its own files, or remove the checkpoint to resume an earlier one)",
+                       (unsigned long long)s->run_id, (unsigned long long)writer->run_id);
+    }
+    TrainState *both[2] = {(TrainState *)mallocCheck(sizeof(TrainState)), (TrainState *)mallocCheck(sizeof(TrainState))};
+    unsigned char *header[2] = {(unsigned char *)mallocCheck(STATE_HEADER_BYTES),
+                                (unsigned char *)mallocCheck(STATE_HEADER_BYTES)};
+    *both[0] = *s;
+    *both[1] = *writer;
+    for (int i = 0; i < 2; i++) {
+        TrainState *t = both[i];
+        t->rank = 0;
+        t->shard_begin = t->shard_end = 0;
+        t->moments_checksum = t->master_checksum = 0;
+        t->rng_state = 0;
+        t->token_loss_bytes = t->token_loss_tail = 0;
+        t->padded_len = 0;
+        state_encode_header(t, header[i]);
+    }
+    int same = memcmp(header[0], header[1], STATE_HEADER_BYTES) == 0;
+    for (int i = 0; i < 2; i++) {
+        free(both[i]);
+        free(header[i]);
+    }
+    if (!same) {
         return problem(why, why_size, "its header differs from rank 0's (step %d, cp %d, layout %d, B %d, T %d, data "
-                       "shard %llu position %llu, padded length %llu): not the same checkpoint", s->step, s->cp_size,
+                       "shard %llu position %llu, batches %llu): not the same checkpoint", s->step, s->cp_size,
                        s->layout, s->B, s->T, (unsigned long long)s->data_shard, (unsigned long long)s->data_position,
-                       (unsigned long long)s->padded_len);
+                       (unsigned long long)s->data_batches);
+    }
+    return 0;
+}
+
+// Collective: the padded row length of every rank's own state file (each
+// replica's: its CP ranks pad the same rows) agrees within each replica; a
+// replica's may differ from another's.
+static void check_replicas_agree(uint64_t padded_len, const Mesh *mesh) {
+    uint64_t *all = (uint64_t *)mallocCheck((size_t)mesh->world_size * sizeof(uint64_t));
+    job_comm()->all_gather(job_comm(), &padded_len, all, sizeof(uint64_t));
+    int first = mesh->dp_rank * mesh->cp_size; // the replica's CP rank 0: ranks [k cp, (k + 1) cp) are replica k
+    char why[256];
+    const char *problem_found = NULL;
+    if (all[first] != padded_len) {
+        snprintf(why, sizeof(why), "its state file's padded row length %llu differs from rank %d's %llu in the same "
+                 "replica: not the same checkpoint", (unsigned long long)padded_len, first,
+                 (unsigned long long)all[first]);
+        problem_found = why;
+    }
+    free(all);
+    fail_if_any_rank(problem_found);
+}
+
+// The files of checkpoint `step` besides the state files carry the run id and step
+// of rank 0's state (writer): the model file (every rank loaded it) and the DONE
+// marker. 0, or -1 with the reason in why.
+static int check_checkpoint_tags(const char *dir, int step, const TrainState *writer, char *why, size_t why_size) {
+    char path[4096], reason[512];
+    CheckpointTag tag;
+    const char *kind[2] = {"model file", "DONE marker"};
+    for (int i = 0; i < 2; i++) {
+        if (i == 0) { model_path(path, sizeof(path), dir, step); }
+        else { done_path(path, sizeof(path), dir, step); }
+        int status = i == 0 ? checkpoint_read_tag(path, &tag, reason, sizeof(reason))
+                            : read_done_marker(dir, step, &tag, reason, sizeof(reason));
+        if (status != 0) { return problem(why, why_size, "%s '%s': %s", kind[i], path, reason); }
+        if (tag.run_id != writer->run_id || tag.step != step) {
+            return problem(why, why_size, "%s '%s' was written by run %016llx at step %d, the state files by run "
+                           "%016llx at step %d: files of two runs in one checkpoint (restore its own files, or remove "
+                           "the checkpoint to resume an earlier one)", kind[i], path, (unsigned long long)tag.run_id,
+                           tag.step, (unsigned long long)writer->run_id, step);
+        }
     }
     return 0;
 }
@@ -188,7 +275,7 @@ static void check_moments_agree(const GPT2 *model) {
 // every other's. A bad file ends the job on every rank with one line
 // (fail_if_any_rank).
 static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, GPT2 *model, int step) {
-    char path[4096], why[768], problem_line[sizeof(path) + sizeof(why) + 32];
+    char path[4096], why[9000], problem_line[sizeof(path) + sizeof(why) + 32];
     const char *problem_found = NULL;
     TrainState s;
     memset(&s, 0, sizeof(s));
@@ -215,21 +302,30 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         dataloader_skip(&run->train_loader, s.data_batches); // the shuffled order, as it was
     } else if (status == 0) {
         status = dataloader_resume(&run->train_loader, s.data_shard, s.data_position, why, sizeof(why));
+        run->train_loader.batches_read = s.data_batches;
     }
     if (status != 0) {
         snprintf(problem_line, sizeof(problem_line), "state file '%s': %s", path, why);
         problem_found = problem_line;
+    } else if (check_checkpoint_tags(cfg->output_dir, step, &writer, why, sizeof(why)) != 0) {
+        problem_found = why;
     }
     fail_if_any_rank(problem_found);
+    if (same_shape) { check_replicas_agree(s.padded_len, mesh); }
     if (cfg->zero_stage == 0) { check_moments_agree(model); }
     run->params_from_shards = cfg->zero_stage == 1 && writer.has_master_weights;
     run->sample_rng.state = s.rng_state;
+    run->loss_outliers = s.loss_outliers; // the -sl, -sg windows: the same on every rank
+    run->grad_norm_outliers = s.grad_norm_outliers;
+    if (s.micro_batches > run->micro_batches) { run->micro_batches = s.micro_batches; }
     if (same_shape && s.padded_len > (uint64_t)run->padded_T) {
         // the packed layout's buffers as the run left them: batches pad as they did
         // (checked above: a multiple of 2 cp, at most T * 2 cp)
         run->padded_T = (int)s.padded_len;
         run->local_T = run->padded_T / mesh->cp_size;
     }
+    // the checkpoint is good: now main.log and -tl may be cut back to it
+    open_run_outputs(run, cfg, mesh, &writer);
     if (mesh->world_rank != 0) { return; }
     printf("resuming from step %d: %s/model_%08d.bin and %s%s\n", step, cfg->output_dir, step,
            own_file ? "every rank's own state file" : "rank 0's state file on every rank",
@@ -260,15 +356,22 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         printf("note: the checkpoint is at step %d and the run has %d steps: nothing left to train\n",
                run->start_step, run->steps);
     }
+    if (cfg->max_seq_len > 0 && cfg->max_seq_len != model->config.max_seq_len) {
+        printf("note: -mt %d sets the position table of a fresh start; the checkpoint brings its own of %d rows, "
+               "which this run keeps\n", cfg->max_seq_len, model->config.max_seq_len);
+    }
 }
 
 // After checkpoint `step`: with -nk K, the checkpoint K * N steps older goes (llm.c's
 // rule), unless -nm M makes it a major one (its step a multiple of M). Its DONE
 // marker goes first, so that a crash in the middle never leaves a marker over
 // missing files; then every rank removes its state file and rank 0 the model.
+// In 64 bits: -nk times -n can pass 2^31, and an int would wrap onto the step
+// just written.
 static void delete_old_checkpoint(const TrainConfig *cfg, const Mesh *mesh, int step) {
-    int old = step - cfg->checkpoints_keep * cfg->checkpoint_every;
-    if (cfg->checkpoints_keep == 0 || old <= 0) { return; }
+    int64_t older = (int64_t)step - (int64_t)cfg->checkpoints_keep * cfg->checkpoint_every;
+    if (cfg->checkpoints_keep == 0 || older <= 0) { return; }
+    int old = (int)older;
     if (cfg->major_checkpoint_every > 0 && old % cfg->major_checkpoint_every == 0) { return; }
     char path[4096];
     if (mesh->world_rank == 0) { remove_done_marker(cfg->output_dir, old); }
@@ -297,9 +400,10 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     int master = mesh->world_rank == 0;
     if (master) { remove_done_marker(cfg->output_dir, step); }
     job_comm()->barrier(job_comm());
+    CheckpointTag tag = {run->run_id, step};
     if (master) {
         model_path(path, sizeof(path), cfg->output_dir, step);
-        gpt2_save_checkpoint(model, path, model_version);
+        gpt2_save_checkpoint(model, path, model_version, &tag);
     }
     TrainState s;
     memset(&s, 0, sizeof(s));
@@ -325,14 +429,25 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     s.zero_stage = (uint64_t)cfg->zero_stage;
     s.shard_begin = model->opt_begin;
     s.shard_end = model->opt_end;
-    snprintf(s.init, sizeof(s.init), "%s", cfg->init);
+    s.run_id = run->run_id;
+    s.micro_batches = run->micro_batches;
+    s.loss_outliers = run->loss_outliers;
+    s.grad_norm_outliers = run->grad_norm_outliers;
+    snprintf(s.init, sizeof(s.init), "%s", cfg->init); // fits: validate_train_config
+    if (run->token_loss_fp != NULL) { // rank 0: the -tl file as it stands (every row flushed)
+        off_t bytes = ftello(run->token_loss_fp);
+        s.token_loss_bytes = bytes > 0 ? (uint64_t)bytes : 0;
+        if (s.token_loss_bytes > 0 && token_loss_tail(cfg->token_loss_path, s.token_loss_bytes, &s.token_loss_tail) != 0) {
+            fatal("cannot read back '%s' (-tl) for the checkpoint: %s", cfg->token_loss_path, strerror(errno));
+        }
+    }
     state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
     const float *master_weights =
         model_version == CHECKPOINT_VERSION_BF16 ? model->params_memory + model->opt_begin : NULL;
     state_write(path, &s, model->m_memory, model->v_memory, master_weights);
     job_comm()->barrier(job_comm());
     if (master) {
-        write_done_marker(cfg->output_dir, step);
+        write_done_marker(cfg->output_dir, tag);
         printf("wrote checkpoint %s/model_%08d.bin (%s, version %d; + state of %d rank(s), DONE_%08d)\n",
                cfg->output_dir, step, model_version == CHECKPOINT_VERSION_BF16 ? "bf16" : "fp32", model_version,
                mesh->world_size, step);

@@ -8,11 +8,13 @@ line, the per-token loss gather), and what ends a run early (a non-finite loss).
 #define TRAIN_RUN_H
 
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include "../cp/comm_mpi.h"
 #include "../cp/layout.h"
@@ -92,17 +94,20 @@ typedef struct {
     MPI_Comm world, cp, dp, self, ulysses, ring;
 } MeshComms;
 
+// Collective. MPI makes communicators only with blocking calls: a watched barrier
+// first names a rank that does not come, and each call runs under COMM_BLOCKING.
 static Mesh mesh_split_mpi(int cp_size, int ulysses_size, MeshComms *mc) {
     int world_rank, world_size;
     MPI_Comm_rank(MPI_COMM_WORLD, &world_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world_size);
     Mesh m = mesh_init(world_rank, world_size, cp_size, ulysses_size);
-    MPI_Comm_dup(MPI_COMM_WORLD, &mc->world);
-    MPI_Comm_split(MPI_COMM_WORLD, m.dp_rank, m.cp_rank, &mc->cp);
-    MPI_Comm_split(MPI_COMM_WORLD, m.cp_rank, m.dp_rank, &mc->dp);
-    MPI_Comm_dup(MPI_COMM_SELF, &mc->self);
-    MPI_Comm_split(mc->cp, m.ring_rank, m.ulysses_rank, &mc->ulysses);
-    MPI_Comm_split(mc->cp, m.ulysses_rank, m.ring_rank, &mc->ring);
+    job_comm()->barrier(job_comm());
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &mc->world));
+    COMM_BLOCKING("MPI_Comm_split", MPI_Comm_split(MPI_COMM_WORLD, m.dp_rank, m.cp_rank, &mc->cp));
+    COMM_BLOCKING("MPI_Comm_split", MPI_Comm_split(MPI_COMM_WORLD, m.cp_rank, m.dp_rank, &mc->dp));
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_SELF, &mc->self));
+    COMM_BLOCKING("MPI_Comm_split", MPI_Comm_split(mc->cp, m.ring_rank, m.ulysses_rank, &mc->ulysses));
+    COMM_BLOCKING("MPI_Comm_split", MPI_Comm_split(mc->cp, m.ulysses_rank, m.ring_rank, &mc->ring));
     return m;
 }
 
@@ -114,6 +119,8 @@ typedef struct {
                             // buffers fit (packed: the longest batch so far)
     int steps, val_batches;
     int grad_accum_steps;   // micro-batches per optimizer step (-d)
+    uint64_t run_id;        // this job's: in every file of the checkpoints it writes
+    uint64_t micro_batches; // the most batches a step of the run read, over every job that trained it
     DataLoader train_loader, val_loader;
     EvalLoader eval_loader; // -h 1
     int run_hellaswag;      // -h 1 and its file is there
@@ -133,17 +140,78 @@ typedef struct {
     double total_step_seconds;
 } TrainRun;
 
-// Opens the -tl file: anew, or when resuming from step `resume_step` for appending
-// after that step's losses (a run that crashed past its checkpoint left more).
-static FILE *open_token_losses(const char *path, int resume_step, size_t bytes_per_step) {
-    if (resume_step < 0) { return open_output_file(path, 0); }
-    FILE *fp = open_output_file(path, 1);
-    long keep = (long)((size_t)resume_step * bytes_per_step);
-    if (fseek(fp, 0, SEEK_END) != 0) { fatal("cannot seek in '%s': %s", path, strerror(errno)); }
-    if (ftell(fp) > keep && ftruncate(fileno(fp), keep) != 0) {
-        fatal("cannot cut '%s' back to the %d steps before the checkpoint: %s", path, resume_step, strerror(errno));
+// A run id for this job: 64 random bits, drawn by rank 0 and taken by every rank.
+static uint64_t new_run_id(void) {
+    uint64_t id = 0;
+    if (fatal_rank == 0) {
+        FILE *fp = fopen("/dev/urandom", "rb");
+        if (fp == NULL || fread(&id, sizeof(id), 1, fp) != 1) {
+            // no /dev/urandom: the clock and the pid, mixed
+            struct timespec now;
+            clock_gettime(CLOCK_REALTIME, &now);
+            id = ((uint64_t)now.tv_sec * 1000000007ULL + (uint64_t)now.tv_nsec) * 0x9E3779B97F4A7C15ULL ^ (uint64_t)getpid();
+        }
+        if (fp) { fclose(fp); }
     }
-    return fp;
+    job_comm()->broadcast(job_comm(), &id, sizeof(id), 0);
+    return id;
+}
+
+// Rank 0: how the -tl file `path` continues a run resumed from state s, whose run
+// had written s->token_loss_bytes to its -tl file. The same file (its bytes before
+// that point have the checksum the state recorded: token_loss_tail) keeps them, cut
+// back to them (a run that went on past the checkpoint wrote more) whatever shape
+// the new run's rows have; the new rows follow. A new or empty file starts at the
+// resumed step. Any other file holds bytes that are not the checkpoint's run's,
+// which cutting would lose: -1 with the reason. *keep: the bytes kept.
+static int token_losses_resume_plan(const char *path, const TrainState *s, off_t *keep, char *why, size_t why_size) {
+    struct stat st;
+    *keep = 0;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
+        if (s->token_loss_bytes > 0) {
+            printf("note: -tl %s is a new file: the per-token losses of the steps before %d are in the -tl file of "
+                   "the run that wrote the checkpoint; this one's start at step %d\n", path, s->step, s->step);
+        }
+        return 0;
+    }
+    uint64_t sum;
+    if (s->token_loss_bytes == 0 || (uint64_t)st.st_size < s->token_loss_bytes ||
+        token_loss_tail(path, s->token_loss_bytes, &sum) != 0 || sum != s->token_loss_tail) {
+        return problem(why, why_size, "-tl '%s' holds %lld bytes that are not the per-token losses the checkpoint's "
+                       "run wrote (%llu bytes%s): resuming would cut them; give -tl that run's file, or a new one", path,
+                       (long long)st.st_size, (unsigned long long)s->token_loss_bytes,
+                       s->token_loss_bytes == 0 ? ": it had no -tl" : "");
+    }
+    *keep = (off_t)s->token_loss_bytes;
+    return 0;
+}
+
+// The run's outputs, opened once it is known what they continue: main.log
+// (master) and the -tl file. A fresh run (resumed NULL) starts both. A run resumed
+// from state *resumed (checked whole) cuts main.log back to the lines logged up to
+// its checkpoint and continues the -tl file as token_losses_resume_plan says; the
+// rows of earlier steps are never cut, whatever shape the new run has. Collective.
+static void open_run_outputs(TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, const TrainState *resumed) {
+    int master = mesh->world_rank == 0;
+    off_t keep = 0;
+    char why[9000];
+    const char *problem_found = NULL;
+    if (master && resumed && cfg->token_loss_path &&
+        token_losses_resume_plan(cfg->token_loss_path, resumed, &keep, why, sizeof(why)) != 0) {
+        problem_found = why;
+    }
+    fail_if_any_rank(problem_found);
+    logger_init(&run->logger, cfg->output_dir, master, resumed ? resumed->step : -1);
+    if (cfg->token_loss_path && master) {
+        const char *path = cfg->token_loss_path;
+        run->token_loss_fp = open_output_file(path, resumed != NULL);
+        struct stat st;
+        if (resumed && fstat(fileno(run->token_loss_fp), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > keep &&
+            ftruncate(fileno(run->token_loss_fp), keep) != 0) {
+            fatal("cannot cut '%s' back to the %lld bytes written before the checkpoint: %s", path, (long long)keep,
+                  strerror(errno));
+        }
+    }
 }
 
 // -h 1: the eval file, as llm.c: one that is not there is noted and the eval
@@ -164,13 +232,31 @@ static void hellaswag_init(TrainRun *run, const TrainConfig *cfg, const Mesh *me
     run->run_hellaswag = 1;
 }
 
-// Opens the data and the outputs of a run checked by check_run_against_model
-// (appending to them when resuming from checkpoint `resume_step`, -1 for none).
+// -x -1: one epoch, as llm.c counts it: the train data's tokens over the tokens of
+// a step (-d), rounded down. Data shorter than one step is an error: llm.c would
+// train no step and say nothing.
+static int epoch_steps(const TrainConfig *cfg, const DataLoader *train, int64_t step_tokens) {
+    uint64_t steps = (uint64_t)train->total_tokens / (uint64_t)step_tokens;
+    if (steps == 0) {
+        fatal_everywhere("-x -1 trains one epoch, but the %s data holds %zu tokens, fewer than the %lld of one step "
+                         "(-d): lower -d, or give -x", cfg->overfit_single_batch ? "-j (-a 1)" : "-i",
+                         train->total_tokens, (long long)step_tokens);
+    }
+    if (steps > INT32_MAX) {
+        fatal_everywhere("-x -1: one epoch of the train data is %llu steps, more than the 2^31 - 1 a run counts: "
+                         "give -x", (unsigned long long)steps);
+    }
+    return (int)steps;
+}
+
+// Opens the data of a run checked by check_run_against_model, and its outputs
+// when it starts afresh (resume_step -1; a resumed run opens them once its
+// checkpoint has been checked: train_run_resume).
 static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind layout, const Mesh *mesh,
                            GPT2Config c, int resume_step) {
     memset(run, 0, sizeof(*run));
-    int master = mesh->world_rank == 0;
     run->layout = layout;
+    run->run_id = new_run_id();
     run->resumed = resume_step >= 0;
     run->start_step = run->resumed ? resume_step : 0;
     run->padded_T = cp_padded_len(layout, cfg->T, cfg->cp_size);
@@ -185,29 +271,25 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     if (cfg->val_every > 0) {
         dataloader_init(&run->val_loader, cfg->val_pattern, "-j", cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
                         c.vocab_size, 0, cfg->loss_masks);
-        int epoch = (int)run->val_loader.epoch_steps;
-        run->val_batches = cfg->val_batches != -1 && cfg->val_batches < epoch ? cfg->val_batches : epoch;
+        // -m -1: the whole validation data, as llm.c counts it (its tokens over a batch's)
+        size_t all = run->val_loader.total_tokens / ((size_t)mesh->dp_size * cfg->B * cfg->T);
+        run->val_batches = cfg->val_batches == -1 ? (int)(all < INT32_MAX ? all : INT32_MAX) : cfg->val_batches;
     }
     // -d: a step of total_batch_size tokens is grad_accum_steps micro-batches of dp x B x T
-    long micro_tokens = (long)mesh->dp_size * cfg->B * cfg->T;
-    long step_tokens = cfg->total_batch_size == -1 ? micro_tokens : cfg->total_batch_size;
+    int64_t micro_tokens = (int64_t)mesh->dp_size * cfg->B * cfg->T;
+    int64_t step_tokens = cfg->total_batch_size == -1 ? micro_tokens : cfg->total_batch_size;
     if (step_tokens % micro_tokens != 0) {
-        fatal_everywhere("-d %ld is not a multiple of the %ld tokens of a micro-batch (dp %d x B %d x T %d)", step_tokens,
-                         micro_tokens, mesh->dp_size, cfg->B, cfg->T);
+        fatal_everywhere("-d %lld is not a multiple of the %lld tokens of a micro-batch (dp %d x B %d x T %d)",
+                         (long long)step_tokens, (long long)micro_tokens, mesh->dp_size, cfg->B, cfg->T);
     }
     run->grad_accum_steps = (int)(step_tokens / micro_tokens);
+    run->micro_batches = (uint64_t)run->grad_accum_steps;
     run->tokens_per_step = (double)step_tokens;
-    run->steps = cfg->steps >= 0 ? cfg->steps : (int)(run->train_loader.epoch_steps / run->grad_accum_steps);
+    run->steps = cfg->steps >= 0 ? cfg->steps : epoch_steps(cfg, &run->train_loader, step_tokens);
     // the tokenizer only prints samples: a run that prints none does not read it
     if (cfg->sample_every > 0) { tokenizer_init(&run->tokenizer, cfg->tokenizer_path, c.vocab_size); }
-    check_outputs_are_not_inputs(cfg, &run->train_loader, cfg->val_every > 0 ? &run->val_loader : NULL,
-                                 !run->resumed && init_is_checkpoint_file(cfg->init) ? cfg->init : NULL,
-                                 cfg->sample_every > 0 ? cfg->tokenizer_path : NULL);
-    logger_init(&run->logger, cfg->output_dir, master, resume_step);
-    if (cfg->token_loss_path && master) {
-        size_t bytes_per_step = (size_t)run->grad_accum_steps * mesh->dp_size * cfg->B * cfg->T * sizeof(float);
-        run->token_loss_fp = open_token_losses(cfg->token_loss_path, resume_step, bytes_per_step);
-    }
+    check_outputs_are_not_inputs(cfg);
+    if (!run->resumed) { open_run_outputs(run, cfg, mesh, NULL); }
     if (cfg->token_loss_path) {
         run->loss_rows = (float *)mallocCheck((size_t)cfg->B * cfg->T * sizeof(float));
         run->loss_all_rows = (float *)mallocCheck((size_t)mesh->dp_size * cfg->B * cfg->T * sizeof(float));

@@ -48,6 +48,7 @@ static void generate_sample(const TrainConfig *cfg, GPT2Config c, const Tokenize
         tokens[t] = sample_softmax(logits, c.vocab_size, rng_uniform(rng));
         tokenizer_print(tokenizer, &printer, tokens[t]);
         fflush(stdout);
+        note_progress(); // this rank samples alone: the others wait for it
     }
     utf8_printer_finish(&printer, stdout);
     printf("\n---\n");

@@ -118,7 +118,7 @@ echo "cudaGetDeviceCount failing: said as it is, exit $rc"
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -cp 2 -ct mpi -y 1 -o "$WORK/gpu_resume" > "$WORK/gpu_resume2.out"
 grep -q '^resuming from step 1: ' "$WORK/gpu_resume2.out"
 diff "$WORK/gpu/main.log" "$WORK/gpu_resume/main.log"
-cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_resume/model_00000002.bin"
+same_model "$WORK/gpu/model_00000002.bin" "$WORK/gpu_resume/model_00000002.bin" # but the run id (binary_files.sh)
 echo "resume at step 1: main.log and the step-2 weights bit for bit"
 # -z 1 (ZeRO-1): each rank's AdamW shard updated on the device, the parameters
 # all-gathered over the world's device transport: -z 0's main.log, per-token losses
@@ -126,15 +126,15 @@ echo "resume at step 1: main.log and the step-2 weights bit for bit"
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -cp 2 -ct mpi -z 1 -o "$WORK/gpu_z1" -tl "$WORK/gpu_z1.tl" > "$WORK/gpu_z1.out"
 diff "$WORK/gpu/main.log" "$WORK/gpu_z1/main.log"
 cmp "$WORK/gpu.tl" "$WORK/gpu_z1.tl"
-cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_z1/model_00000002.bin"
+same_model "$WORK/gpu/model_00000002.bin" "$WORK/gpu_z1/model_00000002.bin"
 for r in 00000 00001; do
     z0=$(stat -c %s "$WORK/gpu/state_00000002_$r.bin") z1=$(stat -c %s "$WORK/gpu_z1/state_00000002_$r.bin")
-    [[ $((2 * (z1 - 1536))) -eq $((z0 - 1536)) ]] || { echo "-z 1 state of rank $r: $z1 bytes, -z 0: $z0"; exit 1; }
+    [[ $((2 * (z1 - STATE_HEADER_BYTES))) -eq $((z0 - STATE_HEADER_BYTES)) ]] || { echo "-z 1 state of rank $r: $z1 bytes, -z 0: $z0"; exit 1; }
 done
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -cp 2 -ct mpi -z 1 -x 1 -o "$WORK/gpu_z1_resume" > "$WORK/gpu_z1_resume1.out"
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -cp 2 -ct mpi -z 1 -y 1 -o "$WORK/gpu_z1_resume" > "$WORK/gpu_z1_resume2.out"
 diff "$WORK/gpu/main.log" "$WORK/gpu_z1_resume/main.log"
-cmp "$WORK/gpu/model_00000002.bin" "$WORK/gpu_z1_resume/model_00000002.bin"
+same_model "$WORK/gpu/model_00000002.bin" "$WORK/gpu_z1_resume/model_00000002.bin"
 echo "-z 1: -z 0's main.log, per-token losses and weights bit for bit, state files halved, resume bit for bit"
 # llm.c's bf16 model file (version 5, written by test/llmc_files.py): the trainer
 # loads it and trains as the CPU twin does from its fp32 twin (the same weights)
@@ -190,7 +190,7 @@ size = os.path.getsize(sys.argv[1])
 if h[1] != 5 or size != 1024 + 2 * n: sys.exit(f"BF16 checkpoint: version {h[1]}, {size} bytes; expected 5, {1024 + 2 * n}")
 PY
 diff "$WORK/BF16_ckpt/main.log" "$WORK/BF16_resume/main.log"
-cmp "$WORK/BF16_ckpt/model_00000002.bin" "$WORK/BF16_resume/model_00000002.bin"
+same_model "$WORK/BF16_ckpt/model_00000002.bin" "$WORK/BF16_resume/model_00000002.bin"
 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_BF16" "${ARGS[@]}" -e "$WORK/bf16_files/exact_v5.bin" -i "$WORK/bf16_files/tokens.bin" -cp 2 -ct mpi -x 1 -o "$WORK/gpu_v5_bf16" > "$WORK/gpu_v5_bf16.out"
 echo "BF16 checkpoints: version 5 model files, resume at step 1 bit for bit; the BF16 build trains from llm.c's v5 file"
 # The sharder contract's striped layout, positions that restart at each document
