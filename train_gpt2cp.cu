@@ -190,7 +190,7 @@ static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets
         activations_cuda_free(tr->acts);
         activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
     }
-    tr->attn = cp_attention_cuda_bind(tr->attention, &sh->layout); // the step's coordinates, once
+    tr->attn = cp_attention_cuda_bind(tr->attention, &sh->layout); // the batch's coordinates, once
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     if (micro_steps > 0) {
         double valid = global_valid_count_cuda(tr->ranks->world, tr->loss_stats, sh->local.targets, n);

@@ -2,9 +2,10 @@
 The sharder: splits a batch along time for one CP rank, and brings token tensors
 back to global order. The C translation of NeMo AutoModel's ContextParallelSharder.
 
-A sharder is built per step. Its shard_batch applies the layout (cp/layout.h) to
-the step's batch and records what it learned in a ShardLayout; the token verbs then
-take and give tensors in the caller's coordinates:
+A sharder is built per batch (each micro-batch of a step). Its shard_batch
+applies the layout (cp/layout.h) to the batch and records what it learned in a
+ShardLayout; the token verbs then take and give tensors in the caller's
+coordinates:
 
     cp_shard_batch    inputs, targets (B, T) and an optional loss mask (B, T)
                       ->  local inputs, targets (B, Tl)

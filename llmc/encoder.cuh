@@ -5,7 +5,7 @@ Positions are the global position ids the sharder gave each local token, as on
 the CPU. The backward pass must add every token's gradient into the row of its
 token id and of its position; two tokens may share a row. Instead of float
 atomics (whose order changes from run to run) the host sorts the tokens by row
-once per step (the ids are on the host anyway, they came from the sharder), and
+once per batch (the ids are on the host anyway, they came from the sharder), and
 one thread per (row, channel) adds its tokens in token order: the very order of
 the CPU loop, so the sums are deterministic and match the CPU's association.
 

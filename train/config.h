@@ -143,7 +143,7 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-lm", FLAG_INT, &cfg->loss_masks, "loss masks: NAME.mask beside each token file NAME.bin of -i, -j (0/1)"},
         {"-ca", FLAG_STRING, &cfg->attention, "CP attention algorithm: ring | allgather | ulysses | hybrid (needs -cu)"},
         {"-cu", FLAG_INT, &cfg->ulysses_degree, "-ca hybrid: Ulysses degree U, cp = U x R (all-to-all in U, ring over R)"},
-        {"-tl", FLAG_STRING, &cfg->token_loss_path, "write per-token losses (float32 [steps][dp*B][T], global order)"},
+        {"-tl", FLAG_STRING, &cfg->token_loss_path, "write per-token losses (float32 [steps][micro-batches*dp*B][T], global order)"},
         {"-ct", FLAG_STRING, &cfg->transport, transports},
     };
     int n = (int)(sizeof(all) / sizeof(all[0]));
