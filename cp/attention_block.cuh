@@ -41,17 +41,17 @@ Kernels (grid: tiles x NH x B, HS and the precision are template parameters):
                where no query sees it), so the output needs no zeroing.
 
 Products: every matrix product is one warp's C (16 x 8n) += A (16 x k) B (k x 8n)
-from shared memory (warp_mma), in the accumulator layout of the m16n8k8 and
-m16n8k16 mma (the same for both):
-  ATTN_TF32  (FP32 build, -f 1) the tensor cores: mma.sync m16n8k8 with TF32
-             inputs, fp32 accumulation (llmc/mma.cuh);
-  ATTN_FP32  (FP32 build, -f 0) the same tiling and fragments, each lane summing
-             its own elements' products with fp32 FMAs in k order: exact fp32,
-             the mode validated against the CPU twin;
-  ATTN_BF16  (BF16 build) the tensor cores: mma.sync m16n8k16 with bf16 inputs,
-             fp32 accumulation. Q, K, V and dO are bf16 already (exact in the
-             fragments); P and dS, computed in fp32, are rounded to bf16 as the A
-             operand of P V, dS K, P^T dO and dS^T Q, as flash-attention does.
+from shared memory (warp_mma, llmc/mma_tiles.cuh), in the run's precision
+(AttentionQueriesCuda.precision, the kernels' template parameter P):
+  MMA_TF32  (FP32 build, -f 1) the tensor cores: mma.sync m16n8k8 with TF32
+            inputs, fp32 accumulation (llmc/mma.cuh);
+  MMA_FP32  (FP32 build, -f 0) the same tiling and fragments, each lane summing
+            its own elements' products with fp32 FMAs in k order: exact fp32,
+            the mode validated against the CPU twin;
+  MMA_BF16  (BF16 build) the tensor cores: mma.sync m16n8k16 with bf16 inputs,
+            fp32 accumulation. Q, K, V and dO are bf16 already (exact in the
+            fragments); P and dS, computed in fp32, are rounded to bf16 as the A
+            operand of P V, dS K, P^T dO and dS^T Q, as flash-attention does.
 Softmax, the running max and sum, lse, D = rowsum(dO * O) and the (o, lse) merge
 are fp32 in every mode.
 Each output element is computed by one lane in a fixed order: no atomics, the
@@ -60,23 +60,20 @@ same bits every run.
 #ifndef CP_ATTENTION_BLOCK_CUH
 #define CP_ATTENTION_BLOCK_CUH
 
-#include <stdint.h>
 #include "block_mask.h"
 #include "comm.h"
 #include "sharder.h"
 #include "../llmc/cuda_common.cuh"
-#include "../llmc/mma.cuh"
-
-typedef enum { ATTN_FP32 = 0, ATTN_TF32 = 1, ATTN_BF16 = 2 } AttnPrecision;
+#include "../llmc/mma_tiles.cuh"
 
 // the products' precision of a run: bf16 tensor cores in the BF16 build; TF32 (-f 1)
 // or exact fp32 (-f 0) in the FP32 build
-static AttnPrecision attention_precision(int tf32) {
+static MmaPrecision attention_precision(int tf32) {
 #ifdef ENABLE_BF16
     (void)tf32;
-    return ATTN_BF16;
+    return MMA_BF16;
 #else
-    return tf32 ? ATTN_TF32 : ATTN_FP32;
+    return tf32 ? MMA_TF32 : MMA_FP32;
 #endif
 }
 
@@ -88,7 +85,7 @@ static constexpr bool attention_sums_in_place = sizeof(floatX) == sizeof(float);
 static int attention_head_size_supported(int HS) { return HS == 32 || HS == 64 || HS == 128; }
 static int attention_tile_rows(int HS) { return HS <= 64 ? 64 : 32; }
 
-template <AttnPrecision P, int HS> struct AttnTile {
+template <MmaPrecision P, int HS> struct AttnTile {
     static constexpr int ROWS = HS <= 64 ? 64 : 32; // rows of a query or key tile
     static constexpr int WARPS = ROWS / 16;         // one warp per 16 rows
     static constexpr int THREADS = WARPS * WARP_SIZE;
@@ -97,9 +94,9 @@ template <AttnPrecision P, int HS> struct AttnTile {
     // reading g ld + t wants ld = 4 mod 32, reading t ld + g wants ld = 8. bf16
     // reads A and B_NK as pairs (8 bytes, half a warp at a time) at g ld + 2t,
     // which wants ld = 8 mod 32, and B_KN as single floats at 2t ld + g, ld = 4.
-    static constexpr int PAD_PAIRS = P == ATTN_BF16 ? 8 : 4;
+    static constexpr int PAD_PAIRS = P == MMA_BF16 ? 8 : 4;
     static constexpr int LD_NK = HS + PAD_PAIRS;               // read as A, or as B with (k, n) at [n][k]
-    static constexpr int LD_KN = HS + (P == ATTN_BF16 ? 4 : 8); // read as B with (k, n) at [k][n]
+    static constexpr int LD_KN = HS + (P == MMA_BF16 ? 4 : 8); // read as B with (k, n) at [k][n]
     static constexpr int LD_P = ROWS + PAD_PAIRS;              // a warp's 16 rows of probabilities
 };
 
@@ -219,7 +216,7 @@ static void attention_layout_cuda_prepare(AttentionLayoutCuda *al, Comm *comm, c
 // What stays on this rank while the K/V blocks come by (device).
 typedef struct {
     int B, T, C, NH;           // T = local tokens per row
-    AttnPrecision precision;   // bf16 (BF16 build); TF32 (-f 1) or exact fp32 (-f 0) (FP32 build)
+    MmaPrecision precision;   // bf16 (BF16 build); TF32 (-f 1) or exact fp32 (-f 0) (FP32 build)
     float *drow;               // (B, NH, T) D = rowsum(dO * O)
     float *acc;                // (B, T, C) BF16 build: the fp32 running output (forward), dQ summed
                                // over the blocks (backward); NULL in the FP32 build (out, dqkv)
@@ -312,111 +309,8 @@ static void dkv_to_dqkv_cuda(floatX *dqkv, const float *dkv, int B, int T, int C
 }
 
 // ----------------------------------------------------------------------------
-// warp products and tiles
+// the kernels' tiles and arguments
 
-// The B operand's layout in shared memory: element (k, n) at b[n ldb + k] (B_NK,
-// e.g. the keys of Q K^T) or at b[k ldb + n] (B_KN, e.g. the values of P V).
-enum { B_NK = 0, B_KN = 1 };
-
-template <int BL> __device__ static __forceinline__ float b_at(const float *b, int ldb, int k, int n) {
-    return BL == B_NK ? b[n * ldb + k] : b[k * ldb + n];
-}
-
-// elements (k, n) and (k + 1, n) of B (k even), as one bf16 pair: B_NK has them side
-// by side (one 8-byte load), B_KN in two rows
-template <int BL> __device__ static __forceinline__ uint32_t b_pair_bf16(const float *b, int ldb, int k, int n) {
-    if constexpr (BL == B_NK) {
-        float2 x = *(const float2 *)&b[n * ldb + k];
-        return bf16x2_from_floats(x.x, x.y);
-    } else {
-        return bf16x2_from_floats(b[k * ldb + n], b[(k + 1) * ldb + n]);
-    }
-}
-
-// elements (r, k) and (r, k + 1) of a row-major A (k even), as one bf16 pair
-__device__ static __forceinline__ uint32_t a_pair_bf16(const float *a, int lda, int r, int k) {
-    float2 x = *(const float2 *)&a[r * lda + k];
-    return bf16x2_from_floats(x.x, x.y);
-}
-
-// C (16 x 8 NT) += A (16 x K) B (K x 8 NT) for one warp; A row-major in shared
-// memory (lda), B as BL says. c[n][i] is row g + 8 (i / 2), column 8 n + 2 t + i % 2
-// (g = lane / 4, t = lane % 4), the mma's accumulator layout, in both precisions.
-template <AttnPrecision P, int NT, int K, int BL>
-__device__ static __forceinline__ void warp_mma(float c[NT][4], const float *a, int lda, const float *b, int ldb) {
-    int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
-    if constexpr (P == ATTN_TF32) {
-        #pragma unroll
-        for (int k0 = 0; k0 < K; k0 += 8) {
-            uint32_t af[4] = {tf32_from_float(a[g * lda + k0 + t]), tf32_from_float(a[(g + 8) * lda + k0 + t]),
-                              tf32_from_float(a[g * lda + k0 + t + 4]),
-                              tf32_from_float(a[(g + 8) * lda + k0 + t + 4])};
-            #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                uint32_t bf[2] = {tf32_from_float(b_at<BL>(b, ldb, k0 + t, 8 * n + g)),
-                                  tf32_from_float(b_at<BL>(b, ldb, k0 + t + 4, 8 * n + g))};
-                mma_m16n8k8_tf32(c[n], af, bf, c[n]);
-            }
-        }
-    } else if constexpr (P == ATTN_BF16) {
-        #pragma unroll
-        for (int k0 = 0; k0 < K; k0 += 16) {
-            uint32_t af[4] = {a_pair_bf16(a, lda, g, k0 + 2 * t), a_pair_bf16(a, lda, g + 8, k0 + 2 * t),
-                              a_pair_bf16(a, lda, g, k0 + 2 * t + 8), a_pair_bf16(a, lda, g + 8, k0 + 2 * t + 8)};
-            #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                uint32_t bf[2] = {b_pair_bf16<BL>(b, ldb, k0 + 2 * t, 8 * n + g),
-                                  b_pair_bf16<BL>(b, ldb, k0 + 2 * t + 8, 8 * n + g)};
-                mma_m16n8k16_bf16(c[n], af, bf, c[n]);
-            }
-        }
-    } else {
-        // each of the lane's elements sums its products in k order; A's two rows and
-        // B's two columns of the lane are read once per k
-        for (int k = 0; k < K; k++) {
-            float a0 = a[g * lda + k], a1 = a[(g + 8) * lda + k];
-            #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                float b0 = b_at<BL>(b, ldb, k, 8 * n + 2 * t), b1 = b_at<BL>(b, ldb, k, 8 * n + 2 * t + 1);
-                c[n][0] += a0 * b0;
-                c[n][1] += a0 * b1;
-                c[n][2] += a1 * b0;
-                c[n][3] += a1 * b1;
-            }
-        }
-    }
-}
-
-template <int NT> __device__ static __forceinline__ void fragments_zero(float c[NT][4]) {
-    #pragma unroll
-    for (int n = 0; n < NT; n++) {
-        #pragma unroll
-        for (int i = 0; i < 4; i++) { c[n][i] = 0.0f; }
-    }
-}
-
-// A warp's 16 rows of a C fragment into shared memory (row stride ld).
-template <int NT> __device__ static __forceinline__ void fragments_store(float *dst, int ld, const float c[NT][4]) {
-    int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
-    #pragma unroll
-    for (int n = 0; n < NT; n++) {
-        #pragma unroll
-        for (int i = 0; i < 4; i++) { dst[(g + 8 * (i >> 1)) * ld + 8 * n + 2 * t + (i & 1)] = c[n][i]; }
-    }
-}
-
-// shared (R, ld) fp32 <- rows [row0, row0 + R) of a token-major floatX tensor (rows
-// of `stride` elements from src, which points at the head's first column),
-// consecutive threads on consecutive elements of a row (coalesced; the activations
-// are only element-aligned, so no wider loads); rows at or past T are zeros.
-template <int HS, int R, int THREADS>
-__device__ static __forceinline__ void tile_load(float *tile, int ld, const floatX *src, size_t stride, int row0,
-                                                 int T) {
-    for (int idx = threadIdx.x; idx < R * HS; idx += THREADS) {
-        int r = idx / HS, c = idx % HS;
-        tile[r * ld + c] = row0 + r < T ? to_float(src[(size_t)(row0 + r) * stride + c]) : 0.0f;
-    }
-}
 
 // shared index[R], document[R] <- the coordinates of tokens [row0, row0 + R) (0 past T)
 template <int R, int THREADS>
@@ -461,27 +355,17 @@ __device__ static __forceinline__ int tile_pair_sees(const int *coords, int q0, 
     return q0 + qr < T && k0 + kc < T && pair_visible(coords[qr], coords[R + qr], coords[2 * R + kc], coords[3 * R + kc]);
 }
 
-// the max (or sum) of the 4 lanes holding one row of a C fragment
-__device__ static __forceinline__ float row_max4(float v) {
-    v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, 1));
-    return fmaxf(v, __shfl_xor_sync(FULL_MASK, v, 2));
-}
-__device__ static __forceinline__ float row_sum4(float v) {
-    v += __shfl_xor_sync(FULL_MASK, v, 1);
-    return v + __shfl_xor_sync(FULL_MASK, v, 2);
-}
-
 // ----------------------------------------------------------------------------
 // the kernels
 
-template <AttnPrecision P, int HS> static constexpr size_t forward_shared_floats() {
+template <MmaPrecision P, int HS> static constexpr size_t forward_shared_floats() {
     using Tl = AttnTile<P, HS>;
     // q, k (LD_NK), v (LD_KN), a warp's P per warp, 4 R coordinates
     return (size_t)Tl::ROWS * (2 * Tl::LD_NK + Tl::LD_KN) + Tl::WARPS * 16 * Tl::LD_P + 4 * Tl::ROWS;
 }
 
 // One query tile of (b, h) against the visiting block, merged into (o, lse).
-template <AttnPrecision P, int HS>
+template <MmaPrecision P, int HS>
 __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forward_kernel(AttnBlockArgs p) {
     using Tl = AttnTile<P, HS>;
     constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
@@ -588,7 +472,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forwar
     }
 }
 
-template <AttnPrecision P, int HS> static constexpr size_t backward_shared_floats() {
+template <MmaPrecision P, int HS> static constexpr size_t backward_shared_floats() {
     using Tl = AttnTile<P, HS>;
     // two tiles read as A or B_NK, two read as B_KN as well (LD_KN), a warp's P,
     // 4 R coordinates, lse and D of R rows
@@ -596,7 +480,7 @@ template <AttnPrecision P, int HS> static constexpr size_t backward_shared_float
 }
 
 // dQ of one query tile of (b, h) from the visiting block.
-template <AttnPrecision P, int HS>
+template <MmaPrecision P, int HS>
 __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backward_dq_kernel(AttnBlockArgs p) {
     using Tl = AttnTile<P, HS>;
     constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
@@ -675,7 +559,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
 }
 
 // dK and dV of one key tile of the visiting block, (b, h), from this rank's queries.
-template <AttnPrecision P, int HS>
+template <MmaPrecision P, int HS>
 __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backward_dkv_kernel(AttnBlockArgs p) {
     using Tl = AttnTile<P, HS>;
     constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
@@ -788,11 +672,11 @@ __global__ static void fill_kernel(float *x, float value, size_t n) {
 // launches: one per visiting block and pass
 
 // Calls f with AttnKernel<precision, HS> for the run's precision and head size.
-template <AttnPrecision P_, int HS_> struct AttnKernel {
-    static constexpr AttnPrecision P = P_;
+template <MmaPrecision P_, int HS_> struct AttnKernel {
+    static constexpr MmaPrecision P = P_;
     static constexpr int HS = HS_;
 };
-template <AttnPrecision P, typename F> static void attention_dispatch_hs(int HS, F f) {
+template <MmaPrecision P, typename F> static void attention_dispatch_hs(int HS, F f) {
     switch (HS) {
     case 32: f(AttnKernel<P, 32>()); break;
     case 64: f(AttnKernel<P, 64>()); break;
@@ -801,13 +685,13 @@ template <AttnPrecision P, typename F> static void attention_dispatch_hs(int HS,
     }
 }
 // the kernels of the build's precisions only: BF16, or TF32 and exact fp32
-template <typename F> static void attention_dispatch(AttnPrecision precision, int HS, F f) {
+template <typename F> static void attention_dispatch(MmaPrecision precision, int HS, F f) {
 #ifdef ENABLE_BF16
-    if (precision != ATTN_BF16) { fatal("attention: precision %d in the BF16 build", (int)precision); }
-    attention_dispatch_hs<ATTN_BF16>(HS, f);
+    if (precision != MMA_BF16) { fatal("attention: precision %d in the BF16 build", (int)precision); }
+    attention_dispatch_hs<MMA_BF16>(HS, f);
 #else
-    if (precision == ATTN_TF32) { attention_dispatch_hs<ATTN_TF32>(HS, f); }
-    else if (precision == ATTN_FP32) { attention_dispatch_hs<ATTN_FP32>(HS, f); }
+    if (precision == MMA_TF32) { attention_dispatch_hs<MMA_TF32>(HS, f); }
+    else if (precision == MMA_FP32) { attention_dispatch_hs<MMA_FP32>(HS, f); }
     else { fatal("attention: bf16 products in the FP32 build"); }
 #endif
 }
@@ -844,7 +728,7 @@ static void attend_block_forward_cuda(AttentionQueriesCuda *aq, const floatX *qk
     a.lse = lse;
     dim3 grid(a.tiles, aq->NH, aq->B);
     attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
-        constexpr AttnPrecision P = decltype(kernel)::P;
+        constexpr MmaPrecision P = decltype(kernel)::P;
         constexpr int HS = decltype(kernel)::HS;
         size_t shared = attention_shared(attend_forward_kernel<P, HS>, forward_shared_floats<P, HS>());
         attend_forward_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
@@ -867,7 +751,7 @@ static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const floatX *q
     a.dkv = dkv;
     dim3 grid(a.tiles, aq->NH, aq->B);
     attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
-        constexpr AttnPrecision P = decltype(kernel)::P;
+        constexpr MmaPrecision P = decltype(kernel)::P;
         constexpr int HS = decltype(kernel)::HS;
         size_t shared = attention_shared(attend_backward_dq_kernel<P, HS>, backward_shared_floats<P, HS>());
         attend_backward_dq_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
