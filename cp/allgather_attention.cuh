@@ -52,10 +52,10 @@ static void allgather_attention_cuda_init(AllgatherAttentionCuda *ag, Comm *comm
     ag->kv_bytes = kv_block_cuda_bytes(B, T, C);
     ag->dkv_bytes = dkv_block_cuda_bytes(B, T, C);
     int cp = comm->size;
-    ag->kv_own = (floatX *)attention_cuda_alloc(&ag->bytes, ag->kv_bytes);
-    ag->kv_all = (char *)attention_cuda_alloc(&ag->bytes, cp * ag->kv_bytes);
-    ag->dkv_all = (char *)attention_cuda_alloc(&ag->bytes, cp * ag->dkv_bytes);
-    ag->dkv_own = (float *)attention_cuda_alloc(&ag->bytes, ag->dkv_bytes);
+    ag->kv_own = (floatX *)cuda_malloc_counted(&ag->bytes, ag->kv_bytes);
+    ag->kv_all = (char *)cuda_malloc_counted(&ag->bytes, cp * ag->kv_bytes);
+    ag->dkv_all = (char *)cuda_malloc_counted(&ag->bytes, cp * ag->dkv_bytes);
+    ag->dkv_own = (float *)cuda_malloc_counted(&ag->bytes, ag->dkv_bytes);
 }
 
 static void allgather_attention_cuda_free(AllgatherAttentionCuda *ag) {

@@ -56,10 +56,10 @@ static void ring_attention_cuda_init(RingAttentionCuda *ra, Comm *comm, int B, i
     ra->dkv_bytes = dkv_block_cuda_bytes(B, T, C);
     if (comm->size > 1) { // at cp 1 nothing travels: the kernels read qkv and write dqkv
         for (int i = 0; i < 2; i++) {
-            ra->kv_buf[i] = (floatX *)attention_cuda_alloc(&ra->bytes, ra->kv_bytes);
-            ra->dkv_buf[i] = (float *)attention_cuda_alloc(&ra->bytes, ra->dkv_bytes);
+            ra->kv_buf[i] = (floatX *)cuda_malloc_counted(&ra->bytes, ra->kv_bytes);
+            ra->dkv_buf[i] = (float *)cuda_malloc_counted(&ra->bytes, ra->dkv_bytes);
         }
-        ra->dkv_step = (float *)attention_cuda_alloc(&ra->bytes, ra->dkv_bytes);
+        ra->dkv_step = (float *)cuda_malloc_counted(&ra->bytes, ra->dkv_bytes);
     }
 }
 

@@ -63,14 +63,14 @@ static void ulysses_attention_cuda_init(UlyssesAttentionCuda *ua, Comm *group, C
     ua->B = B; ua->T = T; ua->C = C; ua->NH = NH; ua->U = U;
     ulysses_layout_init(&ua->coords, U, B, T);
     size_t bt = (size_t)B * T, buffer = ulysses_buffer_floats(B, T, C, NH);
-    ua->slot = (int *)attention_cuda_alloc(&ua->bytes, (size_t)U * bt * sizeof(int));
-    ua->send = (float *)attention_cuda_alloc(&ua->bytes, buffer * sizeof(float));
-    ua->recv = (float *)attention_cuda_alloc(&ua->bytes, buffer * sizeof(float));
-    ua->qkv = (floatX *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(floatX));
-    ua->dqkv = (floatX *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(floatX));
-    ua->out = (floatX *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(floatX));
-    ua->dout = (floatX *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(floatX));
-    ua->lse = (float *)attention_cuda_alloc(&ua->bytes, bt * NH * sizeof(float));
+    ua->slot = (int *)cuda_malloc_counted(&ua->bytes, (size_t)U * bt * sizeof(int));
+    ua->send = (float *)cuda_malloc_counted(&ua->bytes, buffer * sizeof(float));
+    ua->recv = (float *)cuda_malloc_counted(&ua->bytes, buffer * sizeof(float));
+    ua->qkv = (floatX *)cuda_malloc_counted(&ua->bytes, bt * 3 * C * sizeof(floatX));
+    ua->dqkv = (floatX *)cuda_malloc_counted(&ua->bytes, bt * 3 * C * sizeof(floatX));
+    ua->out = (floatX *)cuda_malloc_counted(&ua->bytes, bt * C * sizeof(floatX));
+    ua->dout = (floatX *)cuda_malloc_counted(&ua->bytes, bt * C * sizeof(floatX));
+    ua->lse = (float *)cuda_malloc_counted(&ua->bytes, bt * NH * sizeof(float));
     ring_attention_cuda_init(&ua->ring, ring, B, U * T, C / U, NH / U);
     ua->bytes += ua->ring.bytes;
 }
