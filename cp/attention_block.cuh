@@ -1,9 +1,18 @@
 /*
 Attention of this rank's queries to one K/V block on the GPU, flash-style on the
 tensor cores: the computation of cp/attention_block.h (same (o, lse) per visiting
-block, same log-sum-exp merge, same backward formulas), tiled. Both GPU algorithms
-repeat it once per block they meet: cp/ring_attention.cuh passes the blocks around
-a ring, cp/allgather_attention.cuh gathers them all at once.
+block, same log-sum-exp merge, same backward formulas), tiled. Every GPU algorithm
+repeats it once per block it meets: cp/ring_attention.cuh passes the blocks around
+a ring (cp/ulysses_attention.cuh runs that ring over its groups' rows),
+cp/allgather_attention.cuh gathers them all at once. This file holds the
+kernels and their launches, and the steps every algorithm takes around them; what
+they work on is defined beside it:
+  cp/attention_queries.cuh  what stays on this rank (AttentionQueriesCuda), the
+                            run's precision and tile rows
+  cp/kv_block.cuh           the visiting K/V block, where its dK | dV go
+  cp/tile_visibility.cuh    the step's coordinates and tile visibility (the GPU
+                            twin of cp/block_mask.h)
+  llmc/mma_tiles.cuh        the warp products, their fragments, tile loads
 
 Data, all token-major (no head <-> token permutes): token t of batch row b is row
 b * T + t of its tensor and head h its columns [h HS, (h + 1) HS). q, k, v and dO
@@ -19,14 +28,14 @@ floatX result once (attention_forward_end_cuda, attention_backward_end_cuda).
 The tiles are converted to fp32 as they are loaded into shared memory.
 
 Tiles: R rows of queries or keys (R = 64; 32 at HS 128, for registers and shared
-memory), one warp per 16 rows. Visibility is decided per (query tile, key tile)
-from the global coordinates (cp/block_mask.h's ranges over a tile): BLOCK_SKIP
-computes nothing, BLOCK_FULL evaluates no mask, BLOCK_MASKED evaluates
-pair_visible per element (and the bounds of a partial tile at the end of a row).
-The table is built once per step for every rank's block (AttentionLayoutCuda),
-so the layers' passes only read it.
+memory), one warp per 16 rows. Each (query tile, key tile) pair is computed as the
+step's visibility table says (cp/tile_visibility.cuh, built once per step, so the
+layers' passes only read it): BLOCK_SKIP computes nothing, BLOCK_FULL evaluates
+no mask, BLOCK_MASKED evaluates pair_visible per element (and the bounds of a
+partial tile at the end of a row).
 
-Kernels (grid: tiles x NH x B, HS and the precision are template parameters):
+Kernels (the block kernels' grid: tiles x NH x B, HS and the precision are
+template parameters):
 
   forward      per query tile: Q in shared memory; for each visible key tile,
                K and V loaded coalesced into shared memory, S = Q K^T scale,
@@ -39,6 +48,8 @@ Kernels (grid: tiles x NH x B, HS and the precision are template parameters):
                P^T = exp(K Q^T scale - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D)
                scale, dV += P^T dO, dK += dS^T Q. Every key row is written (0
                where no query sees it), so the output needs no zeroing.
+  D            (row_dot_kernel, once per backward pass, before the blocks)
+               D = rowsum(dO * O) per query row and head, one thread per row.
 
 Products: every matrix product is one warp's C (16 x 8n) += A (16 x k) B (k x 8n)
 from shared memory (warp_mma, llmc/mma_tiles.cuh), in the run's precision
@@ -60,33 +71,15 @@ same bits every run.
 #ifndef CP_ATTENTION_BLOCK_CUH
 #define CP_ATTENTION_BLOCK_CUH
 
-#include "comm.h"
+#include "attention_queries.cuh"
+#include "kv_block.cuh"
 #include "tile_visibility.cuh"
 #include "../llmc/cuda_common.cuh"
 #include "../llmc/mma_tiles.cuh"
 
-// the products' precision of a run: bf16 tensor cores in the BF16 build; TF32 (-f 1)
-// or exact fp32 (-f 0) in the FP32 build
-static MmaPrecision attention_precision(int tf32) {
-#ifdef ENABLE_BF16
-    (void)tf32;
-    return MMA_BF16;
-#else
-    return tf32 ? MMA_TF32 : MMA_FP32;
-#endif
-}
-
-// whether the sums over blocks (output, dQ) go straight into out and dqkv (the FP32
-// build), or into an fp32 buffer written to them once (the BF16 build)
-static constexpr bool attention_sums_in_place = sizeof(floatX) == sizeof(float);
-
-// The head sizes the kernels are built for, and their tile rows.
-static int attention_head_size_supported(int HS) { return HS == 32 || HS == 64 || HS == 128; }
-static int attention_tile_rows(int HS) { return HS <= 64 ? 64 : 32; }
-
 template <MmaPrecision P, int HS> struct AttnTile {
-    static constexpr int ROWS = HS <= 64 ? 64 : 32; // rows of a query or key tile
-    static constexpr int WARPS = ROWS / 16;         // one warp per 16 rows
+    static constexpr int ROWS = attention_tile_rows(HS); // rows of a query or key tile
+    static constexpr int WARPS = ROWS / 16;              // one warp per 16 rows
     static constexpr int THREADS = WARPS * WARP_SIZE;
     // Row strides in shared memory (floats), padded so that a warp's fragment loads
     // hit distinct banks. TF32 and fp32 read one float per element: lane (g, t)
@@ -100,118 +93,10 @@ template <MmaPrecision P, int HS> struct AttnTile {
 };
 
 // ----------------------------------------------------------------------------
-// the queries' side
-
-// What stays on this rank while the K/V blocks come by (device).
-typedef struct {
-    int B, T, C, NH;           // T = local tokens per row
-    MmaPrecision precision;   // bf16 (BF16 build); TF32 (-f 1) or exact fp32 (-f 0) (FP32 build)
-    float *drow;               // (B, NH, T) D = rowsum(dO * O)
-    float *acc;                // (B, T, C) BF16 build: the fp32 running output (forward), dQ summed
-                               // over the blocks (backward); NULL in the FP32 build (out, dqkv)
-    AttentionLayoutCuda layout;
-} AttentionQueriesCuda;
-
-// bytes attention_queries_cuda_init allocates for a group of cp ranks
-static size_t attention_queries_cuda_bytes(int cp, int B, int T, int C, int NH) {
-    size_t acc = attention_sums_in_place ? 0 : (size_t)B * T * C * sizeof(float);
-    size_t layout = attention_layout_cuda_bytes(cp, B, T, attention_tile_rows(C / NH));
-    return (size_t)B * NH * T * sizeof(float) + acc + layout;
-}
-
-static void attention_queries_cuda_init(AttentionQueriesCuda *aq, Comm *comm, int B, int T, int C, int NH,
-                                        size_t *bytes) {
-    if (C % NH != 0) { fatal("channels %d are not divisible by heads %d", C, NH); }
-    if (!attention_head_size_supported(C / NH)) {
-        fatal("head size %d (channels %d / heads %d): the GPU attention is built for head sizes 32, 64 and 128",
-              C / NH, C, NH);
-    }
-    memset(aq, 0, sizeof(*aq));
-    aq->B = B; aq->T = T; aq->C = C; aq->NH = NH;
-    aq->precision = attention_precision(cuda_ctx.tf32);
-    aq->drow = (float *)cuda_malloc_counted(bytes, (size_t)B * NH * T * sizeof(float));
-    if (!attention_sums_in_place) { aq->acc = (float *)cuda_malloc_counted(bytes, (size_t)B * T * C * sizeof(float)); }
-    attention_layout_cuda_init(&aq->layout, comm->size, comm->rank, B, T, attention_tile_rows(C / NH), bytes);
-}
-
-static void attention_queries_cuda_free(AttentionQueriesCuda *aq) {
-    cudaCheck(cudaFree(aq->drow));
-    if (aq->acc) { cudaCheck(cudaFree(aq->acc)); }
-    attention_layout_cuda_free(&aq->layout);
-    memset(aq, 0, sizeof(*aq));
-}
-
-// A K/V block as the kernels read it: rows (B, T, stride), head h at columns h HS.
-typedef struct {
-    const floatX *k, *v;
-    int stride;
-    int rank; // whose tokens: the coordinates and visibility to use
-} KVBlockCuda;
-
-// bytes of a travelling K/V block, k then v, (B, T, C) each, in the storage precision
-static size_t kv_block_cuda_bytes(int B, int T, int C) { return 2 * (size_t)B * T * C * sizeof(floatX); }
-// bytes of a block's dK | dV, (B, T, C) each: fp32 in every build, so that the sum
-// over the ranks (around the ring, or reduce-scattered) loses nothing
-static size_t dkv_block_cuda_bytes(int B, int T, int C) { return 2 * (size_t)B * T * C * sizeof(float); }
-
-static KVBlockCuda kv_block_cuda_view(const floatX *buf, int B, int T, int C, int rank) {
-    KVBlockCuda blk = {buf, buf + (size_t)B * T * C, C, rank};
-    return blk;
-}
-
-// this rank's own block, read where the qkv projection left it
-static KVBlockCuda kv_block_cuda_own(const floatX *qkv, int C, int rank) {
-    KVBlockCuda blk = {qkv + C, qkv + 2 * C, 3 * C, rank};
-    return blk;
-}
-
-// this rank's K/V block into a travelling buffer: k, v (B, T, C) <- qkv (B, T, 3C)
-static void kv_block_cuda_fill(floatX *buf, const floatX *qkv, int B, int T, int C) {
-    size_t rows = (size_t)B * T, width = (size_t)C * sizeof(floatX), pitch = 3 * width;
-    cudaCheck(cudaMemcpy2DAsync(buf, width, qkv + C, pitch, width, rows, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
-    cudaCheck(cudaMemcpy2DAsync(buf + rows * C, width, qkv + 2 * C, pitch, width, rows, cudaMemcpyDeviceToDevice,
-                                cuda_ctx.stream));
-}
-
-// dst[r][c] = src[r][c] in the storage precision, rows x cols
-// dst: (rows, dst_stride) floatX   src: (rows, src_stride) fp32
-__global__ static void columns_to_floatx_kernel(floatX *dst, int dst_stride, const float *src, int src_stride,
-                                                size_t rows, int cols) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * cols) { return; }
-    size_t r = idx / cols, c = idx % cols;
-    dst[r * dst_stride + c] = to_floatX(src[r * src_stride + c]);
-}
-
-static void columns_to_floatx_cuda(floatX *dst, int dst_stride, const float *src, int src_stride, size_t rows,
-                                   int cols) {
-    size_t n = rows * cols;
-    columns_to_floatx_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(dst, dst_stride, src, src_stride, rows,
-                                                                            cols);
-    cudaCheckLaunch();
-}
-
-// dqkv's dK | dV columns <- a block's fp32 dK, dV (B, T, C) each
-static void dkv_to_dqkv_cuda(floatX *dqkv, const float *dkv, int B, int T, int C) {
-    size_t rows = (size_t)B * T;
-    columns_to_floatx_cuda(dqkv + C, 3 * C, dkv, C, rows, C);
-    columns_to_floatx_cuda(dqkv + 2 * C, 3 * C, dkv + rows * C, C, rows, C);
-}
-
-// ----------------------------------------------------------------------------
-// the kernels' tiles and arguments
-
+// the kernels
 
 // What one launch of a block kernel reads and writes: rows (B, T, stride), token t
 // of batch row b at row b T + t, head h at columns [h HS, (h + 1) HS).
-// The block's dK and dV rows (row stride `stride`), written in fp32 (f: summed over
-// the ranks afterwards) or in the storage precision (x: the only block, cp 1).
-typedef struct {
-    float *dk_f, *dv_f;
-    floatX *dk_x, *dv_x;
-    int stride;
-} DkvRowsCuda;
-
 typedef struct {
     const floatX *q; int q_stride;      // the queries: qkv, stride 3C
     const floatX *k, *v; int kv_stride; // the visiting block's keys and values
@@ -227,9 +112,6 @@ typedef struct {
     int T, C, NH, tiles;
     float scale;
 } AttnBlockArgs;
-
-// ----------------------------------------------------------------------------
-// the kernels
 
 template <MmaPrecision P, int HS> static constexpr size_t forward_shared_floats() {
     using Tl = AttnTile<P, HS>;
@@ -541,6 +423,16 @@ __global__ static void fill_kernel(float *x, float value, size_t n) {
     if (i < n) { x[i] = value; }
 }
 
+// dst[r][c] = src[r][c] in the storage precision, rows x cols
+// dst: (rows, dst_stride) floatX   src: (rows, src_stride) fp32
+__global__ static void columns_to_floatx_kernel(floatX *dst, int dst_stride, const float *src, int src_stride,
+                                                size_t rows, int cols) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * cols) { return; }
+    size_t r = idx / cols, c = idx % cols;
+    dst[r * dst_stride + c] = to_floatX(src[r * src_stride + c]);
+}
+
 // ----------------------------------------------------------------------------
 // launches: one per visiting block and pass
 
@@ -638,6 +530,15 @@ static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const floatX *q
 // ----------------------------------------------------------------------------
 // the steps every algorithm takes
 
+// fp32 columns into the storage precision (columns_to_floatx_kernel)
+static void columns_to_floatx_cuda(floatX *dst, int dst_stride, const float *src, int src_stride, size_t rows,
+                                   int cols) {
+    size_t n = rows * cols;
+    columns_to_floatx_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(dst, dst_stride, src, src_stride, rows,
+                                                                            cols);
+    cudaCheckLaunch();
+}
+
 // The empty state, no block seen yet: lse -inf. Returns the fp32 rows (B, T, C) the
 // blocks merge the output into: out itself in the FP32 build, aq->acc in the BF16 one.
 // out: (B, T, C)   lse: (B, NH, T)
@@ -686,16 +587,11 @@ static void attention_backward_end_cuda(AttentionQueriesCuda *aq, floatX *dqkv) 
     columns_to_floatx_cuda(dqkv, 3 * aq->C, aq->acc, aq->C, (size_t)aq->B * aq->T, aq->C);
 }
 
-// fp32 dK | dV rows of a block, (B, T, C) each, from dkv
-static DkvRowsCuda dkv_rows_fp32(float *dkv, int B, int T, int C) {
-    DkvRowsCuda r = {dkv, dkv + (size_t)B * T * C, NULL, NULL, C};
-    return r;
-}
-
-// the only block's dK | dV straight into dqkv's columns (cp 1)
-static DkvRowsCuda dkv_rows_dqkv(floatX *dqkv, int C) {
-    DkvRowsCuda r = {NULL, NULL, dqkv + C, dqkv + 2 * C, 3 * C};
-    return r;
+// dqkv's dK | dV columns <- a block's fp32 dK, dV (B, T, C) each
+static void dkv_to_dqkv_cuda(floatX *dqkv, const float *dkv, int B, int T, int C) {
+    size_t rows = (size_t)B * T;
+    columns_to_floatx_cuda(dqkv + C, 3 * C, dkv, C, rows, C);
+    columns_to_floatx_cuda(dqkv + 2 * C, 3 * C, dkv + rows * C, C, rows, C);
 }
 
 #endif // CP_ATTENTION_BLOCK_CUH
