@@ -123,13 +123,13 @@ static void ulysses_exchange_run_cuda(UlyssesAttentionCuda *ua, const UlyssesExc
     ulysses_move_cuda(x, ua->recv, ua->slot, 1 - from, 0);
 }
 
-// out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
 // a floatX tensor of an exchange
 static void ulysses_exchange_add_floatx(UlyssesExchange *x, const floatX *local, floatX *group, int fields,
                                         int width) {
     ulysses_exchange_add_sized(x, (void *)local, group, (int)sizeof(floatX), fields, width, 0);
 }
 
+// out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
 static void ulysses_attention_cuda_forward(UlyssesAttentionCuda *ua, floatX *out, float *lse, const floatX *qkv) {
     int C = ua->C, NH = ua->NH;
     UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
