@@ -1,23 +1,24 @@
 /*
 Which query-key pairs of this step can see each other, decided per pair of tiles
-on the GPU: the GPU twin of cp/block_mask.h. The rule is that file's
-(block_visibility over the ranges of a tile's global indices and documents,
-sub_block_range; pair_visible for one pair), applied to every pair of tiles of R
-rows that the block attention kernels (cp/attention_block.cuh) meet:
+on the GPU: the GPU twin of cp/block_mask.h. Its rule (block_visibility over the
+ranges of two tiles' global indices and documents, from sub_block_range;
+pair_visible for one pair) is applied to every pair of tiles of R rows that the
+block attention kernels (cp/attention_block.cuh) meet:
 
     BLOCK_SKIP    no pair of the two tiles is visible: nothing is computed
     BLOCK_FULL    every pair is: no mask is evaluated
     BLOCK_MASKED  some pairs are: pair_visible per element (tile_pair_sees), and
                   the bounds of a partial tile at the end of a row (a pair with a
-                  partial tile is at most MASKED, so a FULL tile is read whole)
+                  partial tile is at most MASKED, so that the FULL path, which
+                  checks no bounds, meets only whole tiles)
 
 The table is built once per step for every rank's block (AttentionLayoutCuda,
 attention_layout_cuda_prepare, a collective over the group): this rank's
 coordinates are uploaded from the sharder's layout and all-gathered from every
-rank, the tiles' ranges computed (tile_spans_kernel) and then the visibility of
-each of this rank's query tiles against each rank's key tiles
-(tile_visibility_kernel). The layers' passes only read it; inside a kernel
-coords_load brings two tiles' coordinates into shared memory for tile_pair_sees.
+rank, the tiles' ranges computed (tile_spans_kernel), then the visibility of each
+of this rank's query tiles against each rank's key tiles (tile_visibility_kernel).
+The layers' passes only read it. Inside a kernel, coords_load brings a tile's
+coordinates into shared memory and tile_pair_sees decides one pair from them.
 Nothing here depends on the layout that produced the shard: only global indices.
 */
 #ifndef CP_TILE_VISIBILITY_CUH

@@ -37,7 +37,7 @@ for arg in "$@"; do
 done
 mkdir -p "$WORK"
 # the __global__ functions of the sources
-grep -ho '__global__ static void \(__launch_bounds__([^)]*) \)\?[a-z_0-9]*' cp/*.cuh llmc/*.cuh |
+grep -ho '__global__ static void \(__launch_bounds__([^)]*) \)\?[A-Za-z_0-9]*' cp/*.cuh llmc/*.cuh |
     awk '{ print $NF }' | sort -u > "$WORK/sources.txt"
 status=0
 for prec in FP32 BF16; do
