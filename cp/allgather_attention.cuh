@@ -52,10 +52,10 @@ static void allgather_attention_cuda_init(AllgatherAttentionCuda *ag, Comm *comm
     ag->kv_bytes = kv_block_cuda_bytes(B, T, C);
     ag->dkv_bytes = dkv_block_cuda_bytes(B, T, C);
     int cp = comm->size;
-    ag->kv_own = (floatX *)attention_cuda_alloc(&ag->bytes, ag->kv_bytes);
-    ag->kv_all = (char *)attention_cuda_alloc(&ag->bytes, cp * ag->kv_bytes);
-    ag->dkv_all = (char *)attention_cuda_alloc(&ag->bytes, cp * ag->dkv_bytes);
-    ag->dkv_own = (float *)attention_cuda_alloc(&ag->bytes, ag->dkv_bytes);
+    ag->kv_own = (floatX *)cuda_malloc_counted(&ag->bytes, ag->kv_bytes);
+    ag->kv_all = (char *)cuda_malloc_counted(&ag->bytes, cp * ag->kv_bytes);
+    ag->dkv_all = (char *)cuda_malloc_counted(&ag->bytes, cp * ag->dkv_bytes);
+    ag->dkv_own = (float *)cuda_malloc_counted(&ag->bytes, ag->dkv_bytes);
 }
 
 static void allgather_attention_cuda_free(AllgatherAttentionCuda *ag) {
@@ -112,19 +112,8 @@ static void allgather_attention_cuda_backward(AllgatherAttentionCuda *ag, floatX
     attention_backward_end_cuda(&ag->queries, dqkv);
 }
 
-static void allgather_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
-    allgather_attention_cuda_forward((AllgatherAttentionCuda *)ctx, out, lse, qkv);
-}
-
-static void allgather_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout,
-                                                   const floatX *qkv, const floatX *out, const float *lse) {
-    allgather_attention_cuda_backward((AllgatherAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
-}
-
-// the GPU model's attention verbs (device pointers), computed by all-gather attention
-static AttentionVerbsCuda allgather_attention_cuda_verbs(AllgatherAttentionCuda *ag) {
-    AttentionVerbsCuda verbs = {ag, allgather_attention_cuda_forward_verb, allgather_attention_cuda_backward_verb};
-    return verbs;
-}
+// allgather_attention_cuda_verbs(ag): the GPU model's attention verbs (device pointers), computed by
+// all-gather attention
+ATTENTION_VERBS_OF(allgather_attention_cuda, AllgatherAttentionCuda, AttentionVerbsCuda, floatX)
 
 #endif // CP_ALLGATHER_ATTENTION_CUH

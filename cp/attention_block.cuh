@@ -1,9 +1,18 @@
 /*
 Attention of this rank's queries to one K/V block on the GPU, flash-style on the
 tensor cores: the computation of cp/attention_block.h (same (o, lse) per visiting
-block, same log-sum-exp merge, same backward formulas), tiled. Both GPU algorithms
-repeat it once per block they meet: cp/ring_attention.cuh passes the blocks around
-a ring, cp/allgather_attention.cuh gathers them all at once.
+block, same log-sum-exp merge, same backward formulas), tiled. Every GPU algorithm
+repeats it once per block it meets: cp/ring_attention.cuh passes the blocks around
+a ring (cp/ulysses_attention.cuh runs that ring over its groups' rows),
+cp/allgather_attention.cuh gathers them all at once. This file holds the
+kernels and their launches, and the steps every algorithm takes around them; what
+they work on is defined beside it:
+  cp/attention_queries.cuh  what stays on this rank (AttentionQueriesCuda), the
+                            run's precision and tile rows
+  cp/kv_block.cuh           the visiting K/V block, where its dK | dV go
+  cp/tile_visibility.cuh    the step's coordinates and tile visibility (the GPU
+                            twin of cp/block_mask.h)
+  llmc/mma_tiles.cuh        the warp products, their fragments, tile loads
 
 Data, all token-major (no head <-> token permutes): token t of batch row b is row
 b * T + t of its tensor and head h its columns [h HS, (h + 1) HS). q, k, v and dO
@@ -19,14 +28,14 @@ floatX result once (attention_forward_end_cuda, attention_backward_end_cuda).
 The tiles are converted to fp32 as they are loaded into shared memory.
 
 Tiles: R rows of queries or keys (R = 64; 32 at HS 128, for registers and shared
-memory), one warp per 16 rows. Visibility is decided per (query tile, key tile)
-from the global coordinates (cp/block_mask.h's ranges over a tile): BLOCK_SKIP
-computes nothing, BLOCK_FULL evaluates no mask, BLOCK_MASKED evaluates
-pair_visible per element (and the bounds of a partial tile at the end of a row).
-The table is built once per step for every rank's block (AttentionLayoutCuda),
-so the layers' passes only read it.
+memory), one warp per 16 rows. Each (query tile, key tile) pair is computed as the
+step's visibility table says (cp/tile_visibility.cuh, built once per step, so the
+layers' passes only read it): BLOCK_SKIP computes nothing, BLOCK_FULL evaluates
+no mask, BLOCK_MASKED evaluates pair_visible per element (and the bounds of a
+partial tile at the end of a row).
 
-Kernels (grid: tiles x NH x B, HS and the precision are template parameters):
+Kernels (the block kernels' grid: tiles x NH x B, HS and the precision are
+template parameters):
 
   forward      per query tile: Q in shared memory; for each visible key tile,
                K and V loaded coalesced into shared memory, S = Q K^T scale,
@@ -39,19 +48,21 @@ Kernels (grid: tiles x NH x B, HS and the precision are template parameters):
                P^T = exp(K Q^T scale - lse), dP^T = V dO^T, dS^T = P^T (dP^T - D)
                scale, dV += P^T dO, dK += dS^T Q. Every key row is written (0
                where no query sees it), so the output needs no zeroing.
+  D            (row_dot_kernel, once per backward pass, before the blocks)
+               D = rowsum(dO * O) per query row and head, one thread per row.
 
 Products: every matrix product is one warp's C (16 x 8n) += A (16 x k) B (k x 8n)
-from shared memory (warp_mma), in the accumulator layout of the m16n8k8 and
-m16n8k16 mma (the same for both):
-  ATTN_TF32  (FP32 build, -f 1) the tensor cores: mma.sync m16n8k8 with TF32
-             inputs, fp32 accumulation (llmc/mma.cuh);
-  ATTN_FP32  (FP32 build, -f 0) the same tiling and fragments, each lane summing
-             its own elements' products with fp32 FMAs in k order: exact fp32,
-             the mode validated against the CPU twin;
-  ATTN_BF16  (BF16 build) the tensor cores: mma.sync m16n8k16 with bf16 inputs,
-             fp32 accumulation. Q, K, V and dO are bf16 already (exact in the
-             fragments); P and dS, computed in fp32, are rounded to bf16 as the A
-             operand of P V, dS K, P^T dO and dS^T Q, as flash-attention does.
+from shared memory (warp_mma, llmc/mma_tiles.cuh), in the run's precision
+(AttentionQueriesCuda.precision, the kernels' template parameter P):
+  MMA_TF32  (FP32 build, -f 1) the tensor cores: mma.sync m16n8k8 with TF32
+            inputs, fp32 accumulation (llmc/mma.cuh);
+  MMA_FP32  (FP32 build, -f 0) the same tiling and fragments, each lane summing
+            its own elements' products with fp32 FMAs in k order: exact fp32,
+            the mode validated against the CPU twin;
+  MMA_BF16  (BF16 build) the tensor cores: mma.sync m16n8k16 with bf16 inputs,
+            fp32 accumulation. Q, K, V and dO are bf16 already (exact in the
+            fragments); P and dS, computed in fp32, are rounded to bf16 as the A
+            operand of P V, dS K, P^T dO and dS^T Q, as flash-attention does.
 Softmax, the running max and sum, lse, D = rowsum(dO * O) and the (o, lse) merge
 are fp32 in every mode.
 Each output element is computed by one lane in a fixed order: no atomics, the
@@ -60,384 +71,32 @@ same bits every run.
 #ifndef CP_ATTENTION_BLOCK_CUH
 #define CP_ATTENTION_BLOCK_CUH
 
-#include <stdint.h>
-#include "block_mask.h"
-#include "comm.h"
-#include "sharder.h"
+#include "attention_queries.cuh"
+#include "kv_block.cuh"
+#include "tile_visibility.cuh"
 #include "../llmc/cuda_common.cuh"
-#include "../llmc/mma.cuh"
+#include "../llmc/mma_tiles.cuh"
 
-typedef enum { ATTN_FP32 = 0, ATTN_TF32 = 1, ATTN_BF16 = 2 } AttnPrecision;
-
-// the products' precision of a run: bf16 tensor cores in the BF16 build; TF32 (-f 1)
-// or exact fp32 (-f 0) in the FP32 build
-static AttnPrecision attention_precision(int tf32) {
-#ifdef ENABLE_BF16
-    (void)tf32;
-    return ATTN_BF16;
-#else
-    return tf32 ? ATTN_TF32 : ATTN_FP32;
-#endif
-}
-
-// whether the sums over blocks (output, dQ) go straight into out and dqkv (the FP32
-// build), or into an fp32 buffer written to them once (the BF16 build)
-static constexpr bool attention_sums_in_place = sizeof(floatX) == sizeof(float);
-
-// The head sizes the kernels are built for, and their tile rows.
-static int attention_head_size_supported(int HS) { return HS == 32 || HS == 64 || HS == 128; }
-static int attention_tile_rows(int HS) { return HS <= 64 ? 64 : 32; }
-
-template <AttnPrecision P, int HS> struct AttnTile {
-    static constexpr int ROWS = HS <= 64 ? 64 : 32; // rows of a query or key tile
-    static constexpr int WARPS = ROWS / 16;         // one warp per 16 rows
+template <MmaPrecision P, int HS> struct AttnTile {
+    static constexpr int ROWS = attention_tile_rows(HS); // rows of a query or key tile
+    static constexpr int WARPS = ROWS / 16;              // one warp per 16 rows
     static constexpr int THREADS = WARPS * WARP_SIZE;
     // Row strides in shared memory (floats), padded so that a warp's fragment loads
     // hit distinct banks. TF32 and fp32 read one float per element: lane (g, t)
     // reading g ld + t wants ld = 4 mod 32, reading t ld + g wants ld = 8. bf16
     // reads A and B_NK as pairs (8 bytes, half a warp at a time) at g ld + 2t,
     // which wants ld = 8 mod 32, and B_KN as single floats at 2t ld + g, ld = 4.
-    static constexpr int PAD_PAIRS = P == ATTN_BF16 ? 8 : 4;
+    static constexpr int PAD_PAIRS = P == MMA_BF16 ? 8 : 4;
     static constexpr int LD_NK = HS + PAD_PAIRS;               // read as A, or as B with (k, n) at [n][k]
-    static constexpr int LD_KN = HS + (P == ATTN_BF16 ? 4 : 8); // read as B with (k, n) at [k][n]
+    static constexpr int LD_KN = HS + (P == MMA_BF16 ? 4 : 8); // read as B with (k, n) at [k][n]
     static constexpr int LD_P = ROWS + PAD_PAIRS;              // a warp's 16 rows of probabilities
 };
 
 // ----------------------------------------------------------------------------
-// this step's coordinates and tile visibility, prepared once per step
-
-// Every rank's token coordinates and, for this rank's query tiles against each
-// rank's key tiles, their visibility (device).
-typedef struct {
-    int cp, rank, B, T, tile, tiles; // tiles = ceil(T / tile)
-    int *own_coords;     // (2, B, T) this rank's global indices, then documents
-    int *coords;         // (cp, 2, B, T) every rank's, gathered
-    SubBlock *spans;     // (cp, B, tiles) index and document ranges of each tile
-    unsigned char *vis;  // (cp, B, tiles, tiles) BlockVisibility of [rank][b][query tile][key tile]
-} AttentionLayoutCuda;
-
-// cudaMallocCheck that adds the size to *bytes: each algorithm reports what it holds
-static void *attention_cuda_alloc(size_t *bytes, size_t size) {
-    *bytes += size;
-    return cudaMallocCheck(size);
-}
-
-// bytes attention_layout_cuda_init allocates at cp ranks (the run's memory estimate
-// adds them up before anything is allocated; cp/attention.cuh checks that init matches)
-static size_t attention_layout_cuda_bytes(int cp, int B, int T, int HS) {
-    size_t tiles = (size_t)(T + attention_tile_rows(HS) - 1) / attention_tile_rows(HS);
-    return (size_t)(cp + 1) * 2 * B * T * sizeof(int) + (size_t)cp * B * tiles * (sizeof(SubBlock) + tiles);
-}
-
-static void attention_layout_cuda_init(AttentionLayoutCuda *al, int cp, int rank, int B, int T, int HS,
-                                       size_t *bytes) {
-    memset(al, 0, sizeof(*al));
-    al->cp = cp; al->rank = rank; al->B = B; al->T = T;
-    al->tile = attention_tile_rows(HS);
-    al->tiles = (T + al->tile - 1) / al->tile;
-    size_t coords = 2 * (size_t)B * T * sizeof(int), tiles = (size_t)cp * B * al->tiles;
-    al->own_coords = (int *)attention_cuda_alloc(bytes, coords);
-    al->coords = (int *)attention_cuda_alloc(bytes, cp * coords);
-    al->spans = (SubBlock *)attention_cuda_alloc(bytes, tiles * sizeof(SubBlock));
-    al->vis = (unsigned char *)attention_cuda_alloc(bytes, tiles * al->tiles);
-}
-
-static void attention_layout_cuda_free(AttentionLayoutCuda *al) {
-    void *buffers[] = {al->own_coords, al->coords, al->spans, al->vis};
-    for (size_t i = 0; i < sizeof(buffers) / sizeof(buffers[0]); i++) { cudaCheck(cudaFree(buffers[i])); }
-    memset(al, 0, sizeof(*al));
-}
-
-// rank r's global indices (B, T), its documents (B, T), its tile visibility (B, tiles, tiles)
-static const int *layout_index(const AttentionLayoutCuda *al, int r) {
-    return al->coords + (size_t)r * 2 * al->B * al->T;
-}
-static const int *layout_document(const AttentionLayoutCuda *al, int r) {
-    return layout_index(al, r) + (size_t)al->B * al->T;
-}
-static const unsigned char *layout_visibility(const AttentionLayoutCuda *al, int r) {
-    return al->vis + (size_t)r * al->B * al->tiles * al->tiles;
-}
-
-// spans[r][b][tile]: the ranges of tokens [tile R, min(T, (tile + 1) R)) of rank r's row b
-// spans: (cp, B, tiles)   coords: (cp, 2, B, T)
-__global__ static void tile_spans_kernel(SubBlock *spans, const int *coords, int cp, int B, int T, int tile,
-                                         int tiles) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)cp * B * tiles) { return; }
-    int tl = (int)(idx % tiles);
-    int b = (int)((idx / tiles) % B);
-    int r = (int)(idx / ((size_t)tiles * B));
-    const int *index = coords + ((size_t)r * 2 * B + b) * T;
-    const int *document = index + (size_t)B * T;
-    int end = (tl + 1) * tile < T ? (tl + 1) * tile : T;
-    spans[idx] = sub_block_range(index, document, tl * tile, end);
-}
-
-// vis[r][b][qt][kt]: this rank's query tile qt against rank r's key tile kt. A pair
-// with a partial tile (the end of a row) is at most MASKED, where bounds are checked.
-// vis: (cp, B, tiles, tiles)   spans: (cp, B, tiles)
-__global__ static void tile_visibility_kernel(unsigned char *vis, const SubBlock *spans, int self, int cp, int B,
-                                              int tile, int tiles) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= (size_t)cp * B * tiles * tiles) { return; }
-    int kt = (int)(idx % tiles);
-    int qt = (int)((idx / tiles) % tiles);
-    int b = (int)((idx / ((size_t)tiles * tiles)) % B);
-    int r = (int)(idx / ((size_t)tiles * tiles * B));
-    const SubBlock *q = &spans[((size_t)self * B + b) * tiles + qt];
-    const SubBlock *k = &spans[((size_t)r * B + b) * tiles + kt];
-    BlockVisibility v = block_visibility(q, k);
-    if (v == BLOCK_FULL && (q->end - q->start < tile || k->end - k->start < tile)) { v = BLOCK_MASKED; }
-    vis[idx] = (unsigned char)v;
-}
-
-// The step's coordinates from the sharder's layout (host): uploaded, gathered from
-// every rank of the group (a collective: every rank calls it), tiled.
-static void attention_layout_cuda_prepare(AttentionLayoutCuda *al, Comm *comm, const ShardLayout *lay) {
-    int B = al->B, T = al->T;
-    if (lay == NULL || lay->B != B || lay->local_len != T) {
-        fatal("attention: the layout does not match the buffers (B %d, T %d)", B, T);
-    }
-    size_t n = (size_t)B * T;
-    cuda_upload(al->own_coords, lay->global_index, n * sizeof(int));
-    cuda_upload(al->own_coords + n, lay->document, n * sizeof(int));
-    comm->all_gather(comm, al->own_coords, al->coords, 2 * n * sizeof(int));
-    size_t spans = (size_t)al->cp * B * al->tiles;
-    tile_spans_kernel<<<grid_for(spans, 128), 128, 0, cuda_ctx.stream>>>(al->spans, al->coords, al->cp, B, T,
-                                                                         al->tile, al->tiles);
-    cudaCheckLaunch();
-    size_t pairs = spans * al->tiles;
-    tile_visibility_kernel<<<grid_for(pairs, 256), 256, 0, cuda_ctx.stream>>>(al->vis, al->spans, al->rank, al->cp,
-                                                                              B, al->tile, al->tiles);
-    cudaCheckLaunch();
-}
-
-// ----------------------------------------------------------------------------
-// the queries' side
-
-// What stays on this rank while the K/V blocks come by (device).
-typedef struct {
-    int B, T, C, NH;           // T = local tokens per row
-    AttnPrecision precision;   // bf16 (BF16 build); TF32 (-f 1) or exact fp32 (-f 0) (FP32 build)
-    float *drow;               // (B, NH, T) D = rowsum(dO * O)
-    float *acc;                // (B, T, C) BF16 build: the fp32 running output (forward), dQ summed
-                               // over the blocks (backward); NULL in the FP32 build (out, dqkv)
-    AttentionLayoutCuda layout;
-} AttentionQueriesCuda;
-
-// bytes attention_queries_cuda_init allocates for a group of cp ranks
-static size_t attention_queries_cuda_bytes(int cp, int B, int T, int C, int NH) {
-    size_t acc = attention_sums_in_place ? 0 : (size_t)B * T * C * sizeof(float);
-    return (size_t)B * NH * T * sizeof(float) + acc + attention_layout_cuda_bytes(cp, B, T, C / NH);
-}
-
-static void attention_queries_cuda_init(AttentionQueriesCuda *aq, Comm *comm, int B, int T, int C, int NH,
-                                        size_t *bytes) {
-    if (C % NH != 0) { fatal("channels %d are not divisible by heads %d", C, NH); }
-    if (!attention_head_size_supported(C / NH)) {
-        fatal("head size %d (channels %d / heads %d): the GPU attention is built for head sizes 32, 64 and 128",
-              C / NH, C, NH);
-    }
-    memset(aq, 0, sizeof(*aq));
-    aq->B = B; aq->T = T; aq->C = C; aq->NH = NH;
-    aq->precision = attention_precision(cuda_ctx.tf32);
-    aq->drow = (float *)attention_cuda_alloc(bytes, (size_t)B * NH * T * sizeof(float));
-    if (!attention_sums_in_place) { aq->acc = (float *)attention_cuda_alloc(bytes, (size_t)B * T * C * sizeof(float)); }
-    attention_layout_cuda_init(&aq->layout, comm->size, comm->rank, B, T, C / NH, bytes);
-}
-
-static void attention_queries_cuda_free(AttentionQueriesCuda *aq) {
-    cudaCheck(cudaFree(aq->drow));
-    if (aq->acc) { cudaCheck(cudaFree(aq->acc)); }
-    attention_layout_cuda_free(&aq->layout);
-    memset(aq, 0, sizeof(*aq));
-}
-
-// A K/V block as the kernels read it: rows (B, T, stride), head h at columns h HS.
-typedef struct {
-    const floatX *k, *v;
-    int stride;
-    int rank; // whose tokens: the coordinates and visibility to use
-} KVBlockCuda;
-
-// bytes of a travelling K/V block, k then v, (B, T, C) each, in the storage precision
-static size_t kv_block_cuda_bytes(int B, int T, int C) { return 2 * (size_t)B * T * C * sizeof(floatX); }
-// bytes of a block's dK | dV, (B, T, C) each: fp32 in every build, so that the sum
-// over the ranks (around the ring, or reduce-scattered) loses nothing
-static size_t dkv_block_cuda_bytes(int B, int T, int C) { return 2 * (size_t)B * T * C * sizeof(float); }
-
-static KVBlockCuda kv_block_cuda_view(const floatX *buf, int B, int T, int C, int rank) {
-    KVBlockCuda blk = {buf, buf + (size_t)B * T * C, C, rank};
-    return blk;
-}
-
-// this rank's own block, read where the qkv projection left it
-static KVBlockCuda kv_block_cuda_own(const floatX *qkv, int C, int rank) {
-    KVBlockCuda blk = {qkv + C, qkv + 2 * C, 3 * C, rank};
-    return blk;
-}
-
-// this rank's K/V block into a travelling buffer: k, v (B, T, C) <- qkv (B, T, 3C)
-static void kv_block_cuda_fill(floatX *buf, const floatX *qkv, int B, int T, int C) {
-    size_t rows = (size_t)B * T, width = (size_t)C * sizeof(floatX), pitch = 3 * width;
-    cudaCheck(cudaMemcpy2DAsync(buf, width, qkv + C, pitch, width, rows, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
-    cudaCheck(cudaMemcpy2DAsync(buf + rows * C, width, qkv + 2 * C, pitch, width, rows, cudaMemcpyDeviceToDevice,
-                                cuda_ctx.stream));
-}
-
-// dst[r][c] = src[r][c] in the storage precision, rows x cols
-// dst: (rows, dst_stride) floatX   src: (rows, src_stride) fp32
-__global__ static void columns_to_floatx_kernel(floatX *dst, int dst_stride, const float *src, int src_stride,
-                                                size_t rows, int cols) {
-    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (idx >= rows * cols) { return; }
-    size_t r = idx / cols, c = idx % cols;
-    dst[r * dst_stride + c] = to_floatX(src[r * src_stride + c]);
-}
-
-static void columns_to_floatx_cuda(floatX *dst, int dst_stride, const float *src, int src_stride, size_t rows,
-                                   int cols) {
-    size_t n = rows * cols;
-    columns_to_floatx_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(dst, dst_stride, src, src_stride, rows,
-                                                                            cols);
-    cudaCheckLaunch();
-}
-
-// dqkv's dK | dV columns <- a block's fp32 dK, dV (B, T, C) each
-static void dkv_to_dqkv_cuda(floatX *dqkv, const float *dkv, int B, int T, int C) {
-    size_t rows = (size_t)B * T;
-    columns_to_floatx_cuda(dqkv + C, 3 * C, dkv, C, rows, C);
-    columns_to_floatx_cuda(dqkv + 2 * C, 3 * C, dkv + rows * C, C, rows, C);
-}
-
-// ----------------------------------------------------------------------------
-// warp products and tiles
-
-// The B operand's layout in shared memory: element (k, n) at b[n ldb + k] (B_NK,
-// e.g. the keys of Q K^T) or at b[k ldb + n] (B_KN, e.g. the values of P V).
-enum { B_NK = 0, B_KN = 1 };
-
-template <int BL> __device__ static __forceinline__ float b_at(const float *b, int ldb, int k, int n) {
-    return BL == B_NK ? b[n * ldb + k] : b[k * ldb + n];
-}
-
-// elements (k, n) and (k + 1, n) of B (k even), as one bf16 pair: B_NK has them side
-// by side (one 8-byte load), B_KN in two rows
-template <int BL> __device__ static __forceinline__ uint32_t b_pair_bf16(const float *b, int ldb, int k, int n) {
-    if constexpr (BL == B_NK) {
-        float2 x = *(const float2 *)&b[n * ldb + k];
-        return bf16x2_from_floats(x.x, x.y);
-    } else {
-        return bf16x2_from_floats(b[k * ldb + n], b[(k + 1) * ldb + n]);
-    }
-}
-
-// elements (r, k) and (r, k + 1) of a row-major A (k even), as one bf16 pair
-__device__ static __forceinline__ uint32_t a_pair_bf16(const float *a, int lda, int r, int k) {
-    float2 x = *(const float2 *)&a[r * lda + k];
-    return bf16x2_from_floats(x.x, x.y);
-}
-
-// C (16 x 8 NT) += A (16 x K) B (K x 8 NT) for one warp; A row-major in shared
-// memory (lda), B as BL says. c[n][i] is row g + 8 (i / 2), column 8 n + 2 t + i % 2
-// (g = lane / 4, t = lane % 4), the mma's accumulator layout, in both precisions.
-template <AttnPrecision P, int NT, int K, int BL>
-__device__ static __forceinline__ void warp_mma(float c[NT][4], const float *a, int lda, const float *b, int ldb) {
-    int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
-    if constexpr (P == ATTN_TF32) {
-        #pragma unroll
-        for (int k0 = 0; k0 < K; k0 += 8) {
-            uint32_t af[4] = {tf32_from_float(a[g * lda + k0 + t]), tf32_from_float(a[(g + 8) * lda + k0 + t]),
-                              tf32_from_float(a[g * lda + k0 + t + 4]),
-                              tf32_from_float(a[(g + 8) * lda + k0 + t + 4])};
-            #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                uint32_t bf[2] = {tf32_from_float(b_at<BL>(b, ldb, k0 + t, 8 * n + g)),
-                                  tf32_from_float(b_at<BL>(b, ldb, k0 + t + 4, 8 * n + g))};
-                mma_m16n8k8_tf32(c[n], af, bf, c[n]);
-            }
-        }
-    } else if constexpr (P == ATTN_BF16) {
-        #pragma unroll
-        for (int k0 = 0; k0 < K; k0 += 16) {
-            uint32_t af[4] = {a_pair_bf16(a, lda, g, k0 + 2 * t), a_pair_bf16(a, lda, g + 8, k0 + 2 * t),
-                              a_pair_bf16(a, lda, g, k0 + 2 * t + 8), a_pair_bf16(a, lda, g + 8, k0 + 2 * t + 8)};
-            #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                uint32_t bf[2] = {b_pair_bf16<BL>(b, ldb, k0 + 2 * t, 8 * n + g),
-                                  b_pair_bf16<BL>(b, ldb, k0 + 2 * t + 8, 8 * n + g)};
-                mma_m16n8k16_bf16(c[n], af, bf, c[n]);
-            }
-        }
-    } else {
-        // each of the lane's elements sums its products in k order; A's two rows and
-        // B's two columns of the lane are read once per k
-        for (int k = 0; k < K; k++) {
-            float a0 = a[g * lda + k], a1 = a[(g + 8) * lda + k];
-            #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                float b0 = b_at<BL>(b, ldb, k, 8 * n + 2 * t), b1 = b_at<BL>(b, ldb, k, 8 * n + 2 * t + 1);
-                c[n][0] += a0 * b0;
-                c[n][1] += a0 * b1;
-                c[n][2] += a1 * b0;
-                c[n][3] += a1 * b1;
-            }
-        }
-    }
-}
-
-template <int NT> __device__ static __forceinline__ void fragments_zero(float c[NT][4]) {
-    #pragma unroll
-    for (int n = 0; n < NT; n++) {
-        #pragma unroll
-        for (int i = 0; i < 4; i++) { c[n][i] = 0.0f; }
-    }
-}
-
-// A warp's 16 rows of a C fragment into shared memory (row stride ld).
-template <int NT> __device__ static __forceinline__ void fragments_store(float *dst, int ld, const float c[NT][4]) {
-    int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
-    #pragma unroll
-    for (int n = 0; n < NT; n++) {
-        #pragma unroll
-        for (int i = 0; i < 4; i++) { dst[(g + 8 * (i >> 1)) * ld + 8 * n + 2 * t + (i & 1)] = c[n][i]; }
-    }
-}
-
-// shared (R, ld) fp32 <- rows [row0, row0 + R) of a token-major floatX tensor (rows
-// of `stride` elements from src, which points at the head's first column),
-// consecutive threads on consecutive elements of a row (coalesced; the activations
-// are only element-aligned, so no wider loads); rows at or past T are zeros.
-template <int HS, int R, int THREADS>
-__device__ static __forceinline__ void tile_load(float *tile, int ld, const floatX *src, size_t stride, int row0,
-                                                 int T) {
-    for (int idx = threadIdx.x; idx < R * HS; idx += THREADS) {
-        int r = idx / HS, c = idx % HS;
-        tile[r * ld + c] = row0 + r < T ? to_float(src[(size_t)(row0 + r) * stride + c]) : 0.0f;
-    }
-}
-
-// shared index[R], document[R] <- the coordinates of tokens [row0, row0 + R) (0 past T)
-template <int R, int THREADS>
-__device__ static __forceinline__ void coords_load(int *dst, const int *index, const int *document, int row0, int T) {
-    for (int r = threadIdx.x; r < R; r += THREADS) {
-        int in = row0 + r < T;
-        dst[r] = in ? index[row0 + r] : 0;
-        dst[R + r] = in ? document[row0 + r] : 0;
-    }
-}
+// the kernels
 
 // What one launch of a block kernel reads and writes: rows (B, T, stride), token t
 // of batch row b at row b T + t, head h at columns [h HS, (h + 1) HS).
-// The block's dK and dV rows (row stride `stride`), written in fp32 (f: summed over
-// the ranks afterwards) or in the storage precision (x: the only block, cp 1).
-typedef struct {
-    float *dk_f, *dv_f;
-    floatX *dk_x, *dv_x;
-    int stride;
-} DkvRowsCuda;
-
 typedef struct {
     const floatX *q; int q_stride;      // the queries: qkv, stride 3C
     const floatX *k, *v; int kv_stride; // the visiting block's keys and values
@@ -454,34 +113,14 @@ typedef struct {
     float scale;
 } AttnBlockArgs;
 
-// whether query row qr of the tile at q0 sees key kc of the tile at k0; coords:
-// the query tile's indices, documents, then the key tile's, R each
-template <int R>
-__device__ static __forceinline__ int tile_pair_sees(const int *coords, int q0, int qr, int k0, int kc, int T) {
-    return q0 + qr < T && k0 + kc < T && pair_visible(coords[qr], coords[R + qr], coords[2 * R + kc], coords[3 * R + kc]);
-}
-
-// the max (or sum) of the 4 lanes holding one row of a C fragment
-__device__ static __forceinline__ float row_max4(float v) {
-    v = fmaxf(v, __shfl_xor_sync(FULL_MASK, v, 1));
-    return fmaxf(v, __shfl_xor_sync(FULL_MASK, v, 2));
-}
-__device__ static __forceinline__ float row_sum4(float v) {
-    v += __shfl_xor_sync(FULL_MASK, v, 1);
-    return v + __shfl_xor_sync(FULL_MASK, v, 2);
-}
-
-// ----------------------------------------------------------------------------
-// the kernels
-
-template <AttnPrecision P, int HS> static constexpr size_t forward_shared_floats() {
+template <MmaPrecision P, int HS> static constexpr size_t forward_shared_floats() {
     using Tl = AttnTile<P, HS>;
     // q, k (LD_NK), v (LD_KN), a warp's P per warp, 4 R coordinates
     return (size_t)Tl::ROWS * (2 * Tl::LD_NK + Tl::LD_KN) + Tl::WARPS * 16 * Tl::LD_P + 4 * Tl::ROWS;
 }
 
 // One query tile of (b, h) against the visiting block, merged into (o, lse).
-template <AttnPrecision P, int HS>
+template <MmaPrecision P, int HS>
 __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forward_kernel(AttnBlockArgs p) {
     using Tl = AttnTile<P, HS>;
     constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
@@ -588,7 +227,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forwar
     }
 }
 
-template <AttnPrecision P, int HS> static constexpr size_t backward_shared_floats() {
+template <MmaPrecision P, int HS> static constexpr size_t backward_shared_floats() {
     using Tl = AttnTile<P, HS>;
     // two tiles read as A or B_NK, two read as B_KN as well (LD_KN), a warp's P,
     // 4 R coordinates, lse and D of R rows
@@ -596,7 +235,7 @@ template <AttnPrecision P, int HS> static constexpr size_t backward_shared_float
 }
 
 // dQ of one query tile of (b, h) from the visiting block.
-template <AttnPrecision P, int HS>
+template <MmaPrecision P, int HS>
 __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backward_dq_kernel(AttnBlockArgs p) {
     using Tl = AttnTile<P, HS>;
     constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
@@ -675,7 +314,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
 }
 
 // dK and dV of one key tile of the visiting block, (b, h), from this rank's queries.
-template <AttnPrecision P, int HS>
+template <MmaPrecision P, int HS>
 __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backward_dkv_kernel(AttnBlockArgs p) {
     using Tl = AttnTile<P, HS>;
     constexpr int R = Tl::ROWS, NT = R / 8, DT = HS / 8;
@@ -784,15 +423,25 @@ __global__ static void fill_kernel(float *x, float value, size_t n) {
     if (i < n) { x[i] = value; }
 }
 
+// dst[r][c] = src[r][c] in the storage precision, rows x cols
+// dst: (rows, dst_stride) floatX   src: (rows, src_stride) fp32
+__global__ static void columns_to_floatx_kernel(floatX *dst, int dst_stride, const float *src, int src_stride,
+                                                size_t rows, int cols) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= rows * cols) { return; }
+    size_t r = idx / cols, c = idx % cols;
+    dst[r * dst_stride + c] = to_floatX(src[r * src_stride + c]);
+}
+
 // ----------------------------------------------------------------------------
 // launches: one per visiting block and pass
 
 // Calls f with AttnKernel<precision, HS> for the run's precision and head size.
-template <AttnPrecision P_, int HS_> struct AttnKernel {
-    static constexpr AttnPrecision P = P_;
+template <MmaPrecision P_, int HS_> struct AttnKernel {
+    static constexpr MmaPrecision P = P_;
     static constexpr int HS = HS_;
 };
-template <AttnPrecision P, typename F> static void attention_dispatch_hs(int HS, F f) {
+template <MmaPrecision P, typename F> static void attention_dispatch_hs(int HS, F f) {
     switch (HS) {
     case 32: f(AttnKernel<P, 32>()); break;
     case 64: f(AttnKernel<P, 64>()); break;
@@ -801,13 +450,13 @@ template <AttnPrecision P, typename F> static void attention_dispatch_hs(int HS,
     }
 }
 // the kernels of the build's precisions only: BF16, or TF32 and exact fp32
-template <typename F> static void attention_dispatch(AttnPrecision precision, int HS, F f) {
+template <typename F> static void attention_dispatch(MmaPrecision precision, int HS, F f) {
 #ifdef ENABLE_BF16
-    if (precision != ATTN_BF16) { fatal("attention: precision %d in the BF16 build", (int)precision); }
-    attention_dispatch_hs<ATTN_BF16>(HS, f);
+    if (precision != MMA_BF16) { fatal("attention: precision %d in the BF16 build", (int)precision); }
+    attention_dispatch_hs<MMA_BF16>(HS, f);
 #else
-    if (precision == ATTN_TF32) { attention_dispatch_hs<ATTN_TF32>(HS, f); }
-    else if (precision == ATTN_FP32) { attention_dispatch_hs<ATTN_FP32>(HS, f); }
+    if (precision == MMA_TF32) { attention_dispatch_hs<MMA_TF32>(HS, f); }
+    else if (precision == MMA_FP32) { attention_dispatch_hs<MMA_FP32>(HS, f); }
     else { fatal("attention: bf16 products in the FP32 build"); }
 #endif
 }
@@ -844,7 +493,7 @@ static void attend_block_forward_cuda(AttentionQueriesCuda *aq, const floatX *qk
     a.lse = lse;
     dim3 grid(a.tiles, aq->NH, aq->B);
     attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
-        constexpr AttnPrecision P = decltype(kernel)::P;
+        constexpr MmaPrecision P = decltype(kernel)::P;
         constexpr int HS = decltype(kernel)::HS;
         size_t shared = attention_shared(attend_forward_kernel<P, HS>, forward_shared_floats<P, HS>());
         attend_forward_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
@@ -867,7 +516,7 @@ static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const floatX *q
     a.dkv = dkv;
     dim3 grid(a.tiles, aq->NH, aq->B);
     attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
-        constexpr AttnPrecision P = decltype(kernel)::P;
+        constexpr MmaPrecision P = decltype(kernel)::P;
         constexpr int HS = decltype(kernel)::HS;
         size_t shared = attention_shared(attend_backward_dq_kernel<P, HS>, backward_shared_floats<P, HS>());
         attend_backward_dq_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
@@ -880,6 +529,15 @@ static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const floatX *q
 
 // ----------------------------------------------------------------------------
 // the steps every algorithm takes
+
+// fp32 columns into the storage precision (columns_to_floatx_kernel)
+static void columns_to_floatx_cuda(floatX *dst, int dst_stride, const float *src, int src_stride, size_t rows,
+                                   int cols) {
+    size_t n = rows * cols;
+    columns_to_floatx_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(dst, dst_stride, src, src_stride, rows,
+                                                                            cols);
+    cudaCheckLaunch();
+}
 
 // The empty state, no block seen yet: lse -inf. Returns the fp32 rows (B, T, C) the
 // blocks merge the output into: out itself in the FP32 build, aq->acc in the BF16 one.
@@ -929,16 +587,11 @@ static void attention_backward_end_cuda(AttentionQueriesCuda *aq, floatX *dqkv) 
     columns_to_floatx_cuda(dqkv, 3 * aq->C, aq->acc, aq->C, (size_t)aq->B * aq->T, aq->C);
 }
 
-// fp32 dK | dV rows of a block, (B, T, C) each, from dkv
-static DkvRowsCuda dkv_rows_fp32(float *dkv, int B, int T, int C) {
-    DkvRowsCuda r = {dkv, dkv + (size_t)B * T * C, NULL, NULL, C};
-    return r;
-}
-
-// the only block's dK | dV straight into dqkv's columns (cp 1)
-static DkvRowsCuda dkv_rows_dqkv(floatX *dqkv, int C) {
-    DkvRowsCuda r = {NULL, NULL, dqkv + C, dqkv + 2 * C, 3 * C};
-    return r;
+// dqkv's dK | dV columns <- a block's fp32 dK, dV (B, T, C) each
+static void dkv_to_dqkv_cuda(floatX *dqkv, const float *dkv, int B, int T, int C) {
+    size_t rows = (size_t)B * T;
+    columns_to_floatx_cuda(dqkv + C, 3 * C, dkv, C, rows, C);
+    columns_to_floatx_cuda(dqkv + 2 * C, 3 * C, dkv + rows * C, C, rows, C);
 }
 
 #endif // CP_ATTENTION_BLOCK_CUH

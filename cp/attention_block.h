@@ -3,7 +3,9 @@ Attention of this rank's queries to one block of keys and values, on the CPU: th
 computation every context-parallel attention algorithm repeats once per block it
 meets. cp/ring_attention.h passes the blocks around a ring, cp/allgather_attention.h
 gathers them all at once, cp/ulysses_attention.h runs the ring over rows of its
-groups' tokens; cp/attention_block.cuh is the GPU twin of this file.
+groups' tokens. The GPU twin of this file is cp/attention_block.cuh (the kernels),
+with cp/attention_queries.cuh and cp/kv_block.cuh (AttentionQueries' and KVBlock's
+twins).
 
 A K/V block holds the keys and values of one rank's T local tokens with their
 global coordinates. The queries stay where they are (AttentionQueries), with the

@@ -18,8 +18,9 @@ decide at once whether
 With round_robin the halves are exactly the two chunks a rank owns, so this is the
 classic zigzag skipping; with contiguous it skips the upper triangle of blocks. No
 layout is named here: the ranges come from the indices alone. The tiled CPU
-attention (cp/attention_block.h) applies the same rule to its tiles, and the GPU
-kernels to each pair of tiles (cp/attention_block.cuh), both with sub_block_range.
+attention (cp/attention_block_tiled.h) applies the same rule to its tiles
+(sub_block_range over a tile); cp/tile_visibility.cuh, the GPU twin of this file,
+applies it to each pair of tiles the GPU kernels meet.
 */
 #ifndef CP_BLOCK_MASK_H
 #define CP_BLOCK_MASK_H

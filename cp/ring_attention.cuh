@@ -56,10 +56,10 @@ static void ring_attention_cuda_init(RingAttentionCuda *ra, Comm *comm, int B, i
     ra->dkv_bytes = dkv_block_cuda_bytes(B, T, C);
     if (comm->size > 1) { // at cp 1 nothing travels: the kernels read qkv and write dqkv
         for (int i = 0; i < 2; i++) {
-            ra->kv_buf[i] = (floatX *)attention_cuda_alloc(&ra->bytes, ra->kv_bytes);
-            ra->dkv_buf[i] = (float *)attention_cuda_alloc(&ra->bytes, ra->dkv_bytes);
+            ra->kv_buf[i] = (floatX *)cuda_malloc_counted(&ra->bytes, ra->kv_bytes);
+            ra->dkv_buf[i] = (float *)cuda_malloc_counted(&ra->bytes, ra->dkv_bytes);
         }
-        ra->dkv_step = (float *)attention_cuda_alloc(&ra->bytes, ra->dkv_bytes);
+        ra->dkv_step = (float *)cuda_malloc_counted(&ra->bytes, ra->dkv_bytes);
     }
 }
 
@@ -161,19 +161,7 @@ static void ring_attention_cuda_backward(RingAttentionCuda *ra, floatX *dqkv, co
     attention_backward_end_cuda(&ra->queries, dqkv);
 }
 
-static void ring_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
-    ring_attention_cuda_forward((RingAttentionCuda *)ctx, out, lse, qkv);
-}
-
-static void ring_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
-                                              const floatX *out, const float *lse) {
-    ring_attention_cuda_backward((RingAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
-}
-
-// the GPU model's attention verbs (device pointers), computed by this ring
-static AttentionVerbsCuda ring_attention_cuda_verbs(RingAttentionCuda *ra) {
-    AttentionVerbsCuda verbs = {ra, ring_attention_cuda_forward_verb, ring_attention_cuda_backward_verb};
-    return verbs;
-}
+// ring_attention_cuda_verbs(ra): the GPU model's attention verbs (device pointers), computed by this ring
+ATTENTION_VERBS_OF(ring_attention_cuda, RingAttentionCuda, AttentionVerbsCuda, floatX)
 
 #endif // CP_RING_ATTENTION_CUH

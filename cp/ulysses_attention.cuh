@@ -63,14 +63,14 @@ static void ulysses_attention_cuda_init(UlyssesAttentionCuda *ua, Comm *group, C
     ua->B = B; ua->T = T; ua->C = C; ua->NH = NH; ua->U = U;
     ulysses_layout_init(&ua->coords, U, B, T);
     size_t bt = (size_t)B * T, buffer = ulysses_buffer_floats(B, T, C, NH);
-    ua->slot = (int *)attention_cuda_alloc(&ua->bytes, (size_t)U * bt * sizeof(int));
-    ua->send = (float *)attention_cuda_alloc(&ua->bytes, buffer * sizeof(float));
-    ua->recv = (float *)attention_cuda_alloc(&ua->bytes, buffer * sizeof(float));
-    ua->qkv = (floatX *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(floatX));
-    ua->dqkv = (floatX *)attention_cuda_alloc(&ua->bytes, bt * 3 * C * sizeof(floatX));
-    ua->out = (floatX *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(floatX));
-    ua->dout = (floatX *)attention_cuda_alloc(&ua->bytes, bt * C * sizeof(floatX));
-    ua->lse = (float *)attention_cuda_alloc(&ua->bytes, bt * NH * sizeof(float));
+    ua->slot = (int *)cuda_malloc_counted(&ua->bytes, (size_t)U * bt * sizeof(int));
+    ua->send = (float *)cuda_malloc_counted(&ua->bytes, buffer * sizeof(float));
+    ua->recv = (float *)cuda_malloc_counted(&ua->bytes, buffer * sizeof(float));
+    ua->qkv = (floatX *)cuda_malloc_counted(&ua->bytes, bt * 3 * C * sizeof(floatX));
+    ua->dqkv = (floatX *)cuda_malloc_counted(&ua->bytes, bt * 3 * C * sizeof(floatX));
+    ua->out = (floatX *)cuda_malloc_counted(&ua->bytes, bt * C * sizeof(floatX));
+    ua->dout = (floatX *)cuda_malloc_counted(&ua->bytes, bt * C * sizeof(floatX));
+    ua->lse = (float *)cuda_malloc_counted(&ua->bytes, bt * NH * sizeof(float));
     ring_attention_cuda_init(&ua->ring, ring, B, U * T, C / U, NH / U);
     ua->bytes += ua->ring.bytes;
 }
@@ -123,13 +123,13 @@ static void ulysses_exchange_run_cuda(UlyssesAttentionCuda *ua, const UlyssesExc
     ulysses_move_cuda(x, ua->recv, ua->slot, 1 - from, 0);
 }
 
-// out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
 // a floatX tensor of an exchange
 static void ulysses_exchange_add_floatx(UlyssesExchange *x, const floatX *local, floatX *group, int fields,
                                         int width) {
     ulysses_exchange_add_sized(x, (void *)local, group, (int)sizeof(floatX), fields, width, 0);
 }
 
+// out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
 static void ulysses_attention_cuda_forward(UlyssesAttentionCuda *ua, floatX *out, float *lse, const floatX *qkv) {
     int C = ua->C, NH = ua->NH;
     UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
@@ -158,19 +158,8 @@ static void ulysses_attention_cuda_backward(UlyssesAttentionCuda *ua, floatX *dq
     ulysses_exchange_run_cuda(ua, &back, ULYSSES_GROUP);
 }
 
-static void ulysses_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
-    ulysses_attention_cuda_forward((UlyssesAttentionCuda *)ctx, out, lse, qkv);
-}
-
-static void ulysses_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout,
-                                                 const floatX *qkv, const floatX *out, const float *lse) {
-    ulysses_attention_cuda_backward((UlyssesAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
-}
-
-// the GPU model's attention verbs (device pointers), computed by Ulysses (and the ring across its groups)
-static AttentionVerbsCuda ulysses_attention_cuda_verbs(UlyssesAttentionCuda *ua) {
-    AttentionVerbsCuda verbs = {ua, ulysses_attention_cuda_forward_verb, ulysses_attention_cuda_backward_verb};
-    return verbs;
-}
+// ulysses_attention_cuda_verbs(ua): the GPU model's attention verbs (device pointers), computed by
+// Ulysses (and the ring across its groups)
+ATTENTION_VERBS_OF(ulysses_attention_cuda, UlyssesAttentionCuda, AttentionVerbsCuda, floatX)
 
 #endif // CP_ULYSSES_ATTENTION_CUH

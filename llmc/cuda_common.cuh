@@ -144,6 +144,13 @@ static void *cuda_malloc_check(size_t bytes, const char *file, int line) {
 }
 #define cudaMallocCheck(bytes) cuda_malloc_check((bytes), __FILE__, __LINE__)
 
+// cudaMallocCheck that adds the size to *bytes: a holder of device buffers counts
+// what it allocates (cp/'s attention algorithms report it against their estimate)
+static void *cuda_malloc_counted(size_t *bytes, size_t size) {
+    *bytes += size;
+    return cudaMallocCheck(size);
+}
+
 // host -> device and device -> host on the compute stream. From pageable host
 // memory an upload returns once the host buffer may be reused; a download returns
 // once the data is there (after all earlier work of the stream).

@@ -4,7 +4,8 @@ function, so that the CUDA emulation (dev/cuda/emu) can stand in for it: there t
 wrapper calls the emulator's warp-collective version, which assembles the warp's
 matrices from the fragment layout the PTX ISA documents and hands each lane its
 elements of the result. A kernel that loads its fragments from the wrong rows or
-columns then computes wrong numbers under the emulator too.
+columns then computes wrong numbers under the emulator too. The warp products of
+shared-memory tiles built from them are llmc/mma_tiles.cuh's.
 
     tf32_from_float      cvt.rna.tf32.f32: fp32 -> TF32 (10 mantissa bits, round to
                          nearest, ties away), held in a 32-bit register

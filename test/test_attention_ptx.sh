@@ -25,7 +25,7 @@ status=0
 for prec in FP32 BF16; do
     PTX=${PTX_OF[$prec]}
     # per kernel entry: its name and how many TF32 and bf16 mma it holds. The mangled
-    # names carry the template arguments: AttnPrecision 0 is fp32, 1 TF32, 2 bf16.
+    # names carry the template arguments: MmaPrecision 0 is fp32, 1 TF32, 2 bf16.
     awk -v tf32="$TF32_MMA" -v bf16="$BF16_MMA" '
         /^\.(visible )?\.entry / || /^\.entry / { name = $NF; sub(/\(.*/, "", name); names[++n] = name; t[name] = 0; b[name] = 0 }
         $0 ~ tf32 { if (n) t[names[n]]++ }
@@ -34,7 +34,7 @@ for prec in FP32 BF16; do
     ' "$PTX" > "$PTX.mma"
     declare -A kernels=([0]=0 [1]=0 [2]=0)
     while read -r name tf32 bf16; do
-        [[ $name =~ attend_.*kernel.*AttnPrecision([0-9]) ]] || continue
+        [[ $name =~ attend_.*kernel.*MmaPrecision([0-9]) ]] || continue
         p=${BASH_REMATCH[1]}
         kernels[$p]=$((kernels[$p] + 1))
         case $p in

@@ -190,13 +190,13 @@ static void test_mma(const char *name, MmaProbe probe, int K, float (*round)(flo
 // 2-norm error, the header says why)
 enum { T_O, T_LSE, T_DQ, T_DK, T_DV };
 static const char *tensor_names[] = {"O", "LSE", "dQ", "dK", "dV"};
-static double tolerance(AttnPrecision precision, int tensor) {
-    if (precision == ATTN_TF32) { return TF32_TOL; }
-    if (precision == ATTN_FP32 || tensor == T_LSE) { return FP32_TOL; }
+static double tolerance(MmaPrecision precision, int tensor) {
+    if (precision == MMA_TF32) { return TF32_TOL; }
+    if (precision == MMA_FP32 || tensor == T_LSE) { return FP32_TOL; }
     return tensor == T_DQ || tensor == T_DK ? BF16_GRAD_TOL : BF16_TOL;
 }
-static const char *precision_name(AttnPrecision precision) {
-    return precision == ATTN_TF32 ? "tf32" : precision == ATTN_BF16 ? "bf16" : "fp32";
+static const char *precision_name(MmaPrecision precision) {
+    return precision == MMA_TF32 ? "tf32" : precision == MMA_BF16 ? "bf16" : "fp32";
 }
 
 // the build's storage precision on the device, from and to host fp32 (values floatX holds)
@@ -221,7 +221,7 @@ static float *host_copy_floatx(const floatX *device, size_t n) {
 // the same local data (already in values floatX holds), in the precision the GPU
 // queries are set to.
 // qkv: (BT, 3C)   dout: (BT, C)   out: (BT, C)   lse: (BT, NH)   dqkv: (BT, 3C), host; BT = B * local tokens
-static void check_gpu(const char *what_base, AttnPrecision precision, AttentionVerbsCuda gpu, const float *qkv,
+static void check_gpu(const char *what_base, MmaPrecision precision, AttentionVerbsCuda gpu, const float *qkv,
                       const float *dout, const float *out, const float *lse, const float *dqkv, int BT, int C,
                       int NH) {
     size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;
@@ -278,9 +278,9 @@ static void check_algorithm(const char *label, const char *algorithm, AttentionV
     char what[200];
     snprintf(what, sizeof(what), "%s %s", algorithm, label);
 #ifdef ENABLE_BF16
-    AttnPrecision precisions[] = {ATTN_BF16};
+    MmaPrecision precisions[] = {MMA_BF16};
 #else
-    AttnPrecision precisions[] = {ATTN_FP32, ATTN_TF32};
+    MmaPrecision precisions[] = {MMA_FP32, MMA_TF32};
 #endif
     for (size_t p = 0; p < sizeof(precisions) / sizeof(precisions[0]); p++) {
         gpu_queries->precision = precisions[p];

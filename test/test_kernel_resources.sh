@@ -63,7 +63,7 @@ for prec in FP32 BF16; do
         readable=$(echo "$name" | c++filt)
         problems=""
         (( regs * threads > 65536 )) && problems+=" $regs registers x $threads threads > 65536;"
-        if [[ $readable != *"(AttnPrecision)0"* ]] && (( stores > 0 || loads > 0 )); then
+        if [[ $readable != *"(MmaPrecision)0"* ]] && (( stores > 0 || loads > 0 )); then
             problems+=" spills ($stores bytes stored, $loads loaded);"
         fi
         (( smem > 49152 )) && problems+=" $smem bytes of static shared memory > 48 KiB;"

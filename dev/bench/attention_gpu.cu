@@ -107,8 +107,8 @@ int main(int argc, char **argv) {
     }
     float f = median_ms(fwd_ms, repeats), b = median_ms(bwd_ms, repeats);
     double flops = 4.0 * B * NH * (double)T * T * HS / 2.0;
-    AttnPrecision precision = ring.queries.precision;
-    const char *name = precision == ATTN_BF16 ? "bf16" : precision == ATTN_TF32 ? "tf32" : "fp32";
+    MmaPrecision precision = ring.queries.precision;
+    const char *name = precision == MMA_BF16 ? "bf16" : precision == MMA_TF32 ? "tf32" : "fp32";
     printf("block attention %s B %d T %d NH %d HS %d: forward %.3f ms (%.1f TFLOP/s), backward %.3f ms (%.1f TFLOP/s)\n",
            name, B, T, NH, HS, f, flops / (f * 1e9), b, 2.5 * flops / (b * 1e9));
     cudaCheck(cudaFree(qkv)); cudaCheck(cudaFree(dqkv)); cudaCheck(cudaFree(out));

@@ -135,7 +135,7 @@ std::string source_of(const void *pc) { return symbolize(pc, false); }
 
 std::string kernel_name(const void *kernel) {
     std::string name = symbolize(kernel, true);
-    // "void attend_forward_kernel<(AttnPrecision)1, 64>(AttnBlockArgs)" -> without the return type
+    // "void attend_forward_kernel<(MmaPrecision)1, 64>(AttnBlockArgs)" -> without the return type
     if (name.compare(0, 5, "void ") == 0) { name = name.substr(5); }
     return name;
 }
