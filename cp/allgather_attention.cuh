@@ -33,7 +33,7 @@ typedef struct {
     char *kv_all;                 // every rank's K/V block, rank i's at i * kv_bytes
     char *dkv_all;                // dK | dV of every rank's block, rank i's at i * dkv_bytes
     float *dkv_own;               // the sum over the ranks of this rank's dK | dV
-    AttentionQueriesCuda queries; // the local queries' state and the step's coordinates
+    AttentionQueriesCuda queries; // the local queries' state and the batch's coordinates
     size_t bytes;                 // device memory init allocated
 } AllgatherAttentionCuda;
 
@@ -65,7 +65,7 @@ static void allgather_attention_cuda_free(AllgatherAttentionCuda *ag) {
     memset(ag, 0, sizeof(*ag));
 }
 
-// This step's layout (host): coordinates and tile visibility for every layer's
+// This batch's layout (host): coordinates and tile visibility for every layer's
 // passes. A collective over the CP group.
 static void allgather_attention_cuda_set_layout(AllgatherAttentionCuda *ag, const ShardLayout *layout) {
     attention_layout_cuda_prepare(&ag->queries.layout, ag->comm, layout);

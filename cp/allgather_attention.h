@@ -44,7 +44,7 @@ query heads. dev/bench/README.md has the measured bytes at T = 4096.
 
 typedef struct {
     Comm *comm;                // the CP group
-    const ShardLayout *layout; // this step's layout: coordinates of the local tokens
+    const ShardLayout *layout; // this batch's layout: coordinates of the local tokens
     int B, T, C, NH;           // T = local tokens per row; buffers fit these sizes
     size_t kv_bytes;           // bytes of one rank's K/V block
     size_t dkv_bytes;          // bytes of one rank's dK | dV

@@ -3,7 +3,7 @@ The attention of a run on the CPU: ring, all-gather, Ulysses or the hybrid of
 Ulysses and the ring (-ca, cp/attention_kind.h) behind one interface, so that the
 trainer never branches on the algorithm.
 
-Buffers fit one local length. Binding a step's layout of another length rebuilds
+Buffers fit one local length. Binding a batch's layout of another length rebuilds
 them at that length: the packed layout's length depends on the data (the trainer
 keeps it from shrinking, so this happens only when a batch needs more room).
 Binding is collective over the Ulysses group for ulysses and hybrid (its ranks

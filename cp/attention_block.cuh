@@ -10,7 +10,7 @@ they work on is defined beside it:
   cp/attention_queries.cuh  what stays on this rank (AttentionQueriesCuda), the
                             run's precision and tile rows
   cp/kv_block.cuh           the visiting K/V block, where its dK | dV go
-  cp/tile_visibility.cuh    the step's coordinates and tile visibility (the GPU
+  cp/tile_visibility.cuh    the batch's coordinates and tile visibility (the GPU
                             twin of cp/block_mask.h)
   llmc/mma_tiles.cuh        the warp products, their fragments, tile loads
 
@@ -29,7 +29,7 @@ The tiles are converted to fp32 as they are loaded into shared memory.
 
 Tiles: R rows of queries or keys (R = 64; 32 at HS 128, for registers and shared
 memory), one warp per 16 rows. Each (query tile, key tile) pair is computed as the
-step's visibility table says (cp/tile_visibility.cuh, built once per step, so the
+batch's visibility table says (cp/tile_visibility.cuh, built once per batch, so the
 layers' passes only read it): BLOCK_SKIP computes nothing, BLOCK_FULL evaluates
 no mask, BLOCK_MASKED evaluates pair_visible per element (and the bounds of a
 partial tile at the end of a row).

@@ -82,7 +82,7 @@ static KVBlock kv_block_view(void *buf, int B, int NH, int T, int HS) {
 // What stays on this rank while the K/V blocks come by, head-major.
 typedef struct {
     int B, T, C, NH;     // T = local tokens per row
-    const int *index;    // (B, T) global index of each query: this step's layout
+    const int *index;    // (B, T) global index of each query: this batch's layout
     const int *document; // (B, T) document id of each query
     float *q;            // (B, NH, T, HS)
     float *o;            // (B, NH, T, HS) output

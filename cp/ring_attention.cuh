@@ -16,8 +16,8 @@ one), and the dK | dV accumulator that came home is written into dqkv at the end
 At cp 1 nothing travels: no K/V or dK | dV buffers, the kernels read qkv and write
 dK, dV into dqkv.
 
-The step's coordinates and tile visibility (ring_attention_cuda_set_layout, once
-per step) serve every layer's forward and backward.
+The batch's coordinates and tile visibility (ring_attention_cuda_set_layout, once
+per batch) serve every layer's forward and backward.
 */
 #ifndef CP_RING_ATTENTION_CUH
 #define CP_RING_ATTENTION_CUH
@@ -36,7 +36,7 @@ typedef struct {
     floatX *kv_buf[2];            // double-buffered K/V blocks (device)
     float *dkv_buf[2];            // double-buffered dK | dV accumulators
     float *dkv_step;              // this step's dK | dV contribution
-    AttentionQueriesCuda queries; // the local queries' state and the step's coordinates
+    AttentionQueriesCuda queries; // the local queries' state and the batch's coordinates
     size_t bytes;                 // device memory init allocated
 } RingAttentionCuda;
 
@@ -72,7 +72,7 @@ static void ring_attention_cuda_free(RingAttentionCuda *ra) {
     memset(ra, 0, sizeof(*ra));
 }
 
-// This step's layout (host): coordinates and tile visibility for every layer's
+// This batch's layout (host): coordinates and tile visibility for every layer's
 // passes. A collective over the CP group.
 static void ring_attention_cuda_set_layout(RingAttentionCuda *ra, const ShardLayout *layout) {
     attention_layout_cuda_prepare(&ra->queries.layout, ra->comm, layout);

@@ -33,7 +33,7 @@ backward (cp/allgather_attention.h compares the all-gather).
 
 typedef struct {
     Comm *comm;                // the CP group
-    const ShardLayout *layout; // this step's layout: coordinates of the local tokens
+    const ShardLayout *layout; // this batch's layout: coordinates of the local tokens
     int B, T, C, NH;           // T = local tokens per row; buffers fit these sizes
     size_t kv_bytes;           // bytes of one travelling K/V block
     size_t dkv_bytes;          // bytes of one travelling dK/dV accumulator

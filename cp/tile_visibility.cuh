@@ -12,7 +12,7 @@ block attention kernels (cp/attention_block.cuh) meet:
                   partial tile is at most MASKED, so that the FULL path, which
                   checks no bounds, meets only whole tiles)
 
-The table is built once per step for every rank's block (AttentionLayoutCuda,
+The table is built once per batch for every rank's block (AttentionLayoutCuda,
 attention_layout_cuda_prepare, a collective over the group): this rank's
 coordinates are uploaded from the sharder's layout and all-gathered from every
 rank, the tiles' ranges computed (tile_spans_kernel), then the visibility of each
@@ -110,7 +110,7 @@ __global__ static void tile_visibility_kernel(unsigned char *vis, const SubBlock
     vis[idx] = (unsigned char)v;
 }
 
-// The step's coordinates from the sharder's layout (host): uploaded, gathered from
+// The batch's coordinates from the sharder's layout (host): uploaded, gathered from
 // every rank of the group (a collective: every rank calls it), tiled.
 static void attention_layout_cuda_prepare(AttentionLayoutCuda *al, Comm *comm, const ShardLayout *lay) {
     int B = al->B, T = al->T;

@@ -10,7 +10,7 @@ widened exactly, so the exchange rounds nothing, at twice the bytes bf16 would
 need). The attention over the group's row is the GPU ring
 (cp/ring_attention.cuh) over the R groups, a ring of one at -ca ulysses.
 
-The group's coordinates (cp/ulysses_layout.h) are built on the host once per step
+The group's coordinates (cp/ulysses_layout.h) are built on the host once per batch
 (bind) over a host transport of the same ranks, and their slots copied to the
 device; the ring takes the group's layout from the host, like any layout, and
 prepares its tile visibility on the device (ring_attention_cuda_set_layout).
@@ -30,7 +30,7 @@ prepares its tile visibility on the device (ring_attention_cuda_set_layout).
 typedef struct {
     Comm *group;               // the Ulysses group (U ranks), on device memory
     Comm *group_host;          // the same ranks on host memory: the coordinates
-    const ShardLayout *layout; // this step's layout (host)
+    const ShardLayout *layout; // this batch's layout (host)
     int B, T, C, NH, U;        // T = local tokens per row; buffers fit these sizes
     UlyssesLayout coords;      // the group's row (host)
     int *slot;                 // (U, B, T) coords.slot on the device
@@ -83,9 +83,9 @@ static void ulysses_attention_cuda_free(UlyssesAttentionCuda *ua) {
     memset(ua, 0, sizeof(*ua));
 }
 
-// Collective over the Ulysses group and then the ring of groups: this step's layout,
+// Collective over the Ulysses group and then the ring of groups: this batch's layout,
 // the group's row made of it, and the row's coordinates and tile visibility on the
-// device for every layer's passes (once per step).
+// device for every layer's passes (once per batch).
 static void ulysses_attention_cuda_bind(UlyssesAttentionCuda *ua, const ShardLayout *layout) {
     ua->layout = layout;
     ulysses_layout_build(&ua->coords, ua->group_host, layout);

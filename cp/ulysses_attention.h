@@ -48,7 +48,7 @@ the GPU twin.
 
 typedef struct {
     Comm *group;               // the Ulysses group (U ranks)
-    const ShardLayout *layout; // this step's layout: coordinates of the local tokens
+    const ShardLayout *layout; // this batch's layout: coordinates of the local tokens
     int B, T, C, NH, U;        // T = local tokens per row; buffers fit these sizes
     UlyssesLayout coords;      // the group's row: its tokens' coordinates, and where each one sits
     float *send, *recv;        // all-to-all buffers, U parts each, sized for the largest exchange
@@ -95,7 +95,7 @@ static void ulysses_attention_free(UlyssesAttention *ua) {
     ulysses_layout_free(&ua->coords);
 }
 
-// Collective over the Ulysses group: this step's layout, and the group's row made of it.
+// Collective over the Ulysses group: this batch's layout, and the group's row made of it.
 static void ulysses_attention_bind(UlyssesAttention *ua, const ShardLayout *layout) {
     ua->layout = layout;
     ulysses_layout_build(&ua->coords, ua->group, layout);

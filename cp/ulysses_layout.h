@@ -59,7 +59,7 @@ static int ulysses_token_cmp(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-// Collective over the group (host memory): the group's row of this step's layout.
+// Collective over the group (host memory): the group's row of this batch's layout.
 static void ulysses_layout_build(UlyssesLayout *g, Comm *group_host, const ShardLayout *local) {
     int U = g->U, B = g->B, T = g->T;
     if (local->B != B || local->local_len != T || group_host->size != U) {
