@@ -21,18 +21,8 @@ if [[ -n ${ASAN_OPTIONS:-} ]]; then
     exit 77
 fi
 
-# documents of 2 to 9 tokens, each opened by the EOT token
-python3 - "$WORK/tiny_docs.bin" <<'PY'
-import random, struct, sys
-random.seed(1)
-tokens = []
-while len(tokens) < 40000:
-    tokens += [50256] + [random.randrange(50000) for _ in range(random.randint(1, 8))]
-tokens = tokens[:40000]
-with open(sys.argv[1], "wb") as f:
-    f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
-    f.write(struct.pack("<%dH" % len(tokens), *tokens))
-PY
+source "$(dirname "$0")/lib/binary_files.sh" # tiny_documents
+tiny_documents "$WORK/tiny_docs.bin"
 
 COMMON=(-x 2 -v 0)
 # check NAME: the run's estimate and measured peak

@@ -12,16 +12,8 @@ make -s train_gpt2cp_cpu
 command -v /usr/bin/time > /dev/null || { echo "error: needs GNU time (/usr/bin/time; apt-get install time)" >&2; exit 1; }
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-# documents of 2 to 9 tokens (the packed layout's worst kind of data)
-python3 - "$work/tiny_docs.bin" <<'PY'
-import random, struct, sys
-random.seed(1)
-t = []
-while len(t) < 40000:
-    t += [50256] + [random.randrange(50000) for _ in range(random.randint(1, 8))]
-t = t[:40000]
-open(sys.argv[1], "wb").write(struct.pack("<256i", 20240520, 1, len(t), *([0] * 253)) + struct.pack("<%dH" % len(t), *t))
-PY
+source test/lib/binary_files.sh # tiny_documents
+tiny_documents "$work/tiny_docs.bin"
 cat > "$work/rank.sh" <<'SH'
 #!/bin/bash
 exec /usr/bin/time -f "peak rank $OMPI_COMM_WORLD_RANK %M" ./train_gpt2cp_cpu "$@"

@@ -1,4 +1,5 @@
-# Writing little-endian integers into binary files from bash (sourced by tests).
+# Writing little-endian integers and token files from bash (sourced by tests and
+# dev/bench/memory_estimate.sh).
 
 # put_i32 FILE OFFSET VALUE: a little-endian int32 at byte OFFSET (the file grows as needed)
 put_i32() {
@@ -20,6 +21,23 @@ short_documents() {
     cp dev/data/austen/austen_val.bin "$1"
     local t
     for ((t = 3; t <= $2; t += 7 + (t * 37) % 60)); do put_u16 "$1" $((1024 + 2 * t)) 50256; done
+}
+
+# tiny_documents FILE: a token file (llm.c's format) of 40000 tokens in documents of
+# 2 to 9 tokens, each opened by the EOT token, from a fixed seed: the packed layout's
+# worst kind of data (its rows grow furthest past T)
+tiny_documents() {
+    python3 - "$1" <<'PY'
+import random, struct, sys
+random.seed(1)
+tokens = []
+while len(tokens) < 40000:
+    tokens += [50256] + [random.randrange(50000) for _ in range(random.randint(1, 8))]
+tokens = tokens[:40000]
+with open(sys.argv[1], "wb") as f:
+    f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
+    f.write(struct.pack("<%dH" % len(tokens), *tokens))
+PY
 }
 
 # fnv1a_file FILE COUNT: FNV-1a 64 (llmc/checksum.h) of the first COUNT bytes, as a
