@@ -6,8 +6,9 @@ depends only on the two tokens' global coordinates:
 
     visible(q, k)  =  index_k <= index_q  and  document_k == document_q
 
-(index = position in the padded row, document = document id, one value for all
-tokens when documents are not masked). Each side is cut into RING_SUBBLOCKS
+(index = position in the padded row, document = document id: 0 for every real
+token when documents are not masked, and -1 for a pad, so that no real query sees
+a pad key; cp/sharder.h). Each side is cut into RING_SUBBLOCKS
 sub-blocks (halves); for a pair of sub-blocks the ranges of index and document
 decide at once whether
 
