@@ -76,17 +76,38 @@ static int cuda_device_count(char *why, size_t why_size) {
 
 #define CUBLASLT_WORKSPACE_BYTES (32u << 20) // cuBLASLt's scratch: its recommendation for Hopper
 
+// What a cuBLASLt matmul's descriptor, layouts and algorithm depend on
+// (llmc/matmul.cuh): all ints, so that keys compare with memcmp
+typedef struct {
+    int ta, tb;              // cublasOperation_t of A and B
+    int m, n, k, lda, ldb, ldd;
+    int a_type, b_type, d_type, compute, epilogue;
+    int bias_align, aux_align; // the epilogue pointers' alignment, up to 256 bytes (0: none)
+} MatmulKey;
+
+// One kind of matmul as cuBLASLt runs it, made the first time it is called and
+// kept for the run (llmc/matmul.cuh says why)
+typedef struct {
+    MatmulKey key;
+    cublasLtMatmulDesc_t desc;  // the epilogue's pointers are set at each call
+    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
+    cublasLtMatmulAlgo_t algo;
+    int found;                  // 0: cuBLASLt has no algorithm for it
+} MatmulPlan;
+
 typedef struct {
     int device;
     int tf32;                    // -f: TF32 tensor cores in the FP32 build's matmuls
     cudaStream_t stream;         // the compute stream
     cublasLtHandle_t cublaslt;   // the matmuls (llmc/matmul.cuh), on the compute stream
     void *cublaslt_workspace;    // (CUBLASLT_WORKSPACE_BYTES) device
+    MatmulPlan *plans;           // host (plans_capacity), the first num_plans made
+    int num_plans, plans_capacity;
     void *scratch;               // device scratch of the deterministic reductions
     size_t scratch_bytes;
 } CudaContext;
 
-static CudaContext cuda_ctx = {-1, 0, NULL, NULL, NULL, NULL, 0};
+static CudaContext cuda_ctx = {-1, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0};
 
 static void cuda_init(int device, int tf32) {
     cuda_ctx.device = device;
@@ -98,7 +119,22 @@ static void cuda_init(int device, int tf32) {
     cudaCheck(cudaMalloc(&cuda_ctx.cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES));
 }
 
+// Destroys the matmul plans made so far (llmc/matmul.cuh makes them again as needed).
+static void cuda_matmul_plans_free(void) {
+    for (int i = 0; i < cuda_ctx.num_plans; i++) {
+        MatmulPlan *p = &cuda_ctx.plans[i];
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->d_layout));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->b_layout));
+        cublasCheck(cublasLtMatrixLayoutDestroy(p->a_layout));
+        cublasCheck(cublasLtMatmulDescDestroy(p->desc));
+    }
+    free(cuda_ctx.plans);
+    cuda_ctx.plans = NULL;
+    cuda_ctx.num_plans = cuda_ctx.plans_capacity = 0;
+}
+
 static void cuda_free_context(void) {
+    cuda_matmul_plans_free();
     if (cuda_ctx.scratch) { cudaCheck(cudaFree(cuda_ctx.scratch)); }
     if (cuda_ctx.cublaslt_workspace) { cudaCheck(cudaFree(cuda_ctx.cublaslt_workspace)); }
     if (cuda_ctx.cublaslt) { cublasCheck(cublasLtDestroy(cuda_ctx.cublaslt)); }

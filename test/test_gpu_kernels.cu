@@ -199,6 +199,21 @@ static void test_layernorm(int b, int t, int c) {
 // fp32 product (the epilogue) or from the product rounded first (without it, OC
 // not a multiple of 8): gelu' (at most 1.13) carries that rounding too, so its
 // bound is the fp32 tolerance + 2u
+// The matmul with its GELU (pre-activation into d_pre, both outputs poisoned first)
+// against the CPU's product `out` and its GELU `act`
+static void check_matmul_gelu(const char *which, floatX *d_act, floatX *d_pre, const floatX *d_inp, const floatX *d_w,
+                              const floatX *d_bias, const float *out, const float *act, int b, int t, int c, int oc) {
+    char what[96];
+    size_t n = (size_t)b * t * oc;
+    poison_device(d_pre, n * sizeof(floatX));
+    poison_device(d_act, n * sizeof(floatX));
+    matmul_forward_cuda(d_act, d_pre, d_inp, d_w, d_bias, b, t, c, oc);
+    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d %s, GELU's input", b, t, c, oc, which);
+    check_rel_device_x(what, d_pre, out, n, x_tol(1e-5));
+    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d %s, GELU", b, t, c, oc, which);
+    check_rel_device_x(what, d_act, act, n, x_tol(1e-5) + STORAGE_ROUNDOFF);
+}
+
 static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     char what[96];
     size_t bt = (size_t)b * t;
@@ -214,13 +229,23 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     matmul_forward_cuda(d_out, NULL, d_inp, d_w, d_bias, b, t, c, oc);
     snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward%s", b, t, c, oc, with_bias ? " +bias" : "");
     check_rel_device_x(what, d_out, out, bt * oc, x_tol(1e-5));
-    poison_device(d_out, bt * oc * sizeof(floatX));
-    poison_device(d_act, bt * oc * sizeof(floatX));
-    matmul_forward_cuda(d_act, d_out, d_inp, d_w, d_bias, b, t, c, oc);
-    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward, GELU's input", b, t, c, oc);
-    check_rel_device_x(what, d_out, out, bt * oc, x_tol(1e-5));
-    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward, GELU", b, t, c, oc);
-    check_rel_device_x(what, d_act, act, bt * oc, x_tol(1e-5) + STORAGE_ROUNDOFF);
+    check_matmul_gelu("forward", d_act, d_out, d_inp, d_w, d_bias, out, act, b, t, c, oc);
+    if (with_bias) {
+        // the plan of these calls serves another bias and pre-activation of the same
+        // shapes (as the next layer's): llmc/matmul.cuh sets the epilogue's pointers
+        // at each call, and makes no plan anew
+        float *bias2 = random_stored(oc, -1, 1);
+        floatX *d_bias2 = device_copy_x(bias2, oc), *d_out2 = device_alloc_x(bt * oc);
+        matmul_forward(out, inp, w, bias2, b, t, c, oc);
+        gelu_forward(act, out, bt * oc);
+        int plans = cuda_ctx.num_plans;
+        check_matmul_gelu("forward, another bias", d_act, d_out2, d_inp, d_w, d_bias2, out, act, b, t, c, oc);
+        CHECK(cuda_ctx.num_plans == plans, "another bias of the same shapes made %d new matmul plans",
+              cuda_ctx.num_plans - plans);
+        cudaCheck(cudaFree(d_bias2)); cudaCheck(cudaFree(d_out2));
+        free(bias2);
+    }
+
 
     float *dout = random_stored(bt * oc, -1, 1);
     float *dinp = (float *)callocCheck(bt * c, sizeof(float)), *dw = random_floats((size_t)oc * c, -1, 1);
@@ -240,6 +265,7 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
         const char *how = path == 0 ? "" : ", bias gradient by column sums";
 #ifdef CUDA_EMU
         emu_cublaslt_refuse_bgradb = path;
+        cuda_matmul_plans_free(); // cuBLASLt answers otherwise now: ask it again
 #endif
         cudaCheck(cudaMemcpyAsync(d_dw, d_dw_init, (size_t)oc * c * sizeof(float), cudaMemcpyDeviceToDevice, cuda_ctx.stream));
         if (with_bias) {
@@ -258,6 +284,7 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     }
 #ifdef CUDA_EMU
     emu_cublaslt_refuse_bgradb = 0;
+    cuda_matmul_plans_free();
 #endif
     void *dev[] = {d_inp, d_w, d_bias, d_out, d_act, d_dout, d_dinp, d_dw, d_db, d_dw_init, d_db_init};
     for (int i = 0; i < 11; i++) { cudaCheck(cudaFree(dev[i])); } // cudaFree(NULL) is a no-op
@@ -574,14 +601,18 @@ static void test_model(void) {
                   model_tol(1e-4, MODEL_BF16_GRADIENTS));
         offset += cpu_model.param_sizes[i];
     }
-    // determinism: the same backward again gives the same bits
+    // determinism: the same backward again gives the same bits, through the matmul
+    // plans the first pass made (llmc/matmul.cuh), none made anew
+    int plans = cuda_ctx.num_plans;
     gpt2_cuda_zero_grad(&gpu_model);
     gpt2_cuda_forward_train(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &gattn);
     gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, &gattn);
     float *again = host_copy(gpu_model.grads_memory, gpu_model.num_parameters);
     CHECK(memcmp(grads, again, gpu_model.num_parameters * sizeof(float)) == 0,
           "the GPU backward pass is not deterministic: two runs differ");
-    printf("ok   rank 0  model backward is bitwise deterministic\n");
+    CHECK(cuda_ctx.num_plans == plans, "the second pass made %d new matmul plans", cuda_ctx.num_plans - plans);
+    printf("ok   rank 0  model backward is bitwise deterministic, through the %d matmul plans made so far\n",
+           plans);
     // two updates (the second with clipping)
     for (int t = 1; t <= 2; t++) {
         gpt2_update(&cpu_model, 1e-3f, 0.1f, t == 1 ? 1.0f : 0.25f, t);
