@@ -191,8 +191,9 @@ static void activations_cuda_free(ActivationsCuda *acts) {
 // layernorm; with targets the per-token losses, and with grad the classifier's
 // backward (dlnf into acts->t.dbtc, model->grads.wte accumulated).
 // inputs, positions, targets: (B, T) HOST arrays; targets may be NULL (inference)
+// dloss: with grad, a device float (the weight of one token's loss; NULL without grad)
 static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                                   const int *targets, float dloss, int grad, const AttentionVerbsCuda *attn) {
+                                   const int *targets, const float *dloss, int grad, const AttentionVerbsCuda *attn) {
     GPT2Config c = model->config;
     int B = acts->B, T = acts->T;
     size_t L = c.num_layers, C = c.channels;
@@ -236,13 +237,15 @@ static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const
 // without only what gpt2_cuda_logits needs. inputs, positions, targets: HOST.
 static void gpt2_cuda_forward(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
                               const int *targets, const AttentionVerbsCuda *attn) {
-    gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, 0.0f, 0, attn);
+    gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, NULL, 0, attn);
 }
 
 // gpt2_forward_train on the device: the losses and the classifier's backward,
 // which accumulates into the gradients (zero them first); gpt2_cuda_backward follows.
+// dloss: a device float, read when the classifier runs (cp/loss.cuh computes it
+// on the device in a training step).
 static void gpt2_cuda_forward_train(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                                    const int *targets, float dloss, const AttentionVerbsCuda *attn) {
+                                    const int *targets, const float *dloss, const AttentionVerbsCuda *attn) {
     gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, dloss, 1, attn);
 }
 
