@@ -19,6 +19,10 @@ and their hybrid: cp/attention.cuh mirrors cp/attention.h). Per step:
        device memory), so every rank takes the same step (at -z 1 each rank
        updates its shard on the device, then the world all-gathers the
        parameters: train/zero.h)
+    5. the host waits for the device once a step, for the loss and the gradient
+       norm, before the update: the loss weights and sums stay on the device
+       (cp/loss.cuh), uploads go through pinned staging, the matmuls' cuBLASLt
+       plans are made once (docs/DESIGN.md section 9)
 
 Transports (-ct): nccl (default; one rank per GPU, local rank -> device as llm.c)
 or mpi (device buffers staged through pinned host memory, any number of ranks per
@@ -171,20 +175,20 @@ typedef struct {
     ActivationsCuda *acts;
     CpAttentionCuda *attention;
     AttentionVerbsCuda attn; // bound to the last forward's layout, for its backward
-    double *loss_stats;  // device double[2]
-    float *losses_host;  // (B, local T) the last forward pass's per-token losses, for -tl and -h 1
-    double weight_basis; // the training step's loss weight basis (cp/loss.h), 0 before its first micro-batch
+    StepLossCuda step_loss;  // the training step's loss on the device (cp/loss.cuh)
+    float *losses_host;      // (B, local T) the last forward pass's per-token losses, for -tl and -h 1
 } Trainer;
 
 // The forward pass of a batch (B rows of T inputs and targets, and the targets'
 // loss mask or NULL) on this rank's shard; returns the loss statistics of the
-// global batch. With micro_steps > 0, the pass of one of the micro_steps
-// micro-batches of a training step, as the CPU twin's: the classifier's backward
-// runs with the forward (gpt2_cuda_forward_train), weighted by 1 / the step's
-// weight basis, accumulating into gradients the caller zeroed. The sharder is the
-// step's: built here, freed by the caller after the backward pass.
-static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, const unsigned char *loss_mask,
-                              CpSharder *sh, int micro_steps) {
+// global batch, on the device. With micro_steps > 0, the pass of one of the
+// micro_steps micro-batches of a training step, as the CPU twin's: the
+// classifier's backward runs with the forward (gpt2_cuda_forward_train), weighted
+// by 1 / the step's weight basis (worked out on the device: nothing here waits for
+// it), accumulating into gradients the caller zeroed. The sharder is the step's:
+// built here, freed by the caller after the backward pass.
+static LossStats *forward_step(Trainer *tr, const int *inputs, const int *targets, const unsigned char *loss_mask,
+                               CpSharder *sh, int micro_steps) {
     shard_rows(sh, inputs, targets, loss_mask, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_cuda_free(tr->acts);
@@ -193,20 +197,18 @@ static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets
     tr->attn = cp_attention_cuda_bind(tr->attention, &sh->layout); // the batch's coordinates, once
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     if (micro_steps > 0) {
-        double valid = global_valid_count_cuda(tr->ranks->world, tr->loss_stats, sh->local.targets, n);
-        tr->weight_basis = loss_weight_basis(tr->weight_basis, valid, micro_steps);
+        const double *valid = global_valid_count_cuda(tr->ranks->world, &tr->step_loss, sh->local.targets, n);
         gpt2_cuda_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
-                                loss_weight(tr->weight_basis), &tr->attn);
+                                step_loss_weight_cuda(&tr->step_loss, valid, micro_steps), &tr->attn);
     } else {
         gpt2_cuda_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &tr->attn);
     }
-    local_loss_stats_cuda(tr->loss_stats, tr->acts->t.losses, tr->acts->targets, n);
-    return global_loss_stats_cuda(tr->ranks->world, tr->loss_stats);
+    return global_loss_stats_cuda(tr->ranks->world, &tr->step_loss, tr->acts->t.losses, tr->acts->targets, n);
 }
 
 static LossStats forward_step_verb(void *trainer, const int *inputs, const int *targets,
                                    const unsigned char *loss_mask, CpSharder *sh) {
-    return forward_step((Trainer *)trainer, inputs, targets, loss_mask, sh, 0);
+    return loss_stats_download(forward_step((Trainer *)trainer, inputs, targets, loss_mask, sh, 0));
 }
 
 // the last forward pass's per-token losses to the host: (B, local T)
@@ -305,8 +307,11 @@ int main(int argc, char **argv) {
     CpAttentionCommsCuda comms = {ranks.cp, ranks.ulysses, ranks.ulysses_host, ranks.ring};
     cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.B,
                            run.local_T, c.channels, c.num_heads);
-    double *loss_stats = (double *)cudaMallocCheck(2 * sizeof(double));
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, loss_stats, NULL, 0.0};
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, {NULL, NULL}, NULL};
+    step_loss_cuda_init(&tr.step_loss);
+    // GPT2CP_TEST_HOST_WAITS=1 (test only): each rank prints how often each training
+    // step waited for the device (dev/cuda/emu/trainer.sh holds them to one)
+    int print_host_waits = getenv("GPT2CP_TEST_HOST_WAITS") != NULL;
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -328,18 +333,16 @@ int main(int argc, char **argv) {
         if (last_step) { break; }
 
         double start = wall_seconds();
+        long waits_before = cuda_ctx.host_waits;
         if (cfg.overfit_single_batch) { dataloader_reset(&run.train_loader); }
         // -d: the gradients of grad_accum_steps micro-batches add up, as the CPU twin
         gpt2_cuda_zero_grad(&model);
-        tr.weight_basis = 0.0;
-        LossStats step_stats = {0.0, 0.0};
+        step_loss_cuda_start(&tr.step_loss);
         for (int micro = 0; micro < run.grad_accum_steps; micro++) {
             CpSharder sh;
             dataloader_next_batch(&run.train_loader);
-            LossStats stats = forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
-                                           run.train_loader.loss_mask, &sh, run.grad_accum_steps);
-            step_stats.loss_sum += stats.loss_sum;
-            step_stats.valid_count += stats.valid_count;
+            step_loss_cuda_add(&tr.step_loss, forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
+                                                           run.train_loader.loss_mask, &sh, run.grad_accum_steps));
             gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
             if (cfg.token_loss_path) {
                 write_token_losses(&run, &cfg, &sh, ranks.cp_host, ranks.dp_host, shard_losses(&tr),
@@ -347,26 +350,27 @@ int main(int argc, char **argv) {
             }
             cp_sharder_free(&sh);
         }
-        float loss = mean_loss(step_stats);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
-        // the gradients hold the step's mean loss's gradient times 1 / grad_scale (cp/loss.h)
-        double grad_scale = step_gradient_scale(tr.weight_basis, step_stats.valid_count);
-        float grad_norm = (float)(grad_scale * sqrt(global_norm_squared_cuda(model.grads_memory, model.num_parameters)));
-        check_step_finite(&cfg, step, loss, grad_norm);
+        // the step's one wait for the device: its loss and gradient norm, before the
+        // update, which the host queues and leaves running into the next step
+        StepEnd end = step_end_cuda(&tr.step_loss, model.grads_memory, model.num_parameters);
+        check_step_finite(&cfg, step, end.loss, end.grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
-        if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
-            gpt2_cuda_update(&model, lr, cfg.weight_decay, (float)grad_scale * grad_clip_scale(grad_norm), step + 1);
+        if (!skip_update(&run, &cfg, master, end.loss, end.grad_norm)) {
+            gpt2_cuda_update(&model, lr, cfg.weight_decay, end.update_scale, step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
             // the other ranks' shards came in fp32: their floatX copy too
             if (cfg.zero_stage >= 1) { gpt2_cuda_round_weights(&model); }
         }
-        cuda_sync(); // the step's time includes its update
-        train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);
+        if (print_host_waits) {
+            printf("rank %d step %d: %ld host wait(s)\n", mesh->world_rank, step, cuda_ctx.host_waits - waits_before);
+        }
+        train_run_end_step(&run, master, step, end.loss, end.grad_norm, lr, wall_seconds() - start);
     }
 
     print_peak_memory(mesh);
     free(tr.losses_host);
-    cudaCheck(cudaFree(loss_stats));
+    step_loss_cuda_free(&tr.step_loss);
     train_run_free(&run, &cfg);
     cp_attention_cuda_free(&attention);
     activations_cuda_free(&acts);

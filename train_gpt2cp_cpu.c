@@ -59,7 +59,7 @@ typedef struct {
     Activations *acts;
     CpAttention *attention;
     AttentionVerbs attn; // bound to the last forward's layout, for its backward
-    double weight_basis; // the training step's loss weight basis (cp/loss.h), 0 before its first micro-batch
+    StepLoss step_loss;  // the training step's loss (cp/loss.h)
 } Trainer;
 
 // The forward pass of a batch (B rows of T inputs and targets, and the targets'
@@ -67,9 +67,10 @@ typedef struct {
 // global batch. With micro_steps > 0, the pass of one of the micro_steps
 // micro-batches of a training step: the classifier's backward runs with the
 // forward (gpt2_forward_train), weighted by 1 / the step's weight basis (its valid
-// targets counted first; pads and masked targets are never counted), accumulating
-// into gradients the caller zeroed before the step's first micro-batch. The
-// sharder is the step's: built here, freed by the caller after the backward pass.
+// targets counted first; pads and masked targets are never counted:
+// step_loss_weight of cp/loss.h), accumulating into gradients the caller zeroed
+// before the step's first micro-batch. The sharder is the step's: built here,
+// freed by the caller after the backward pass.
 static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, const unsigned char *loss_mask,
                               CpSharder *sh, int micro_steps) {
     shard_rows(sh, inputs, targets, loss_mask, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
@@ -81,9 +82,8 @@ static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets
     size_t n = (size_t)sh->layout.B * sh->layout.local_len;
     if (micro_steps > 0) {
         double valid = global_valid_count(tr->ranks->world, sh->local.targets, n);
-        tr->weight_basis = loss_weight_basis(tr->weight_basis, valid, micro_steps);
         gpt2_forward_train(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets,
-                           loss_weight(tr->weight_basis), &tr->attn);
+                           step_loss_weight(&tr->step_loss, valid, micro_steps), &tr->attn);
     } else {
         gpt2_forward(tr->model, tr->acts, sh->local.inputs, sh->layout.position, sh->local.targets, &tr->attn);
     }
@@ -210,7 +210,7 @@ int main(int argc, char **argv) {
     CpAttention attention;
     CpAttentionComms comms = {ranks.cp, ranks.ulysses, ranks.ring};
     cp_attention_init(&attention, (CpAttentionKind)kind, comms, cfg.B, run.local_T, c.channels, c.num_heads);
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, 0.0};
+    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, {{0.0, 0.0}, 0.0}};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -234,15 +234,12 @@ int main(int argc, char **argv) {
         // -d: the gradients of grad_accum_steps micro-batches add up to the gradient
         // of the step's mean loss
         gpt2_zero_grad(&model);
-        tr.weight_basis = 0.0;
-        LossStats step_stats = {0.0, 0.0};
+        step_loss_start(&tr.step_loss);
         for (int micro = 0; micro < run.grad_accum_steps; micro++) {
             CpSharder sh;
             dataloader_next_batch(&run.train_loader);
-            LossStats stats = forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
-                                           run.train_loader.loss_mask, &sh, run.grad_accum_steps);
-            step_stats.loss_sum += stats.loss_sum;
-            step_stats.valid_count += stats.valid_count;
+            step_loss_add(&tr.step_loss, forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
+                                                      run.train_loader.loss_mask, &sh, run.grad_accum_steps));
             gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
             if (cfg.token_loss_path) {
                 write_token_losses(&run, &cfg, &sh, ranks.cp, ranks.dp, shard_losses(&tr),
@@ -250,18 +247,16 @@ int main(int argc, char **argv) {
             }
             cp_sharder_free(&sh);
         }
-        float loss = mean_loss(step_stats);
         ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
-        // the gradients hold the step's mean loss's gradient times 1 / grad_scale (cp/loss.h)
-        double grad_scale = step_gradient_scale(tr.weight_basis, step_stats.valid_count);
-        float grad_norm = (float)(grad_scale * sqrt(global_norm_squared(model.grads_memory, model.num_parameters)));
-        check_step_finite(&cfg, step, loss, grad_norm);
+        // the step's loss and gradient norm, before the update
+        StepEnd end = step_end(&tr.step_loss, model.grads_memory, model.num_parameters);
+        check_step_finite(&cfg, step, end.loss, end.grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
-        if (!skip_update(&run, &cfg, master, loss, grad_norm)) {
-            gpt2_update(&model, lr, cfg.weight_decay, (float)grad_scale * grad_clip_scale(grad_norm), step + 1);
+        if (!skip_update(&run, &cfg, master, end.loss, end.grad_norm)) {
+            gpt2_update(&model, lr, cfg.weight_decay, end.update_scale, step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
         }
-        train_run_end_step(&run, master, step, loss, grad_norm, lr, wall_seconds() - start);
+        train_run_end_step(&run, master, step, end.loss, end.grad_norm, lr, wall_seconds() - start);
     }
 
     print_peak_memory(mesh);

@@ -11,7 +11,9 @@ ignore target too (cp/sharder.h): it counts in neither.
 #ifndef CP_LOSS_H
 #define CP_LOSS_H
 
+#include "block_mask.h" // CP_HOST_DEVICE
 #include "comm.h"
+#include "../llmc/adamw.h"
 #include "../llmc/classifier.h"
 
 typedef struct {
@@ -56,7 +58,7 @@ static double global_valid_count(Comm *comm, const int *targets, size_t n) {
 // The weight of one token's loss in the mean loss: 1 / (valid targets of the global
 // batch), 0 when there are none. A training step needs it before its forward pass,
 // in which the classifier's backward runs (llmc/classifier.h).
-static float loss_weight(double global_valid_count) {
+CP_HOST_DEVICE static float loss_weight(double global_valid_count) {
     return global_valid_count > 0 ? (float)(1.0 / global_valid_count) : 0.0f;
 }
 
@@ -70,7 +72,7 @@ static float loss_weight(double global_valid_count) {
 // of the step's mean loss: step_gradient_scale, which the trainers apply to the
 // gradient norm and the update's scale rather than in another pass over the
 // gradients. basis: 0 before the step's first micro-batch.
-static double loss_weight_basis(double basis, double global_valid_count, int micro_steps) {
+CP_HOST_DEVICE static double loss_weight_basis(double basis, double global_valid_count, int micro_steps) {
     return basis > 0 ? basis : global_valid_count * micro_steps;
 }
 
@@ -80,6 +82,58 @@ static double step_gradient_scale(double basis, double step_valid_count) {
 
 static float mean_loss(LossStats s) {
     return s.valid_count > 0 ? (float)(s.loss_sum / s.valid_count) : 0.0f;
+}
+
+// What a training step gathers over its micro-batches: their loss statistics
+// (each summed over the world) and the weight basis. The GPU trainer keeps it on
+// the device (cp/loss.cuh), through these same functions.
+typedef struct {
+    LossStats stats;
+    double weight_basis; // 0 before the step's first micro-batch with valid targets
+} StepLoss;
+
+CP_HOST_DEVICE static void step_loss_start(StepLoss *s) {
+    s->stats.loss_sum = 0.0;
+    s->stats.valid_count = 0.0;
+    s->weight_basis = 0.0;
+}
+
+// The loss weight of the step's next micro-batch, which holds global_valid_count
+// valid targets (of the world), and takes part in the basis.
+CP_HOST_DEVICE static float step_loss_weight(StepLoss *s, double global_valid_count, int micro_steps) {
+    s->weight_basis = loss_weight_basis(s->weight_basis, global_valid_count, micro_steps);
+    return loss_weight(s->weight_basis);
+}
+
+// a micro-batch's statistics (summed over the world) into the step's, in micro-batch order
+CP_HOST_DEVICE static void step_loss_add(StepLoss *s, LossStats batch) {
+    s->stats.loss_sum += batch.loss_sum;
+    s->stats.valid_count += batch.valid_count;
+}
+
+// The end of a training step: the mean loss, the gradient norm of the step's mean
+// loss, and the scale the update applies to the summed gradients (the remaining
+// basis / total of step_gradient_scale, and the clip to GRAD_CLIP).
+typedef struct {
+    float loss;
+    float grad_norm;
+    float update_scale;
+} StepEnd;
+
+// grad_norm_squared: the sum of squares of the summed gradients (the world's)
+static StepEnd step_end_of(const StepLoss *s, double grad_norm_squared) {
+    // the gradients hold the step's mean loss's gradient times 1 / grad_scale
+    double grad_scale = step_gradient_scale(s->weight_basis, s->stats.valid_count);
+    StepEnd end;
+    end.loss = mean_loss(s->stats);
+    end.grad_norm = (float)(grad_scale * sqrt(grad_norm_squared));
+    end.update_scale = (float)grad_scale * grad_clip_scale(end.grad_norm);
+    return end;
+}
+
+// The end of the step on the CPU. grads: (n) the gradients summed over the world.
+static StepEnd step_end(const StepLoss *s, const float *grads, size_t n) {
+    return step_end_of(s, global_norm_squared(grads, n));
 }
 
 #endif // CP_LOSS_H

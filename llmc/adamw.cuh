@@ -50,19 +50,16 @@ __global__ static void sum_partials_kernel(double *out, const double *partials, 
     if (threadIdx.x == 0) { out[0] = sum; }
 }
 
-// grads: (n) device; returns the sum of squares to the host
-static double global_norm_squared_cuda(const float *grads, size_t n) {
-    double *partials = (double *)cuda_scratch((NORM_BLOCKS + 1) * sizeof(double));
-    double *total = partials + NORM_BLOCKS;
+// total: a device double, which gets the sum of squares (the host reads it when
+// it needs it: once a training step, cp/loss.cuh)   grads: (n) device
+static void global_norm_squared_cuda(double *total, const float *grads, size_t n) {
+    double *partials = (double *)cuda_scratch(NORM_BLOCKS * sizeof(double));
     int blocks = norm_blocks(n);
     norm_squared_partials_kernel<<<blocks, NORM_THREADS, 0, cuda_ctx.stream>>>(partials, grads, n);
     cudaCheckLaunch();
     int threads = (blocks + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE; // one partial a thread
     sum_partials_kernel<<<1, threads, 0, cuda_ctx.stream>>>(total, partials, blocks);
     cudaCheckLaunch();
-    double result;
-    cuda_download(&result, total, sizeof(double));
-    return result;
 }
 
 // params, grads, m, v: (n) fp32   params_x: (n) floatX, params rounded (may be params itself in the fp32 build)

@@ -26,9 +26,10 @@ chunk or any token.
 
 #define CLASSIFIER_THREADS 512
 
-// logits: (N, Vp) floatX -> dlogits in place with grad   losses: (N) fp32   targets: (N); one block per row
+// logits: (N, Vp) floatX -> dlogits in place with grad   losses: (N) fp32   targets: (N)
+// dloss_weight: a device float, dloss (read with grad only); one block per row
 __global__ static void softmax_crossentropy_kernel(floatX *logits, float *losses, const int *targets, int V, int Vp,
-                                                   float dloss, int grad) {
+                                                   const float *dloss_weight, int grad) {
     __shared__ float shared_max[WARP_SIZE];
     __shared__ double shared_sum[WARP_SIZE];
     floatX *row = logits + (size_t)blockIdx.x * Vp;
@@ -41,6 +42,7 @@ __global__ static void softmax_crossentropy_kernel(floatX *logits, float *losses
     for (int i = threadIdx.x; i < V; i += blockDim.x) { sum += expf(to_float(row[i]) - maxval); }
     sum = block_reduce_sum_double(sum, shared_sum); // its barriers also order the read above before the writes
     if (grad) {
+        float dloss = *dloss_weight;
         float scale = target == IGNORE_INDEX ? 0.0f : (float)(dloss / sum);
         for (int i = threadIdx.x; i < Vp; i += blockDim.x) {
             float g = i < V ? expf(to_float(row[i]) - maxval) * scale : 0.0f;
@@ -54,7 +56,7 @@ __global__ static void softmax_crossentropy_kernel(floatX *logits, float *losses
 }
 
 static void softmax_crossentropy_rows_cuda(floatX *logits, float *losses, const int *targets, int N, int V, int Vp,
-                                           float dloss, int grad) {
+                                           const float *dloss, int grad) {
     // whole warps, up to CLASSIFIER_THREADS, no more than the row has entries
     int threads = (Vp + WARP_SIZE - 1) / WARP_SIZE * WARP_SIZE;
     threads = threads > CLASSIFIER_THREADS ? CLASSIFIER_THREADS : threads;
@@ -66,8 +68,10 @@ static void softmax_crossentropy_rows_cuda(floatX *logits, float *losses, const 
 // with dlnf (not NULL) also dlnf (overwritten) and dwte (accumulated).
 // losses: (N) fp32   dlnf: (N, C) floatX or NULL   dwte: (Vp, C) fp32   logits: (chunk_rows, Vp) floatX scratch
 // lnf: (N, C) floatX   wte: (Vp, C) floatX   targets: (N), all device
+// dloss: a device float (read with dlnf only): the weight of one token's loss,
+// computed on the device in a training step (cp/loss.cuh), so that no host waits for it
 static void classifier_forward_cuda(float *losses, floatX *dlnf, float *dwte, floatX *logits, const floatX *lnf,
-                                    const floatX *wte, const int *targets, float dloss, int N, int chunk_rows,
+                                    const floatX *wte, const int *targets, const float *dloss, int N, int chunk_rows,
                                     int C, int V, int Vp) {
     for (int start = 0; start < N; start += chunk_rows) {
         int n = N - start < chunk_rows ? N - start : chunk_rows;

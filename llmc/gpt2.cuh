@@ -21,7 +21,8 @@ AdamW moments), which keeps the configuration and a host copy of the parameters
 and moments for checkpoints, and is then copied to the device.
 
 Token ids, position ids and targets come from the sharder on the host; the
-forward pass copies them to the device. The classifier works through chunks of
+forward pass copies them to the device through pinned staging (cuda_upload: the
+host never waits for the device to take them). The classifier works through chunks of
 tokens (llmc/classifier.cuh) and, in a training step, runs its backward with the
 forward pass (gpt2_cuda_forward_train), as the CPU model does. The backward pass reads the host ids once
 more to bucket the embedding gradients (llmc/encoder.cuh).
@@ -111,9 +112,9 @@ static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
                           : (floatX *)model->params_memory;
     model->gelu_fusion = 1;
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, bytes, cuda_ctx.stream));
-    cuda_upload(model->params_memory, model->host.params_memory, bytes);
-    cuda_upload(model->m_memory, model->host.m_memory, moment_bytes);
-    cuda_upload(model->v_memory, model->host.v_memory, moment_bytes);
+    cuda_upload_pageable(model->params_memory, model->host.params_memory, bytes);
+    cuda_upload_pageable(model->m_memory, model->host.m_memory, moment_bytes);
+    cuda_upload_pageable(model->v_memory, model->host.v_memory, moment_bytes);
     gpt2_cuda_round_weights(model);
     point_parameters_of(&model->params, model->params_x, model->host.param_sizes, sizeof(floatX));
     point_parameters(&model->grads, model->grads_memory, model->host.param_sizes);
@@ -190,8 +191,9 @@ static void activations_cuda_free(ActivationsCuda *acts) {
 // layernorm; with targets the per-token losses, and with grad the classifier's
 // backward (dlnf into acts->t.dbtc, model->grads.wte accumulated).
 // inputs, positions, targets: (B, T) HOST arrays; targets may be NULL (inference)
+// dloss: with grad, a device float (the weight of one token's loss; NULL without grad)
 static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                                   const int *targets, float dloss, int grad, const AttentionVerbsCuda *attn) {
+                                   const int *targets, const float *dloss, int grad, const AttentionVerbsCuda *attn) {
     GPT2Config c = model->config;
     int B = acts->B, T = acts->T;
     size_t L = c.num_layers, C = c.channels;
@@ -235,13 +237,15 @@ static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const
 // without only what gpt2_cuda_logits needs. inputs, positions, targets: HOST.
 static void gpt2_cuda_forward(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
                               const int *targets, const AttentionVerbsCuda *attn) {
-    gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, 0.0f, 0, attn);
+    gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, NULL, 0, attn);
 }
 
 // gpt2_forward_train on the device: the losses and the classifier's backward,
 // which accumulates into the gradients (zero them first); gpt2_cuda_backward follows.
+// dloss: a device float, read when the classifier runs (cp/loss.cuh computes it
+// on the device in a training step).
 static void gpt2_cuda_forward_train(GPT2Cuda *model, ActivationsCuda *acts, const int *inputs, const int *positions,
-                                    const int *targets, float dloss, const AttentionVerbsCuda *attn) {
+                                    const int *targets, const float *dloss, const AttentionVerbsCuda *attn) {
     gpt2_cuda_forward_pass(model, acts, inputs, positions, targets, dloss, 1, attn);
 }
 

@@ -27,12 +27,89 @@ column sums of cuda_common.cuh (the path of the plain build).
 cuBLASLt is column-major. A row-major (R, K) matrix is the column-major (K, R)
 matrix with leading dimension K, i.e. its transpose. Each call below writes the
 row-major formula as its column-major transpose.
+
+Plans. A matmul needs a descriptor, three matrix layouts and an algorithm from
+cuBLASLt's heuristic, and making them costs host time at every call (a heuristic
+query is tens of microseconds; a d12 training step makes about 150 calls), while
+none of it depends on the data: only on the shapes, transposes, types, epilogue
+and compute type (the key, MatmulKey of cuda_common.cuh). So each kind of call is
+planned once, the first time it is seen, into a table of the context
+(cuda_ctx.plans) that later calls look up; cuda_free_context destroys them. A
+run makes a few dozen kinds (each linear layer forward and backward, the
+classifier's chunk and its last partial chunk, the sampler's one row, a longer
+packed batch's shapes); the table grows by doubling should a run make more. The
+epilogue's bias and aux pointers differ from layer to layer, so they are set on
+the plan's descriptor at each call: cublasLtMatmul reads the descriptor when it
+is called (the caller may destroy it right after, as llm.c does), so the next
+call's pointers cannot reach a product already queued. The heuristic never sees
+A, B or D (it assumes them 256-byte aligned, as before), but sees the epilogue's
+pointers, so their alignment is part of the key.
 */
 #ifndef LLMC_MATMUL_CUH
 #define LLMC_MATMUL_CUH
 
 #include "cuda_common.cuh"
 #include "gelu.cuh"
+
+// the alignment of an epilogue pointer as the key holds it: its largest power of
+// two up to 256 bytes, 0 for none
+static int matmul_pointer_align(const void *p) {
+    uintptr_t a = (uintptr_t)p;
+    if (a == 0) { return 0; }
+    uintptr_t low = a & (~a + 1);
+    return low > 256 ? 256 : (int)low;
+}
+
+// The plan of `key`: looked up, or made and kept.
+static const MatmulPlan *matmul_plan(const MatmulKey *key, void *bias, void *aux) {
+    for (int i = 0; i < cuda_ctx.num_plans; i++) {
+        if (memcmp(&cuda_ctx.plans[i].key, key, sizeof(*key)) == 0) { return &cuda_ctx.plans[i]; }
+    }
+    if (cuda_ctx.num_plans == cuda_ctx.plans_capacity) {
+        cuda_ctx.plans_capacity = cuda_ctx.plans_capacity > 0 ? 2 * cuda_ctx.plans_capacity : 32;
+        cuda_ctx.plans = (MatmulPlan *)realloc(cuda_ctx.plans, (size_t)cuda_ctx.plans_capacity * sizeof(MatmulPlan));
+        if (cuda_ctx.plans == NULL) { fatal("out of host memory for %d matmul plans", cuda_ctx.plans_capacity); }
+    }
+    MatmulPlan *p = &cuda_ctx.plans[cuda_ctx.num_plans++];
+    memset(p, 0, sizeof(*p));
+    p->key = *key;
+    cublasOperation_t ta = (cublasOperation_t)key->ta, tb = (cublasOperation_t)key->tb;
+    cublasLtEpilogue_t epilogue = (cublasLtEpilogue_t)key->epilogue;
+    int m = key->m, n = key->n, k = key->k;
+    cublasCheck(cublasLtMatmulDescCreate(&p->desc, (cublasComputeType_t)key->compute, CUDA_R_32F));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    if (bias != NULL) {
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+    }
+    if (aux != NULL) {
+        int64_t ld = m;
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                   sizeof(aux)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+    }
+    // the stored shapes: op(A) is (m, k), so A itself is (m, k) or (k, m)
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->a_layout, (cudaDataType)key->a_type, ta == CUBLAS_OP_N ? m : k,
+                                           ta == CUBLAS_OP_N ? k : m, key->lda));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->b_layout, (cudaDataType)key->b_type, tb == CUBLAS_OP_N ? k : n,
+                                           tb == CUBLAS_OP_N ? n : k, key->ldb));
+    cublasCheck(cublasLtMatrixLayoutCreate(&p->d_layout, (cudaDataType)key->d_type, m, n, key->ldd));
+    cublasLtMatmulPreference_t pref;
+    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
+    size_t workspace = CUBLASLT_WORKSPACE_BYTES;
+    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                     sizeof(workspace)));
+    cublasLtMatmulHeuristicResult_t heuristic;
+    int found = 0;
+    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cuda_ctx.cublaslt, p->desc, p->a_layout, p->b_layout,
+                                                           p->d_layout, p->d_layout, pref, 1, &heuristic, &found);
+    if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) { cublasCheck(status); }
+    p->found = status == CUBLAS_STATUS_SUCCESS && found > 0;
+    if (p->found) { p->algo = heuristic.algo; }
+    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
+    return p;
+}
 
 // One column-major GEMM: D (m, n) = op(A) (m, k) op(B) (k, n) + beta D, with an
 // epilogue. bias: the epilogue's vector (BIAS: length m; BGRADB: length n, written);
@@ -43,46 +120,22 @@ static int gemm_cuda(cublasOperation_t ta, cublasOperation_t tb, int m, int n, i
                      cudaDataType d_type, int ldd, cublasLtEpilogue_t epilogue, void *bias, void *aux) {
     cublasComputeType_t compute = d_type == CUDA_R_32F && a_type == CUDA_R_32F && cuda_ctx.tf32
                                       ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    cublasLtMatmulDesc_t desc;
-    cublasCheck(cublasLtMatmulDescCreate(&desc, compute, CUDA_R_32F));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-    cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epilogue, sizeof(epilogue)));
+    MatmulKey key = {(int)ta, (int)tb, m, n, k, lda, ldb, ldd, (int)a_type, (int)b_type, (int)d_type, (int)compute,
+                     (int)epilogue, matmul_pointer_align(bias), matmul_pointer_align(aux)};
+    const MatmulPlan *p = matmul_plan(&key, bias, aux);
+    if (!p->found) { return 0; }
     if (bias != NULL) {
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)));
     }
     if (aux != NULL) {
-        int64_t ld = m;
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
-        cublasCheck(cublasLtMatmulDescSetAttribute(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof(ld)));
+        cublasCheck(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux,
+                                                   sizeof(aux)));
     }
-    // the stored shapes: op(A) is (m, k), so A itself is (m, k) or (k, m)
-    cublasLtMatrixLayout_t a_layout, b_layout, d_layout;
-    cublasCheck(cublasLtMatrixLayoutCreate(&a_layout, a_type, ta == CUBLAS_OP_N ? m : k, ta == CUBLAS_OP_N ? k : m, lda));
-    cublasCheck(cublasLtMatrixLayoutCreate(&b_layout, b_type, tb == CUBLAS_OP_N ? k : n, tb == CUBLAS_OP_N ? n : k, ldb));
-    cublasCheck(cublasLtMatrixLayoutCreate(&d_layout, d_type, m, n, ldd));
-    cublasLtMatmulPreference_t pref;
-    cublasCheck(cublasLtMatmulPreferenceCreate(&pref));
-    size_t workspace = CUBLASLT_WORKSPACE_BYTES;
-    cublasCheck(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                     sizeof(workspace)));
-    cublasLtMatmulHeuristicResult_t heuristic;
-    int found = 0;
-    cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(cuda_ctx.cublaslt, desc, a_layout, b_layout, d_layout,
-                                                           d_layout, pref, 1, &heuristic, &found);
-    if (status != CUBLAS_STATUS_SUCCESS && status != CUBLAS_STATUS_NOT_SUPPORTED) { cublasCheck(status); }
-    if (status == CUBLAS_STATUS_SUCCESS && found > 0) {
-        const float alpha = 1.0f;
-        cublasCheck(cublasLtMatmul(cuda_ctx.cublaslt, desc, &alpha, A, a_layout, B, b_layout, &beta, D, d_layout, D,
-                                   d_layout, &heuristic.algo, cuda_ctx.cublaslt_workspace, CUBLASLT_WORKSPACE_BYTES,
-                                   cuda_ctx.stream));
-    }
-    cublasCheck(cublasLtMatmulPreferenceDestroy(pref));
-    cublasCheck(cublasLtMatrixLayoutDestroy(d_layout));
-    cublasCheck(cublasLtMatrixLayoutDestroy(b_layout));
-    cublasCheck(cublasLtMatrixLayoutDestroy(a_layout));
-    cublasCheck(cublasLtMatmulDescDestroy(desc));
-    return status == CUBLAS_STATUS_SUCCESS && found > 0;
+    const float alpha = 1.0f;
+    cublasCheck(cublasLtMatmul(cuda_ctx.cublaslt, p->desc, &alpha, A, p->a_layout, B, p->b_layout, &beta, D,
+                               p->d_layout, D, p->d_layout, &p->algo, cuda_ctx.cublaslt_workspace,
+                               CUBLASLT_WORKSPACE_BYTES, cuda_ctx.stream));
+    return 1;
 }
 
 // a GEMM that must run: no algorithm is an error naming the shape

@@ -199,6 +199,21 @@ static void test_layernorm(int b, int t, int c) {
 // fp32 product (the epilogue) or from the product rounded first (without it, OC
 // not a multiple of 8): gelu' (at most 1.13) carries that rounding too, so its
 // bound is the fp32 tolerance + 2u
+// The matmul with its GELU (pre-activation into d_pre, both outputs poisoned first)
+// against the CPU's product `out` and its GELU `act`
+static void check_matmul_gelu(const char *which, floatX *d_act, floatX *d_pre, const floatX *d_inp, const floatX *d_w,
+                              const floatX *d_bias, const float *out, const float *act, int b, int t, int c, int oc) {
+    char what[96];
+    size_t n = (size_t)b * t * oc;
+    poison_device(d_pre, n * sizeof(floatX));
+    poison_device(d_act, n * sizeof(floatX));
+    matmul_forward_cuda(d_act, d_pre, d_inp, d_w, d_bias, b, t, c, oc);
+    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d %s, GELU's input", b, t, c, oc, which);
+    check_rel_device_x(what, d_pre, out, n, x_tol(1e-5));
+    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d %s, GELU", b, t, c, oc, which);
+    check_rel_device_x(what, d_act, act, n, x_tol(1e-5) + STORAGE_ROUNDOFF);
+}
+
 static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     char what[96];
     size_t bt = (size_t)b * t;
@@ -214,13 +229,22 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     matmul_forward_cuda(d_out, NULL, d_inp, d_w, d_bias, b, t, c, oc);
     snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward%s", b, t, c, oc, with_bias ? " +bias" : "");
     check_rel_device_x(what, d_out, out, bt * oc, x_tol(1e-5));
-    poison_device(d_out, bt * oc * sizeof(floatX));
-    poison_device(d_act, bt * oc * sizeof(floatX));
-    matmul_forward_cuda(d_act, d_out, d_inp, d_w, d_bias, b, t, c, oc);
-    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward, GELU's input", b, t, c, oc);
-    check_rel_device_x(what, d_out, out, bt * oc, x_tol(1e-5));
-    snprintf(what, sizeof(what), "matmul (%d, %d, %d) -> %d forward, GELU", b, t, c, oc);
-    check_rel_device_x(what, d_act, act, bt * oc, x_tol(1e-5) + STORAGE_ROUNDOFF);
+    check_matmul_gelu("forward", d_act, d_out, d_inp, d_w, d_bias, out, act, b, t, c, oc);
+    if (with_bias) {
+        // the plan of these calls serves another bias and pre-activation of the same
+        // shapes (as the next layer's): llmc/matmul.cuh sets the epilogue's pointers
+        // at each call, and makes no plan anew
+        float *bias2 = random_stored(oc, -1, 1);
+        floatX *d_bias2 = device_copy_x(bias2, oc), *d_out2 = device_alloc_x(bt * oc);
+        matmul_forward(out, inp, w, bias2, b, t, c, oc);
+        gelu_forward(act, out, bt * oc);
+        int plans = cuda_ctx.num_plans;
+        check_matmul_gelu("forward, another bias", d_act, d_out2, d_inp, d_w, d_bias2, out, act, b, t, c, oc);
+        CHECK(cuda_ctx.num_plans == plans, "another bias of the same shapes made %d new matmul plans",
+              cuda_ctx.num_plans - plans);
+        cudaCheck(cudaFree(d_bias2)); cudaCheck(cudaFree(d_out2));
+        free(bias2);
+    }
 
     float *dout = random_stored(bt * oc, -1, 1);
     float *dinp = (float *)callocCheck(bt * c, sizeof(float)), *dw = random_floats((size_t)oc * c, -1, 1);
@@ -240,6 +264,7 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
         const char *how = path == 0 ? "" : ", bias gradient by column sums";
 #ifdef CUDA_EMU
         emu_cublaslt_refuse_bgradb = path;
+        cuda_matmul_plans_free(); // cuBLASLt answers otherwise now: ask it again
 #endif
         cudaCheck(cudaMemcpyAsync(d_dw, d_dw_init, (size_t)oc * c * sizeof(float), cudaMemcpyDeviceToDevice, cuda_ctx.stream));
         if (with_bias) {
@@ -258,6 +283,7 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     }
 #ifdef CUDA_EMU
     emu_cublaslt_refuse_bgradb = 0;
+    cuda_matmul_plans_free();
 #endif
     void *dev[] = {d_inp, d_w, d_bias, d_out, d_act, d_dout, d_dinp, d_dw, d_db, d_dw_init, d_db_init};
     for (int i = 0; i < 11; i++) { cudaCheck(cudaFree(dev[i])); } // cudaFree(NULL) is a no-op
@@ -342,15 +368,80 @@ static void test_loss_stats(void) {
     }
     float *d_losses = device_copy(losses, n);
     int *d_targets = device_copy_int(targets, n);
-    double *d_stats = (double *)cudaMallocCheck(2 * sizeof(double)), stats[2];
+    LossStats *d_stats = (LossStats *)cudaMallocCheck(sizeof(LossStats));
     local_loss_stats_cuda(d_stats, d_losses, d_targets, n);
-    cuda_download(stats, d_stats, sizeof(stats));
-    CHECK(fabs(stats[0] - sum) <= 1e-12 * sum && stats[1] == count,
-          "loss stats: sum %.17g count %.0f, expected %.17g and %.0f", stats[0], stats[1], sum, count);
+    LossStats stats = loss_stats_download(d_stats);
+    CHECK(fabs(stats.loss_sum - sum) <= 1e-12 * sum && stats.valid_count == count,
+          "loss stats: sum %.17g count %.0f, expected %.17g and %.0f", stats.loss_sum, stats.valid_count, sum, count);
     printf("ok   rank 0  loss stats of %zu targets (%.0f valid): sum within %.1e, count exact\n", n, count,
-           fabs(stats[0] - sum) / sum);
+           fabs(stats.loss_sum - sum) / sum);
     cudaCheck(cudaFree(d_losses)); cudaCheck(cudaFree(d_targets)); cudaCheck(cudaFree(d_stats));
     free(losses); free(targets);
+}
+
+// this rank alone over MPI: the host transport and the staged device transport
+static void self_comms(Comm **host, Comm **device) {
+    MPI_Comm self_host, self_dev;
+    MPI_Comm_dup(MPI_COMM_SELF, &self_host);
+    MPI_Comm_dup(MPI_COMM_SELF, &self_dev);
+    *host = comm_mpi_create(self_host);
+    *device = comm_mpi_staged_create(self_dev, cuda_ctx.stream);
+}
+
+// A training step's loss on the device (cp/loss.cuh) against cp/loss.h on the host,
+// over MPI_COMM_SELF: three micro-batches holding 0, 20 and 50 valid targets of
+// 100 (the first empty: the weight basis comes from the second, times 3). The
+// loss weights and the counts must come out bit for bit (they are counts); the
+// sums in another order, the step's loss within 1e-12 relative, the gradient
+// norm and the update's scale as floats within 1e-6.
+static void test_step_loss(void) {
+    const int micro_steps = 3, valid[3] = {0, 20, 50};
+    size_t n = 100, grads_n = 5003;
+    Comm *host_comm, *dev_comm;
+    self_comms(&host_comm, &dev_comm);
+    StepLoss host;
+    StepLossCuda dev;
+    step_loss_cuda_init(&dev);
+    step_loss_start(&host);
+    step_loss_cuda_start(&dev);
+    float *d_losses = (float *)cudaMallocCheck(n * sizeof(float));
+    int *d_targets = (int *)cudaMallocCheck(n * sizeof(int));
+    for (int micro = 0; micro < micro_steps; micro++) {
+        float *losses = random_floats(n, 0, 11);
+        int *targets = random_ints(n, V);
+        for (size_t i = (size_t)valid[micro]; i < n; i++) { targets[i] = IGNORE_INDEX; }
+        float weight = step_loss_weight(&host, global_valid_count(host_comm, targets, n), micro_steps);
+        const float *d_weight = step_loss_weight_cuda(&dev, global_valid_count_cuda(dev_comm, &dev, targets, n),
+                                                      micro_steps);
+        float got_weight;
+        cuda_download(&got_weight, d_weight, sizeof(float));
+        CHECK(got_weight == weight, "micro-batch %d: loss weight %.9g on the device, %.9g on the host", micro,
+              got_weight, weight);
+        step_loss_add(&host, global_loss_stats(host_comm, local_loss_stats(losses, targets, n)));
+        cuda_upload(d_losses, losses, n * sizeof(float));
+        cuda_upload(d_targets, targets, n * sizeof(int));
+        step_loss_cuda_add(&dev, global_loss_stats_cuda(dev_comm, &dev, d_losses, d_targets, n));
+        free(losses); free(targets);
+    }
+    float *grads = random_floats(grads_n, -1, 1);
+    float *d_grads = device_copy(grads, grads_n);
+    StepEnd want = step_end(&host, grads, grads_n), got = step_end_cuda(&dev, d_grads, grads_n);
+    CHECK(dev.host->step.weight_basis == host.weight_basis && dev.host->step.stats.valid_count == host.stats.valid_count,
+          "step loss: basis %.17g and count %.17g on the device, %.17g and %.17g on the host",
+          dev.host->step.weight_basis, dev.host->step.stats.valid_count, host.weight_basis, host.stats.valid_count);
+    CHECK(fabs(dev.host->step.stats.loss_sum - host.stats.loss_sum) <= 1e-12 * host.stats.loss_sum,
+          "step loss sum %.17g on the device, %.17g on the host", dev.host->step.stats.loss_sum, host.stats.loss_sum);
+    check_rel("step end: loss", &got.loss, &want.loss, 1, 1e-6);
+    check_rel("step end: gradient norm", &got.grad_norm, &want.grad_norm, 1, 1e-6);
+    check_rel("step end: update scale (clipped)", &got.update_scale, &want.update_scale, 1, 1e-6);
+    CHECK(want.update_scale < 60.0f / 70.0f, "the test's gradients were meant to be clipped");
+    printf("ok   rank 0  step loss over %d micro-batches: weights, basis %.0f and count %.0f bit for bit\n",
+           micro_steps, host.weight_basis, host.stats.valid_count);
+    cudaCheck(cudaFree(d_losses)); cudaCheck(cudaFree(d_targets)); cudaCheck(cudaFree(d_grads));
+    free(grads);
+    step_loss_cuda_free(&dev);
+    dev_comm->destroy(dev_comm);
+    host_comm->destroy(host_comm);
 }
 
 static void test_elementwise(void) {
@@ -401,6 +492,7 @@ static void test_classifier(void) {
     for (int i = 0; i < BT; i += 5) { targets[i] = IGNORE_INDEX; } // pad slots
     int *d_targets = device_copy_int(targets, BT);
     float dloss = 1.0f / 60.0f;
+    float *d_dloss = device_copy(&dloss, 1);
     float *losses = (float *)mallocCheck(BT * sizeof(float));
     float *d_losses = (float *)cudaMallocCheck(BT * sizeof(float));
     for (int grad = 0; grad <= 1; grad++) {
@@ -409,7 +501,7 @@ static void test_classifier(void) {
         floatX *d_rows = device_copy_x(logits, n);
         poison_device(d_losses, BT * sizeof(float));
         softmax_crossentropy_rows(rows, losses, targets, BT, V, VP, dloss, grad);
-        softmax_crossentropy_rows_cuda(d_rows, d_losses, d_targets, BT, V, VP, dloss, grad);
+        softmax_crossentropy_rows_cuda(d_rows, d_losses, d_targets, BT, V, VP, d_dloss, grad);
         check_rel_device(grad ? "classifier rows losses (grad)" : "classifier rows losses", d_losses, losses, BT, 1e-5);
         if (grad) { check_rel_device_x("classifier rows dlogits", d_rows, rows, n, x_tol(1e-5)); }
         cudaCheck(cudaFree(d_rows));
@@ -429,7 +521,7 @@ static void test_classifier(void) {
         char what[96];
         poison_device(d_losses, BT * sizeof(float));
         poison_device(d_dlnf, (size_t)BT * C * sizeof(floatX));
-        classifier_forward_cuda(d_losses, d_dlnf, d_dwte[k], d_logits, d_lnf, d_wte, d_targets, dloss, BT, chunks[k],
+        classifier_forward_cuda(d_losses, d_dlnf, d_dwte[k], d_logits, d_lnf, d_wte, d_targets, d_dloss, BT, chunks[k],
                                 C, V, VP);
         // the losses read the rounded logits: a flip of one is one bf16 ulp, see the top
         snprintf(what, sizeof(what), "classifier losses, chunks of %d rows", chunks[k]);
@@ -444,8 +536,8 @@ static void test_classifier(void) {
     poison_device(d_logits, VP * sizeof(floatX));
     classifier_logits_cuda(d_logits, d_lnf + 40 * C, d_wte, C, VP);
     check_rel_device_x("classifier logits of token 40", d_logits, chunk_logits + 40 * VP, VP, x_tol(1e-5));
-    void *dev[] = {d_targets, d_losses, d_lnf, d_wte, d_dlnf, d_logits, d_dwte[0], d_dwte[1]};
-    for (int i = 0; i < 8; i++) { cudaCheck(cudaFree(dev[i])); }
+    void *dev[] = {d_targets, d_losses, d_lnf, d_wte, d_dlnf, d_logits, d_dwte[0], d_dwte[1], d_dloss};
+    for (int i = 0; i < 9; i++) { cudaCheck(cudaFree(dev[i])); }
     free(logits); free(targets); free(losses); free(lnf); free(wte); free(dwte); free(dlnf); free(chunk_logits);
 }
 
@@ -456,8 +548,11 @@ static void test_adamw(void) {
     float *m = (float *)callocCheck(n, sizeof(float)), *v = (float *)callocCheck(n, sizeof(float));
     float *d_p = device_copy(p, n), *d_g = device_copy(g, n), *d_m = device_copy(m, n), *d_v = device_copy(v, n);
     floatX *d_px = device_alloc_x(n);
-    double norm = global_norm_squared(g, n);
-    double d_norm = global_norm_squared_cuda(d_g, n);
+    double norm = global_norm_squared(g, n), d_norm;
+    double *d_total = (double *)cudaMallocCheck(sizeof(double));
+    global_norm_squared_cuda(d_total, d_g, n);
+    cuda_download(&d_norm, d_total, sizeof(double));
+    cudaCheck(cudaFree(d_total));
     float rel[1] = {(float)d_norm}, ref[1] = {(float)norm};
     check_rel("global norm squared (as float)", rel, ref, 1, 1e-6);
     CHECK(fabs(d_norm - norm) <= 1e-12 * norm, "global norm squared: GPU %.17g, CPU %.17g", d_norm, norm);
@@ -527,11 +622,8 @@ static void test_model(void) {
     CpSharder sh;
     cp_sharder_init(&sh, CP_LAYOUT_IDENTITY, 0, 1, MAXT, cp_no_documents());
     CHECK(cp_shard_batch(&sh, inputs, targets, NULL, B, T) == CP_OK, "%s", sh.error);
-    MPI_Comm self_host, self_dev;
-    MPI_Comm_dup(MPI_COMM_SELF, &self_host);
-    MPI_Comm_dup(MPI_COMM_SELF, &self_dev);
-    Comm *host_comm = comm_mpi_create(self_host);
-    Comm *dev_comm = comm_mpi_staged_create(self_dev, cuda_ctx.stream);
+    Comm *host_comm, *dev_comm;
+    self_comms(&host_comm, &dev_comm);
 
     Activations acts;
     activations_init(&acts, c, B, T, 0);
@@ -551,10 +643,11 @@ static void test_model(void) {
     AttentionVerbsCuda gattn = ring_attention_cuda_verbs(&gring);
 
     float dloss = 1.0f / (BT - 2);
+    float *d_dloss = device_copy(&dloss, 1);
     gpt2_zero_grad(&cpu_model);
     gpt2_cuda_zero_grad(&gpu_model);
     gpt2_forward_train(&cpu_model, &acts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &attn);
-    gpt2_cuda_forward_train(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &gattn);
+    gpt2_cuda_forward_train(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, d_dloss, &gattn);
     check_rel_device("model losses", gacts.t.losses, acts.t.losses, BT, model_tol(1e-5, MODEL_BF16_LOSSES));
     check_rel_device_x("model gradient of lnf", gacts.t.dbtc, acts.t.dbtc, (size_t)BT * C,
                        model_tol(1e-5, MODEL_BF16_FORWARD));
@@ -574,14 +667,18 @@ static void test_model(void) {
                   model_tol(1e-4, MODEL_BF16_GRADIENTS));
         offset += cpu_model.param_sizes[i];
     }
-    // determinism: the same backward again gives the same bits
+    // determinism: the same backward again gives the same bits, through the matmul
+    // plans the first pass made (llmc/matmul.cuh), none made anew
+    int plans = cuda_ctx.num_plans;
     gpt2_cuda_zero_grad(&gpu_model);
-    gpt2_cuda_forward_train(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, dloss, &gattn);
+    gpt2_cuda_forward_train(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, d_dloss, &gattn);
     gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, &gattn);
     float *again = host_copy(gpu_model.grads_memory, gpu_model.num_parameters);
     CHECK(memcmp(grads, again, gpu_model.num_parameters * sizeof(float)) == 0,
           "the GPU backward pass is not deterministic: two runs differ");
-    printf("ok   rank 0  model backward is bitwise deterministic\n");
+    CHECK(cuda_ctx.num_plans == plans, "the second pass made %d new matmul plans", cuda_ctx.num_plans - plans);
+    printf("ok   rank 0  model backward is bitwise deterministic, through the %d matmul plans made so far\n",
+           plans);
     // two updates (the second with clipping)
     for (int t = 1; t <= 2; t++) {
         gpt2_update(&cpu_model, 1e-3f, 0.1f, t == 1 ? 1.0f : 0.25f, t);
@@ -596,6 +693,7 @@ static void test_model(void) {
     free(rounded);
 
     free(grads); free(again); free(inputs); free(targets);
+    cudaCheck(cudaFree(d_dloss));
     cp_sharder_free(&sh);
     ring_attention_cuda_free(&gring);
     activations_cuda_free(&gacts);
@@ -615,6 +713,7 @@ int main(int argc, char **argv) {
     test_encoder();
     test_block_reductions();
     test_loss_stats();
+    test_step_loss();
     test_layernorm(B, T, C);
     // C not a multiple of a warp, more than one block's 256 threads (some take two
     // channels); and 703 rows: 11 chunks of the column sums, of rows not a multiple

@@ -85,8 +85,8 @@ int main(int argc, char **argv) {
     floatX *out = (floatX *)cudaMallocCheck(BT * C * sizeof(floatX));
     floatX *dout = (floatX *)cudaMallocCheck(BT * C * sizeof(floatX));
     float *lse = (float *)cudaMallocCheck(BT * NH * sizeof(float));
-    cuda_upload(qkv, host, BT * 3 * C * sizeof(floatX));
-    cuda_upload(dout, host, BT * C * sizeof(floatX));
+    cuda_upload_pageable(qkv, host, BT * 3 * C * sizeof(floatX)); // large and once: not staged
+    cuda_upload_pageable(dout, host, BT * C * sizeof(floatX));
 
     cudaEvent_t start, mid, end;
     cudaCheck(cudaEventCreate(&start));

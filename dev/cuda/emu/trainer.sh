@@ -13,6 +13,7 @@
 #   - resume and -z 1 bit for bit, llm.c's bf16 model file, the BF16 build against
 #     the FP32 build, its -z 1 and its checkpoints
 #   - the striped layout, positions per document and loss masks against the CPU twin
+#   - one host wait for the device per training step over NCCL (-d, -sl/-sg on)
 set -euo pipefail
 cd "$REPO"
 read -ra MPIRUN <<< "$MPIRUN_LINE"
@@ -250,4 +251,21 @@ compare_masked sharder_cpu sharder_packed
     -o "$WORK/sharder_accumulated" -tl "$WORK/sharder_accumulated.tl" > "$WORK/sharder_accumulated.out"
 compare_masked sharder_cpu_b2 sharder_accumulated
 echo "striped, -rp 1 and -lm 1 on the GPU: the CPU twin's losses, masked targets alike, -d with masks"
+# One host wait per training step (GPT2CP_TEST_HOST_WAITS=1: each rank prints how often
+# each step waited for the device): over NCCL at cp 2, -d with two micro-batches of
+# different learned targets and the outlier detectors on (-sl, -sg: their decision
+# needs the loss and norm before the update), every step of every rank waits once,
+# and the run gives the CPU twin's step losses (the -d case above's reference)
+GPT2CP_TEST_HOST_WAITS=1 "${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${SHARDER[@]}" -b 1 -d 128 -cp 2 -cl striped \
+    -ct nccl -sl 3 -sg 3 -o "$WORK/host_waits" > "$WORK/host_waits.out"
+once=$(grep -c '^rank [01] step [01]: 1 host wait(s)$' "$WORK/host_waits.out" || true)
+if [[ $once -ne 4 || $(grep -c 'host wait' "$WORK/host_waits.out") -ne 4 ]]; then
+    echo "host waits: expected one a step on each rank (2 ranks, 2 steps), got:"
+    grep 'host wait' "$WORK/host_waits.out"
+    exit 1
+fi
+paste <(awk -F'trl:' '/trl:/ { print $2 + 0 }' "$WORK/sharder_cpu_b2/main.log") \
+      <(awk -F'trl:' '/trl:/ { print $2 + 0 }' "$WORK/host_waits/main.log") |
+    awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
+        END { printf "one host wait a step (NCCL, cp 2, -d, -sl/-sg), the CPU twin'"'"'s step losses within %.2e\n", m; exit !(NR == 2 && m < 1e-4) }'
 echo "emulated trainer: $SECONDS s"
