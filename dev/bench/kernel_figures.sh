@@ -30,10 +30,12 @@
 #                                                    BF16, either or both) holding ptxas.txt
 #                                                    (ptxas -v), kernels.ptx and shapes.txt
 #                                                    (bench_attention_gpu -k), as built here
+#                                                    (its working files are written there)
 #
 # The table of today's kernels is in dev/bench/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+export LC_ALL=C # one collation for sort and join
 
 die() { echo "kernel_figures: $*" >&2; exit 1; }
 
