@@ -4,6 +4,15 @@ reference, on the same random inputs; then the whole GPU model (llmc/gpt2.cuh,
 identity ring, -r 2, classifier chunks of 7 rows) against the CPU model
 (llmc/gpt2.h, -r 0, one chunk) through forward, backward and two AdamW updates. TF32 is off (cuda_init(device, 0)).
 
+First, the shared-memory loads that feed the tensor cores, exactly, against the PTX
+ISA written out by hand: each variant of ldmatrix (llmc/mma.cuh) against the ISA's
+figure of its fragment (which lane, which half of which register, receives each
+element); the three ldmatrix loads of mma.cuh's header feeding mma m16n8k16 bf16
+against a plain product; cp.async (llmc/cp_async.cuh) against a table of the bytes
+each copy leaves (zero-filled past src_bytes), and three groups in flight landing at
+wait_group 2, 1, 0. On a GPU these check the hardware; under the emulation, the
+emulator's instructions.
+
 Built in both precisions (llmc/precision.cuh): -DENABLE_FP32 compares fp32 with
 fp32 as the tolerances below say; -DENABLE_BF16 gives both sides the same
 bf16-rounded inputs (round_to_storage: every value the GPU reads from floatX
@@ -50,8 +59,10 @@ With no GPU the binary exits 77 (skipped).
 #include "cp/ring_attention.cuh"
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
+#include "llmc/cp_async.cuh"
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2.h"
+#include "llmc/mma.cuh"
 #include "test/lib/gpu_test_utils.cuh"
 
 #define B 2
@@ -118,6 +129,270 @@ static double check_rel_device_x(const char *what, const floatX *got_device, con
     free(got);
     free(got_x);
     return rel;
+}
+
+// ---- the warp-level loads that feed the tensor cores (llmc/mma.cuh, llmc/cp_async.cuh)
+
+// ldmatrix's fragment of one 8 x 8 matrix, written out from the PTX ISA's figure of
+// it ("Warp-level matrix load instruction: ldmatrix"): each row read by a group of
+// four consecutive lanes, each lane two consecutive elements in one register. Cell
+// (row, column) names the lane that receives the element and the half of the
+// register it lands in, a the low 16 bits, b the high; register i holds matrix i.
+static const char *LDMATRIX_FRAGMENT[8] = {
+    " 0a  0b  1a  1b  2a  2b  3a  3b", " 4a  4b  5a  5b  6a  6b  7a  7b",
+    " 8a  8b  9a  9b 10a 10b 11a 11b", "12a 12b 13a 13b 14a 14b 15a 15b",
+    "16a 16b 17a 17b 18a 18b 19a 19b", "20a 20b 21a 21b 22a 22b 23a 23b",
+    "24a 24b 25a 25b 26a 26b 27a 27b", "28a 28b 29a 29b 30a 30b 31a 31b",
+};
+// .trans: the matrix is read in column-major order, so the same figure holds for
+// the transpose: each column of the stored matrix goes to four consecutive lanes
+static const char *LDMATRIX_FRAGMENT_TRANS[8] = {
+    " 0a  4a  8a 12a 16a 20a 24a 28a", " 0b  4b  8b 12b 16b 20b 24b 28b",
+    " 1a  5a  9a 13a 17a 21a 25a 29a", " 1b  5b  9b 13b 17b 21b 25b 29b",
+    " 2a  6a 10a 14a 18a 22a 26a 30a", " 2b  6b 10b 14b 18b 22b 26b 30b",
+    " 3a  7a 11a 15a 19a 23a 27a 31a", " 3b  7b 11b 15b 19b 23b 27b 31b",
+};
+
+// the shared row that holds row r of matrix m in the ldmatrix probe: the rows of
+// the four matrices scattered over 32 rows (13 is prime to 32), so that every
+// address is a lane's own, not a base and a stride
+static int ldmatrix_slot(int m, int r) { return (m * 8 + r) * 13 % 32; }
+// each element's own code: matrix, row, column
+static uint16_t ldmatrix_code(int m, int r, int c) { return (uint16_t)(0x1000 + m * 0x100 + r * 0x10 + c); }
+
+// One ldmatrix<M, TRANS> by a warp. rows: (32, 8) 16-bit codes, shared row s gets
+// rows[s]; lane l gives the address of shared row slot[l] (the PTX ISA's table:
+// threads 8i .. 8i + 7 give addr 8i .. 8i + 7, the rows of matrix i; lanes past 8M
+// give row 32, which nothing writes and the instruction does not read).
+// out: (32 lanes, 4) registers
+template <int M, bool TRANS>
+__global__ static void ldmatrix_probe_kernel(uint32_t *out, const uint16_t *rows, const int *slot) {
+    __shared__ float4 tile[33]; // 16-byte rows, aligned
+    int lane = threadIdx.x;
+    uint16_t *mine = (uint16_t *)&tile[lane];
+    for (int c = 0; c < 8; c++) { mine[c] = rows[lane * 8 + c]; }
+    __syncwarp();
+    uint32_t r[M];
+    ldmatrix<M, TRANS>(r, &tile[slot[lane]]);
+    for (int i = 0; i < M; i++) { out[lane * 4 + i] = r[i]; }
+}
+typedef void (*LdmatrixProbe)(uint32_t *out, const uint16_t *rows, const int *slot);
+
+// Each variant of ldmatrix against the figure: every element of every matrix it
+// loads in the lane and half the figure names.
+static void test_ldmatrix(void) {
+    const struct { const char *name; int matrices, trans; LdmatrixProbe probe; } variants[] = {
+        {"x1", 1, 0, ldmatrix_probe_kernel<1, false>}, {"x1.trans", 1, 1, ldmatrix_probe_kernel<1, true>},
+        {"x2", 2, 0, ldmatrix_probe_kernel<2, false>}, {"x2.trans", 2, 1, ldmatrix_probe_kernel<2, true>},
+        {"x4", 4, 0, ldmatrix_probe_kernel<4, false>}, {"x4.trans", 4, 1, ldmatrix_probe_kernel<4, true>},
+    };
+    uint16_t rows[32 * 8];
+    for (int m = 0; m < 4; m++) {
+        for (int r = 0; r < 8; r++) {
+            for (int c = 0; c < 8; c++) { rows[ldmatrix_slot(m, r) * 8 + c] = ldmatrix_code(m, r, c); }
+        }
+    }
+    uint16_t *d_rows = (uint16_t *)cudaMallocCheck(sizeof(rows));
+    cuda_upload(d_rows, rows, sizeof(rows));
+    uint32_t *d_out = (uint32_t *)cudaMallocCheck(32 * 4 * sizeof(uint32_t));
+    int *d_slot = (int *)cudaMallocCheck(32 * sizeof(int));
+    for (size_t v = 0; v < sizeof(variants) / sizeof(variants[0]); v++) {
+        int M = variants[v].matrices, slot[32];
+        for (int l = 0; l < 32; l++) { slot[l] = l < 8 * M ? ldmatrix_slot(l / 8, l % 8) : 32; }
+        cuda_upload(d_slot, slot, sizeof(slot));
+        poison_device(d_out, 32 * 4 * sizeof(uint32_t));
+        LdmatrixProbe probe = variants[v].probe;
+        probe<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_out, d_rows, d_slot);
+        cudaCheckLaunch();
+        uint32_t out[32 * 4];
+        cuda_download(out, d_out, sizeof(out));
+        const char **figure = variants[v].trans ? LDMATRIX_FRAGMENT_TRANS : LDMATRIX_FRAGMENT;
+        int wrong = 0, seen[32][2] = {{0}};
+        for (int r = 0; r < 8; r++) {
+            const char *cell = figure[r];
+            for (int c = 0; c < 8; c++) {
+                int lane, used;
+                char half;
+                if (sscanf(cell, "%d%c%n", &lane, &half, &used) != 2 || lane < 0 || lane > 31 ||
+                    (half != 'a' && half != 'b')) {
+                    fatal("ldmatrix figure: row %d, column %d unreadable", r, c);
+                }
+                cell += used;
+                seen[lane][half - 'a']++;
+                for (int i = 0; i < M; i++) {
+                    uint16_t got = (uint16_t)(out[lane * 4 + i] >> (half == 'a' ? 0 : 16));
+                    if (got != ldmatrix_code(i, r, c) && wrong++ == 0) {
+                        printf("     ldmatrix %s: lane %d register %d %s half holds 0x%04x, not element (%d, %d) "
+                               "of matrix %d (0x%04x)\n", variants[v].name, lane, i, half == 'a' ? "low" : "high",
+                               got, r, c, i, ldmatrix_code(i, r, c));
+                    }
+                }
+            }
+        }
+        for (int l = 0; l < 32; l++) {
+            if (seen[l][0] != 1 || seen[l][1] != 1) { fatal("ldmatrix figure: lane %d is not named once per half", l); }
+        }
+        printf("%-4s ldmatrix %-8s against the PTX ISA's fragment figure: %d of %d elements wrong\n",
+               wrong ? "FAIL" : "ok", variants[v].name, wrong, 64 * M);
+        if (wrong) { rel_failures++; }
+    }
+    cudaCheck(cudaFree(d_rows)); cudaCheck(cudaFree(d_out)); cudaCheck(cudaFree(d_slot));
+}
+
+// D (16, 16) = A (16, 16) B (16, 16) by two m16n8k16 bf16 products (n-blocks 0-7,
+// 8-15), their fragments loaded with ldmatrix as llmc/mma.cuh's header says: A
+// row-major by one x4; B stored as [n][k] by one x4, or as [k][n] by one x4.trans.
+// a, b: (16, 16) bf16 bits, b as [k][n] if b_kn else [n][k]; d: (16, 16) row-major
+__global__ static void ldmatrix_mma_kernel(float *d, const uint16_t *a, const uint16_t *b, int b_kn) {
+    __shared__ float4 as[32]; // row r's columns 8h .. 8h + 7 at [2r + h]
+    __shared__ float4 bs[32];
+    int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    uint16_t *a_row = (uint16_t *)&as[lane], *b_row = (uint16_t *)&bs[lane];
+    for (int c = 0; c < 8; c++) { a_row[c] = a[lane * 8 + c]; b_row[c] = b[lane * 8 + c]; }
+    __syncwarp();
+    uint32_t af[4], bf[4];
+    ldmatrix<4, false>(af, &as[2 * (lane % 16) + lane / 16]);
+    if (b_kn) { ldmatrix<4, true>(bf, &bs[2 * (8 * (lane / 8 % 2) + lane % 8) + lane / 16]); }
+    else { ldmatrix<4, false>(bf, &bs[2 * (8 * (lane / 16) + lane % 8) + lane / 8 % 2]); }
+    for (int n = 0; n < 2; n++) {
+        float c[4] = {0.0f, 0.0f, 0.0f, 0.0f}, df[4];
+        mma_m16n8k16_bf16(df, af, bf + 2 * n, c);
+        int rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * t, 2 * t + 1, 2 * t, 2 * t + 1};
+        for (int i = 0; i < 4; i++) { d[rows[i] * 16 + 8 * n + cols[i]] = df[i]; }
+    }
+}
+
+// the ldmatrix loads of mma.cuh's header feeding mma, B in both layouts, against a
+// plain product, bit for bit: on multiples of 1/8 in [-2, 2] (exact in bf16, every
+// product and sum exact in fp32)
+static void test_ldmatrix_mma(void) {
+    Rng own; // not the layers' generator: their inputs stay as they were
+    rng_seed(&own, 4244);
+    float a[16 * 16], b[16 * 16], ref[16 * 16]; // b as [k][n]
+    uint16_t a_bits[16 * 16], b_bits[2][16 * 16]; // [n][k], [k][n]
+    for (int i = 0; i < 16 * 16; i++) {
+        a[i] = (float)(rand_below(&own, 33) - 16) / 8.0f;
+        b[i] = (float)(rand_below(&own, 33) - 16) / 8.0f;
+    }
+    for (int i = 0; i < 16; i++) {
+        for (int j = 0; j < 16; j++) {
+            uint32_t u;
+            memcpy(&u, &a[i * 16 + j], 4);
+            a_bits[i * 16 + j] = (uint16_t)(u >> 16);
+            memcpy(&u, &b[i * 16 + j], 4); // b (k = i, n = j)
+            b_bits[1][i * 16 + j] = (uint16_t)(u >> 16);
+            b_bits[0][j * 16 + i] = (uint16_t)(u >> 16);
+            double sum = 0.0;
+            for (int k = 0; k < 16; k++) { sum += (double)a[i * 16 + k] * b[k * 16 + j]; }
+            ref[i * 16 + j] = (float)sum;
+        }
+    }
+    uint16_t *d_a = (uint16_t *)cudaMallocCheck(sizeof(a_bits)), *d_b = (uint16_t *)cudaMallocCheck(sizeof(a_bits));
+    float *d_d = (float *)cudaMallocCheck(sizeof(ref));
+    cuda_upload(d_a, a_bits, sizeof(a_bits));
+    for (int kn = 0; kn < 2; kn++) {
+        cuda_upload(d_b, b_bits[kn], sizeof(a_bits));
+        poison_device(d_d, sizeof(ref));
+        ldmatrix_mma_kernel<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_d, d_a, d_b, kn);
+        cudaCheckLaunch();
+        check_rel_device(kn ? "ldmatrix x4, x4.trans [k][n] B: mma bf16" : "ldmatrix x4, x4 [n][k] B: mma bf16", d_d,
+                         ref, 16 * 16, 0.0);
+    }
+    cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_d));
+}
+
+// cp.async against the PTX ISA's description, written out by hand: a 16-byte
+// destination that held ee, a source holding 01 02 03 ...; a copy of `bytes` writes
+// its first src_bytes from the source and zeros in the rest of its bytes
+static const struct { int cg, bytes, src_bytes; const char *expected; } CP_ASYNC_TABLE[] = {
+    {0, 4, 4, "01 02 03 04 ee ee ee ee ee ee ee ee ee ee ee ee"},
+    {0, 4, 3, "01 02 03 00 ee ee ee ee ee ee ee ee ee ee ee ee"},
+    {0, 8, 8, "01 02 03 04 05 06 07 08 ee ee ee ee ee ee ee ee"},
+    {0, 8, 0, "00 00 00 00 00 00 00 00 ee ee ee ee ee ee ee ee"},
+    {0, 16, 16, "01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10"},
+    {0, 16, 9, "01 02 03 04 05 06 07 08 09 00 00 00 00 00 00 00"},
+    {1, 16, 16, "01 02 03 04 05 06 07 08 09 0a 0b 0c 0d 0e 0f 10"},
+    {1, 16, 7, "01 02 03 04 05 06 07 00 00 00 00 00 00 00 00 00"},
+    {1, 16, 0, "00 00 00 00 00 00 00 00 00 00 00 00 00 00 00 00"},
+};
+
+// one thread: 16 bytes of shared memory set to ee, one cp.async from src into them,
+// committed and waited for; out: the 16 bytes
+__global__ static void cp_async_probe_kernel(unsigned char *out, const unsigned char *src, int cg, int bytes,
+                                             int src_bytes) {
+    __shared__ float4 tile[1];
+    unsigned char *dst = (unsigned char *)tile;
+    for (int i = 0; i < 16; i++) { dst[i] = 0xee; }
+    if (cg) { cp_async_cg16(dst, src, src_bytes); }
+    else if (bytes == 4) { cp_async_ca<4>(dst, src, src_bytes); }
+    else if (bytes == 8) { cp_async_ca<8>(dst, src, src_bytes); }
+    else { cp_async_ca<16>(dst, src, src_bytes); }
+    cp_async_commit();
+    cp_async_wait<0>();
+    for (int i = 0; i < 16; i++) { out[i] = dst[i]; }
+}
+
+// Three groups of cp.async in flight by 64 threads, each copying its row of three
+// (64, 4) float tiles into three shared tiles, a group per tile; after wait_group 2,
+// 1 and 0 (each followed by a __syncthreads) thread t reads row t + 1 of the tile
+// whose group that wait lands. src, out: (3, 64, 4)
+__global__ static void cp_async_groups_kernel(float *out, const float *src) {
+    __shared__ float4 tiles[3][64];
+    int t = threadIdx.x, next = (t + 1) % 64;
+    for (int k = 0; k < 3; k++) {
+        cp_async_cg16(&tiles[k][t], src + (k * 64 + t) * 4, 16);
+        cp_async_commit();
+    }
+    cp_async_wait<2>();
+    __syncthreads();
+    for (int c = 0; c < 4; c++) { out[(0 * 64 + t) * 4 + c] = ((float *)&tiles[0][next])[c]; }
+    cp_async_wait<1>();
+    __syncthreads();
+    for (int c = 0; c < 4; c++) { out[(1 * 64 + t) * 4 + c] = ((float *)&tiles[1][next])[c]; }
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int c = 0; c < 4; c++) { out[(2 * 64 + t) * 4 + c] = ((float *)&tiles[2][next])[c]; }
+}
+
+static void test_cp_async(void) {
+    unsigned char src[16], out[16];
+    for (int i = 0; i < 16; i++) { src[i] = (unsigned char)(i + 1); }
+    // 256 bytes: the copies of src_bytes 0 are given the address past its end (nothing is read)
+    unsigned char *d_src = (unsigned char *)cudaMallocCheck(256), *d_out = (unsigned char *)cudaMallocCheck(16);
+    cuda_upload(d_src, src, sizeof(src));
+    for (size_t k = 0; k < sizeof(CP_ASYNC_TABLE) / sizeof(CP_ASYNC_TABLE[0]); k++) {
+        int cg = CP_ASYNC_TABLE[k].cg, bytes = CP_ASYNC_TABLE[k].bytes, src_bytes = CP_ASYNC_TABLE[k].src_bytes;
+        cp_async_probe_kernel<<<1, 1, 0, cuda_ctx.stream>>>(d_out, src_bytes ? d_src : d_src + 256, cg, bytes,
+                                                            src_bytes);
+        cudaCheckLaunch();
+        cuda_download(out, d_out, sizeof(out));
+        char got[16 * 3];
+        for (int i = 0; i < 16; i++) { snprintf(got + 3 * i, 4, "%02x%s", out[i], i < 15 ? " " : ""); }
+        int ok = strcmp(got, CP_ASYNC_TABLE[k].expected) == 0;
+        printf("%-4s cp.async.%s %d bytes, src_bytes %2d: %s\n", ok ? "ok" : "FAIL", cg ? "cg" : "ca", bytes,
+               src_bytes, got);
+        if (!ok) {
+            printf("     expected %s\n", CP_ASYNC_TABLE[k].expected);
+            rel_failures++;
+        }
+    }
+    cudaCheck(cudaFree(d_src)); cudaCheck(cudaFree(d_out));
+    // the groups: every row read is the next thread's row of its tile (values all distinct)
+    float *tiles = (float *)mallocCheck(3 * 64 * 4 * sizeof(float));
+    float *expected = (float *)mallocCheck(3 * 64 * 4 * sizeof(float));
+    for (int i = 0; i < 3 * 64 * 4; i++) { tiles[i] = 0.5f + (float)i; }
+    for (int k = 0; k < 3; k++) {
+        for (int t = 0; t < 64; t++) {
+            for (int c = 0; c < 4; c++) { expected[(k * 64 + t) * 4 + c] = tiles[(k * 64 + (t + 1) % 64) * 4 + c]; }
+        }
+    }
+    float *d_tiles = device_copy(tiles, 3 * 64 * 4), *d_groups = (float *)cudaMallocCheck(3 * 64 * 4 * sizeof(float));
+    poison_device(d_groups, 3 * 64 * 4 * sizeof(float));
+    cp_async_groups_kernel<<<1, 64, 0, cuda_ctx.stream>>>(d_groups, d_tiles);
+    cudaCheckLaunch();
+    check_rel_device("cp.async: three groups, wait_group 2, 1, 0", d_groups, expected, 3 * 64 * 4, 0.0);
+    cudaCheck(cudaFree(d_tiles)); cudaCheck(cudaFree(d_groups));
+    free(tiles); free(expected);
 }
 
 static void test_encoder(void) {
@@ -710,6 +985,9 @@ int main(int argc, char **argv) {
     gpu_test_require_device(1);
     cuda_init(0, 0); // TF32 off: fp32 against fp32
     rng_seed(&rng, 1234);
+    test_ldmatrix();
+    test_ldmatrix_mma();
+    test_cp_async();
     test_encoder();
     test_block_reductions();
     test_loss_stats();

@@ -13,6 +13,14 @@ cores (-f has no effect); PRECISION=FP32, -f 1 TF32 tensor cores, -f 0 exact fp3
 Prints one line, naming the precision (bf16, tf32 or fp32): the median of -r timed repetitions (after 2 warm-up runs) of the
 forward and of the backward, and their rates counted as FlashAttention does for a
 causal mask: forward 4 B NH T^2 HS / 2 flops, backward 2.5 times the forward.
+
+    ./bench_attention_gpu -k
+
+prints instead, without a GPU, each block attention kernel of the build (every
+head size and precision), one a line, tab-separated: its name as c++filt writes it
+(without "void" and the arguments), its threads per block and the bytes of dynamic
+shared memory its launch asks for, as attend_block_forward_cuda and
+attend_block_backward_cuda launch it (dev/bench/kernel_figures.sh reads them).
 */
 #include <cuda_runtime.h>
 #include "cp/ring_attention.cuh"
@@ -34,11 +42,37 @@ static float median_ms(float *ms, int n) {
 }
 
 static void usage(const char *argv0) {
-    fprintf(stderr, "usage: %s [-t T] [-b B] [-nh heads] [-hs 32|64|128] [-f 0|1] [-r repeats]\n", argv0);
+    fprintf(stderr, "usage: %s [-t T] [-b B] [-nh heads] [-hs 32|64|128] [-f 0|1] [-r repeats] | -k\n", argv0);
     exit(1);
 }
 
+// -k: the launch shape of every block attention kernel of the build
+static void print_kernel_shapes(void) {
+    for (int tf32 = 0; tf32 < 2; tf32++) {
+        MmaPrecision precision = attention_precision(tf32);
+        if (tf32 && precision == attention_precision(0)) { continue; } // the BF16 build has one
+        for (int HS = 32; HS <= 128; HS *= 2) {
+            attention_dispatch(precision, HS, [&](auto kernel) {
+                constexpr MmaPrecision P = decltype(kernel)::P;
+                constexpr int HS_ = decltype(kernel)::HS;
+                const char *names[3] = {"attend_forward_kernel", "attend_backward_dq_kernel",
+                                        "attend_backward_dkv_kernel"};
+                size_t floats[3] = {forward_shared_floats<P, HS_>(), backward_shared_floats<P, HS_>(),
+                                    backward_shared_floats<P, HS_>()};
+                for (int k = 0; k < 3; k++) {
+                    printf("%s<(MmaPrecision)%d, %d>\t%d\t%zu\n", names[k], (int)P, HS_, AttnTile<P, HS_>::THREADS,
+                           floats[k] * sizeof(float));
+                }
+            });
+        }
+    }
+}
+
 int main(int argc, char **argv) {
+    if (argc == 2 && strcmp(argv[1], "-k") == 0) {
+        print_kernel_shapes();
+        return 0;
+    }
     int T = 1024, B = 1, NH = 12, HS = 64, tf32 = 1, repeats = 20;
     for (int i = 1; i < argc; i += 2) {
         if (i + 1 >= argc) { usage(argv[0]); }

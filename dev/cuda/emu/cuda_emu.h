@@ -10,12 +10,16 @@ What it does (docs/DESIGN.md, "The CUDA emulation", says what each check is for)
               synchronisation points the threads of a block run in an order drawn
               from the seed (EMU_SEED; printed, so a failure replays), the blocks of
               a grid too, each block with fresh shared memory
-  collectives __syncthreads, __syncwarp, the shuffles, __ballot_sync and the
-              tensor-core instructions (emu_mma.cpp) wait for the lanes they name;
-              synccheck reports a barrier or collective the named threads do not
-              all reach together, from one call site, alive
+  collectives __syncthreads, __syncwarp, the shuffles, __ballot_sync, the
+              tensor-core instructions and ldmatrix (emu_mma.cpp) wait for the
+              lanes they name; synccheck reports a barrier or collective the named
+              threads do not all reach together, from one call site, alive
+  cp.async    copies from global to shared memory land at the issuing thread's
+              cp.async.wait_group that covers them (emu_async_copy.cpp); until
+              then an access to the destination is a racecheck report, and a
+              thread that exits with a copy in flight a synccheck one
   memory      one arena holds shared memory, pinned host memory and device memory
-              (emu_memory.cpp); the code under test is compiled with GCC's thread
+              (emu_memory.cpp); the code under test is compiled with clang's thread
               sanitizer instrumentation, whose hooks the emulator implements: every
               load and store is checked against shadow memory (racecheck: accesses
               of two threads that no barrier orders; initcheck: reads of memory
@@ -130,6 +134,17 @@ static inline unsigned emu_tf32_from_float(float x) {
 }
 void emu_mma_m16n8k8_tf32(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]);
 void emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]);
+// ldmatrix.sync.aligned.m8n8.x{1,2,4}{,.trans}.shared.b16 (`matrices`: 1, 2, 4):
+// every lane of the warp; lane l's row address is read for l < 8 x matrices, as its
+// own access of shared memory (emu_mma.cpp)
+void emu_ldmatrix(unsigned *r, int matrices, bool trans, const void *row);
+
+// ---- asynchronous copies (emu_async_copy.cpp): cp.async of `bytes` (4, 8, 16), the
+// first src_bytes from src and zeros after; commit_group; wait_group `pending`.
+// The call site of each is its return address in the kernel, as for the collectives.
+void emu_cp_async(void *dst, const void *src, int bytes, int src_bytes);
+void emu_cp_async_commit();
+void emu_cp_async_wait(int pending);
 
 // ---- shared memory of the running block (run.sh rewrites the declarations)
 void *emu_dynamic_shared();

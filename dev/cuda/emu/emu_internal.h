@@ -9,7 +9,8 @@ instrumentation, so nothing here is checked by the hooks it implements.
     emu_threads.cpp   fibers, blocks, barriers, warp collectives, launches
     emu_streams.cpp   streams, events, deferred operations, vector clocks, the
                       runtime API
-    emu_mma.cpp       the tensor-core instructions
+    emu_mma.cpp       the tensor-core instructions and ldmatrix
+    emu_async_copy.cpp  cp.async: copies in flight per thread until their wait_group
     emu_blas.cpp      cuBLAS and cuBLASLt
     emu_nccl.cpp      NCCL over MPI
     emu_mpi.cpp       MPI calls that wait also move the device along
@@ -76,6 +77,9 @@ struct Context {
     const uint32_t *block_order; // block seq -> linear block index
     uint32_t thread;             // the thread's linear index in its block
     const BlockSync *sync;
+    // non-null while the access checked is a cp.async's read of its source, which
+    // lasts until the cp.async.wait_group at this address (a race's report says so)
+    const void *copy_read_until;
 };
 extern Context ctx;
 
@@ -106,6 +110,23 @@ void mark_initialised(void *dst, size_t bytes);
 // One access of the running kernel thread (the instrumentation's hooks, and the
 // emulated instructions that read shared memory), at code address pc.
 void kernel_access(const void *p, size_t bytes, bool write, const void *pc);
+// whether [p, p + bytes) lies in the shared-memory part of the arena
+bool is_shared(const void *p, size_t bytes);
+// Marks (or clears) [p, p + bytes) of shared memory as the destination of a cp.async
+// in flight: any access to it is a hazard (async_copy_hazard). The words must have been
+// accessed (kernel_access) by the running block first.
+void shared_in_flight(const void *p, size_t bytes, bool in_flight);
+// "kernel K, thread (x,y,z) of block (x,y,z)": the running kernel thread, for reports
+std::string running_thread();
+// "(x,y,z)": thread t of the running block
+std::string thread_coords(uint32_t t);
+
+// ---- emu_async_copy.cpp
+// The running thread accessed byte p, at shared offset `offset`, of a cp.async
+// destination in flight: reports it, with the copy's thread and line.
+[[noreturn]] void async_copy_hazard(const void *p, uintptr_t offset, bool write, const void *pc);
+// The running thread exits: a copy of its own still in flight is a report.
+void async_copy_thread_exit();
 
 // ---- emu_threads.cpp
 void launch_run(const EmuLaunch &launch, OpId op, const VectorClock *clock); // every block of the grid

@@ -25,6 +25,8 @@ runtime's own copies, made by operations, are not checks of the code under test)
               the host never dereferences device memory
   initcheck   a kernel reads only bytes written since the allocation (or, in shared
               memory, since the block began)
+  in flight   no access to shared memory that a cp.async will write and its
+              thread has not waited for yet (emu_async_copy.cpp reports it)
   racecheck   within a launch (device memory) or a block (shared memory), each word
               keeps its last write (thread, the block's synchronisation count S,
               code address, bytes) and for each half word a summary of the reads
@@ -118,7 +120,8 @@ static_assert(sizeof(Shadow) == 64, "a shadow word is one cache line");
 struct alignas(32) SharedShadow {
     uint32_t gen;
     uint8_t init;
-    uint8_t unused[3];
+    uint8_t in_flight;   // bytes a cp.async will write, not yet waited for (emu_async_copy.cpp)
+    uint8_t unused[2];
     SharedAccess write, read[2];
 };
 static_assert(sizeof(SharedShadow) == 32, "a shared shadow word is half a cache line");
@@ -323,7 +326,7 @@ void *shared_static(const char *file, int line, size_t bytes, size_t align) {
 // ---- the checks
 
 // the thread's coordinates "(x,y,z)" from its linear index in a block of blockDim
-static std::string thread_coords(uint32_t t) {
+std::string thread_coords(uint32_t t) {
     return format("(%u,%u,%u)", t % emu_block_dim.x, t / emu_block_dim.x % emu_block_dim.y,
                   t / (emu_block_dim.x * emu_block_dim.y));
 }
@@ -347,6 +350,7 @@ static std::string me() {
     return format("kernel %s, thread %s of block %s", kernel_name(ctx.kernel).c_str(), thread_coords(ctx.thread).c_str(),
                   block_coords(ctx.block_seq).c_str());
 }
+std::string running_thread() { return me(); }
 
 // whether everything `a` records comes before the running thread's access now
 template <typename A> __attribute__((always_inline)) static inline bool ordered_after(const A &a, bool device) {
@@ -382,9 +386,13 @@ template <typename A>
     std::string other = before.mixed() & MIXED_THREADS ? "threads (the last of them " + who(before, device) + ")"
                                                        : who(before, device);
     report("racecheck",
-           format("%s hazard on %s, in %s:\n    it %s at %s\n    %s %s it at %s\n    and %s",
+           format("%s hazard on %s, in %s:\n    it %s at %s%s\n    %s %s it at %s\n    and %s",
                   kind, place_of(word, device).c_str(), me().c_str(), kind[0] == 'r' ? "reads" : "writes",
-                  source_of(code_address(pc)).c_str(), other.c_str(), before_verb,
+                  source_of(code_address(pc)).c_str(),
+                  ctx.copy_read_until ? ("\n    (a cp.async's read of its source, which lasts until the "
+                                         "cp.async.wait_group at " + source_of(ctx.copy_read_until) + ")").c_str()
+                                      : "",
+                  other.c_str(), before_verb,
                   source_of(code_address(before.pc())).c_str(),
                   device && before.thread() / ctx.block_threads != ctx.block_seq
                       ? "the blocks of one launch are never ordered"
@@ -499,6 +507,20 @@ static Shadow &allocation_word(uintptr_t word, const Allocation &a) {
     return s;
 }
 
+bool is_shared(const void *p, size_t bytes) {
+    uintptr_t off = offset_of(p);
+    return off < SHARED_BYTES && bytes <= SHARED_BYTES - off;
+}
+
+void shared_in_flight(const void *p, size_t n, bool in_flight) {
+    uintptr_t off = offset_of(p);
+    for (uintptr_t word = off & ~(uintptr_t)3; word < off + n; word += 4) {
+        SharedShadow &s = shared_shadow[word >> 2];
+        uint8_t bytes = bytes_in_word(word, off, n);
+        s.in_flight = in_flight ? s.in_flight | bytes : s.in_flight & (uint8_t)~bytes;
+    }
+}
+
 static void kernel_access_shared(uintptr_t off, size_t n, bool write, const void *pc) {
     bool in_static = off + n <= static_used;
     bool in_dynamic = off >= STATIC_SHARED_MAX && off + n <= STATIC_SHARED_MAX + dynamic_bytes;
@@ -516,7 +538,11 @@ static void kernel_access_shared(uintptr_t off, size_t n, bool write, const void
     for (uintptr_t word = off & ~(uintptr_t)3; word < off + n; word += 4) {
         uint8_t bytes = bytes_in_word(word, off, n);
         SharedShadow &s = shared_shadow[word >> 2];
-        if (s.gen != ctx.block_gen) { s.init = 0; }
+        if (s.gen != ctx.block_gen) { s.init = 0; s.in_flight = 0; }
+        if (s.in_flight & bytes) {
+            uintptr_t byte = word + (uintptr_t)__builtin_ctz(s.in_flight & bytes);
+            async_copy_hazard(arena + byte, byte, write, pc);
+        }
         if (!write && (s.init & bytes) != bytes) {
             report("initcheck", format("%s reads shared memory at offset %zu (%s) that no thread of the block wrote, "
                                        "at %s", me().c_str(), (size_t)word,

@@ -24,6 +24,19 @@ type"); each register holds two bf16, the lower index in the low 16 bits:
   C, D: as m16n8k8
 A bf16 holds 8 significant bits, so the product of two is exact in fp32; the
 products are summed in fp32 in k order.
+
+ldmatrix.sync.aligned.m8n8.x{1,2,4}{,.trans}.shared.b16 ("Warp-level matrix load
+instruction: ldmatrix"): 1, 2 or 4 matrices of 8 x 8 16-bit elements, each row 16
+contiguous bytes of shared memory at an address one lane gives: lanes 0-7 the rows
+of matrix 0, 8-15 of matrix 1, 16-23 of matrix 2, 24-31 of matrix 3 (x1 reads lanes
+0-7's addresses only, x2 0-15's). Register i of lane (g, t) receives matrix i's
+elements (g, 2t) and (g, 2t + 1), the first in the low 16 bits; with .trans
+(g = column) elements (2t, g) and (2t + 1, g). Each lane whose address is read reads
+its row itself, as it arrives (shared memory only, 16-byte aligned: memcheck; its
+bytes initialised: initcheck; racecheck as any load of that lane), so another
+lane's write to the row, of this warp or another, must be ordered before it by a
+__syncwarp or __syncthreads: the instruction waits for the lanes but, as mma,
+orders no memory.
 */
 #include "emu_internal.h"
 
@@ -111,4 +124,43 @@ void emu_mma_m16n8k8_tf32(float d[4], const unsigned a[4], const unsigned b[2], 
 
 void emu_mma_m16n8k16_bf16(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
     mma("mma.sync.m16n8k16.bf16", m16n8k16_bf16, d, a, b, c, __builtin_return_address(0));
+}
+
+// ---- ldmatrix
+
+// the lanes' rows (16 bytes each, in lane order) -> each lane's registers (MATRICES x 4 bytes)
+template <int MATRICES, bool TRANS> static void ldmatrix_compute(const unsigned char *payloads, unsigned char *results) {
+    const uint16_t(*rows)[8] = (const uint16_t(*)[8])payloads; // [8 matrix + row][column]
+    unsigned *regs = (unsigned *)results;
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l % 4;
+        for (int i = 0; i < MATRICES; i++) {
+            const uint16_t(*m)[8] = rows + 8 * i;
+            unsigned lo = TRANS ? m[2 * t][g] : m[g][2 * t], hi = TRANS ? m[2 * t + 1][g] : m[g][2 * t + 1];
+            regs[l * MATRICES + i] = lo | hi << 16;
+        }
+    }
+}
+
+void emu_ldmatrix(unsigned *r, int matrices, bool trans, const void *row) {
+    static const WarpCompute computes[2][3] = {
+        {ldmatrix_compute<1, false>, ldmatrix_compute<2, false>, ldmatrix_compute<4, false>},
+        {ldmatrix_compute<1, true>, ldmatrix_compute<2, true>, ldmatrix_compute<4, true>}};
+    static const char *names[2][3] = {
+        {"ldmatrix.x1", "ldmatrix.x2", "ldmatrix.x4"}, {"ldmatrix.x1.trans", "ldmatrix.x2.trans", "ldmatrix.x4.trans"}};
+    const void *site = __builtin_return_address(0);
+    int which = matrices == 1 ? 0 : matrices == 2 ? 1 : 2;
+    unsigned char mine[16] = {0};
+    if (emu_lane() < 8 * matrices) {
+        if (!is_shared(row, 16) || (uintptr_t)row % 16) {
+            report("memcheck", format("%s, %s at %s: its row address %p is %s (ldmatrix reads 16-byte aligned rows "
+                                      "of shared memory)", running_thread().c_str(), names[trans][which],
+                                      source_of(site).c_str(), row,
+                                      is_shared(row, 16) ? "not 16-byte aligned" : "not in shared memory"));
+        }
+        kernel_access(row, 16, false, site);
+        raw_copy(mine, row, 16);
+    }
+    warp_compute(names[trans][which], 0xffffffffu, mine, sizeof(mine), r, 4 * (size_t)matrices,
+                 computes[trans][which], site);
 }

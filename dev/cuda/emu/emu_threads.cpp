@@ -13,13 +13,14 @@ Synchronisation points and what synccheck holds them to:
   __syncthreads   opens when every thread of the block that has not exited waits
                   at it, all at the same barrier (one source line); the block's
                   synchronisation count S then advances and orders memory
-  __syncwarp, __shfl*_sync, __ballot_sync, mma (collectives)
+  __syncwarp, __shfl*_sync, __ballot_sync, mma, ldmatrix (collectives)
                   open when every lane named in the mask has arrived, each lane's
                   mask naming itself and the same lanes, all at the same
-                  instruction (one source line; mma takes the whole warp); a lane of
-                  the mask that has exited, or that waits elsewhere, is a report.
-                  Only __syncwarp orders memory (S advances for the warp): shuffles
-                  and mma exchange registers, not memory
+                  instruction (one source line; mma and ldmatrix take the whole
+                  warp); a lane of the mask that has exited, or that waits
+                  elsewhere, is a report. Only __syncwarp orders memory (S advances
+                  for the warp): shuffles, mma and ldmatrix exchange registers, not
+                  memory
   neither         when no thread can run and the waiting ones wait at different
                   points, the block can never finish: a report names each group
 
@@ -89,6 +90,7 @@ static void on_exit(Fiber *f);
 
 static void fiber_main() {
     body(body_params);
+    async_copy_thread_exit();
     current->state = Fiber::EXITED;
     on_exit(current);
 #if defined(__x86_64__)

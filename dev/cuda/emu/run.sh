@@ -95,7 +95,7 @@ if [[ " ${PARTS[*]} " == *" tests "* ]]; then
     # first the emulator's own checks, each on a program made to break its rule (or
     # a correct one close to it, which must pass)
     checks=0
-    while read -r name expected; do
+    while IFS=$'\t' read -r name expected names; do
         set +e
         out=$(EMU_SEED=1 timeout 120 "${MPIRUN[@]}" -np 1 "$WORK/checks_test_FP32" "$name" 2>&1 < /dev/null)
         rc=$?
@@ -105,6 +105,8 @@ if [[ " ${PARTS[*]} " == *" tests "* ]]; then
             "launch refused") got=$([[ $rc -eq 0 ]] && grep -q "^launch refused: " <<< "$out" && echo "launch refused") ;;
             *) got=$([[ $rc -ne 0 ]] && grep -o -m 1 "^EMU [a-z]*:" <<< "$out" | cut -c5- | tr -d :) ;;
         esac
+        # a report that must name a file (the line of the other access) and does not is not the one expected
+        [[ -z $names ]] || grep -qF -- "$names" <<< "$out" || got="$got report not naming $names"
         if [[ -z $got || "|$expected|" != *"|$got|"* ]]; then
             echo "the emulator's check on '$name': expected $expected, got ${got:-nothing} (exit $rc):"
             echo "$out" | tail -n 12
