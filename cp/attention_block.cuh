@@ -4,14 +4,18 @@ tensor cores: the computation of cp/attention_block.h (same (o, lse) per visitin
 block, same log-sum-exp merge, same backward formulas), tiled. Every GPU algorithm
 repeats it once per block it meets: cp/ring_attention.cuh passes the blocks around
 a ring (cp/ulysses_attention.cuh runs that ring over its groups' rows),
-cp/allgather_attention.cuh gathers them all at once. This file holds the
-kernels and their launches, and the steps every algorithm takes around them; what
-they work on is defined beside it:
+cp/allgather_attention.cuh gathers them all at once. This file holds the plain
+kernels (the FP32 build's, and the readable reference of the BF16 build's
+FlashAttention-2 kernels, cp/attention_block_flash.cuh, which compute the same
+thing), the launches of both, and the steps every algorithm takes around them;
+what they work on is defined beside it:
   cp/attention_queries.cuh  what stays on this rank (AttentionQueriesCuda), the
                             run's precision and tile rows
   cp/kv_block.cuh           the visiting K/V block, where its dK | dV go
   cp/tile_visibility.cuh    the batch's coordinates and tile visibility (the GPU
                             twin of cp/block_mask.h)
+  cp/attention_row_steps.cuh  the kernels' per-row steps: online softmax, the
+                            (o, lse) merge, the dK, dV store
   llmc/mma_tiles.cuh        the warp products, their fragments, tile loads
 
 Data, all token-major (no head <-> token permutes): token t of batch row b is row
@@ -25,7 +29,7 @@ rows (B, T, C), dQ summed into fp32 rows, and each block's dK, dV written in fp3
 FP32 build those fp32 rows are out and dqkv themselves; in the BF16 build an fp32
 (B, T, C) buffer (AttentionQueriesCuda.acc) holds them until the pass writes the
 floatX result once (attention_forward_end_cuda, attention_backward_end_cuda).
-The tiles are converted to fp32 as they are loaded into shared memory.
+The plain kernels convert the tiles to fp32 as they load them into shared memory.
 
 Tiles: R rows of queries or keys (R = 64; 32 at HS 128, for registers and shared
 memory), one warp per 16 rows. Each (query tile, key tile) pair is computed as the
@@ -34,8 +38,8 @@ layers' passes only read it): BLOCK_SKIP computes nothing, BLOCK_FULL evaluates
 no mask, BLOCK_MASKED evaluates pair_visible per element (and the bounds of a
 partial tile at the end of a row).
 
-Kernels (the block kernels' grid: tiles x NH x B, HS and the precision are
-template parameters):
+The plain kernels (grid: tiles x NH x B, HS and the precision are template
+parameters; the BF16 build's are described in their file):
 
   forward      per query tile: Q in shared memory; for each visible key tile,
                K and V loaded coalesced into shared memory, S = Q K^T scale,
@@ -60,58 +64,43 @@ from shared memory (warp_mma, llmc/mma_tiles.cuh), in the run's precision
             its own elements' products with fp32 FMAs in k order: exact fp32,
             the mode validated against the CPU twin;
   MMA_BF16  (BF16 build) the tensor cores: mma.sync m16n8k16 with bf16 inputs,
-            fp32 accumulation. Q, K, V and dO are bf16 already (exact in the
-            fragments); P and dS, computed in fp32, are rounded to bf16 as the A
-            operand of P V, dS K, P^T dO and dS^T Q, as flash-attention does.
+            fp32 accumulation, in the FlashAttention-2 kernels. Q, K, V and dO
+            are bf16 already (exact in the fragments); P and dS, computed in
+            fp32, are rounded to bf16 as the A operand of P V, dS K, P^T dO and
+            dS^T Q, as flash-attention does.
 Softmax, the running max and sum, lse, D = rowsum(dO * O) and the (o, lse) merge
 are fp32 in every mode.
-Each output element is computed by one lane in a fixed order: no atomics, the
-same bits every run.
+Each output element is computed by one lane in a fixed order (the BF16 build's
+dQ: in slices, each summed in a fixed order, then summed in slice order): no
+atomics, the same bits every run.
 */
 #ifndef CP_ATTENTION_BLOCK_CUH
 #define CP_ATTENTION_BLOCK_CUH
 
+#include "attention_block_flash.cuh"
 #include "attention_queries.cuh"
+#include "attention_row_steps.cuh"
 #include "kv_block.cuh"
 #include "tile_visibility.cuh"
 #include "../llmc/cuda_common.cuh"
 #include "../llmc/mma_tiles.cuh"
 
+// the plain kernels' tiles (MMA_TF32 or MMA_FP32)
 template <MmaPrecision P, int HS> struct AttnTile {
+    static_assert(P != MMA_BF16, "the BF16 build's kernels are cp/attention_block_flash.cuh's");
     static constexpr int ROWS = attention_tile_rows(HS); // rows of a query or key tile
     static constexpr int WARPS = ROWS / 16;              // one warp per 16 rows
     static constexpr int THREADS = WARPS * WARP_SIZE;
     // Row strides in shared memory (floats), padded so that a warp's fragment loads
-    // hit distinct banks. TF32 and fp32 read one float per element: lane (g, t)
-    // reading g ld + t wants ld = 4 mod 32, reading t ld + g wants ld = 8. bf16
-    // reads A and B_NK as pairs (8 bytes, half a warp at a time) at g ld + 2t,
-    // which wants ld = 8 mod 32, and B_KN as single floats at 2t ld + g, ld = 4.
-    static constexpr int PAD_PAIRS = P == MMA_BF16 ? 8 : 4;
-    static constexpr int LD_NK = HS + PAD_PAIRS;               // read as A, or as B with (k, n) at [n][k]
-    static constexpr int LD_KN = HS + (P == MMA_BF16 ? 4 : 8); // read as B with (k, n) at [k][n]
-    static constexpr int LD_P = ROWS + PAD_PAIRS;              // a warp's 16 rows of probabilities
+    // hit distinct banks: lane (g, t) reads one float per element, at g ld + t
+    // (wants ld = 4 mod 32) or at t ld + g (wants ld = 8).
+    static constexpr int LD_NK = HS + 4; // read as A, or as B with (k, n) at [n][k]
+    static constexpr int LD_KN = HS + 8; // read as B with (k, n) at [k][n]
+    static constexpr int LD_P = ROWS + 4; // a warp's 16 rows of probabilities
 };
 
 // ----------------------------------------------------------------------------
 // the kernels
-
-// What one launch of a block kernel reads and writes: rows (B, T, stride), token t
-// of batch row b at row b T + t, head h at columns [h HS, (h + 1) HS).
-typedef struct {
-    const floatX *q; int q_stride;      // the queries: qkv, stride 3C
-    const floatX *k, *v; int kv_stride; // the visiting block's keys and values
-    float *o;                           // (B, T, C) the fp32 running output (forward)
-    float *lse;                         // (B, NH, T) running (forward) or final (backward) log-sum-exp
-    const floatX *dout;                 // (B, T, C) output gradient
-    const float *drow;                  // (B, NH, T) D = rowsum(dO * O)
-    float *dq; int dq_stride; int dq_add; // fp32 dQ rows: written (dq_add 0) or added to
-    DkvRowsCuda dkv;                    // the block's dK, dV contribution, written
-    const int *q_index, *q_doc;         // (B, T) coordinates of the queries
-    const int *k_index, *k_doc;         // (B, T) of the block's keys
-    const unsigned char *vis;           // (B, tiles, tiles) [query tile][key tile]
-    int T, C, NH, tiles;
-    float scale;
-} AttnBlockArgs;
 
 template <MmaPrecision P, int HS> static constexpr size_t forward_shared_floats() {
     using Tl = AttnTile<P, HS>;
@@ -159,72 +148,18 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forwar
             for (int i = 0; i < 4; i++) {
                 s[n][i] *= p.scale;
                 int qr = warp * 16 + g + 8 * (i >> 1), kc = 8 * n + 2 * t + (i & 1);
-                if (v == BLOCK_MASKED && !tile_pair_sees<R>(coords, q0, qr, k0, kc, T)) { s[n][i] = -INFINITY; }
-            }
-        }
-        // the online softmax: rescale what the row holds to the new max
-        #pragma unroll
-        for (int r = 0; r < 2; r++) {
-            float mx = -INFINITY;
-            #pragma unroll
-            for (int n = 0; n < NT; n++) { mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1])); }
-            float m_new = fmaxf(m[r], row_max4(mx));
-            // a row that has seen no visible key yet keeps m = -inf and p = 0
-            float base = m_new == -INFINITY ? 0.0f : m_new;
-            float alpha = expf(m[r] - base);
-            float sum = 0.0f;
-            #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                #pragma unroll
-                for (int e = 2 * r; e < 2 * r + 2; e++) {
-                    s[n][e] = expf(s[n][e] - base);
-                    sum += s[n][e];
+                if (v == BLOCK_MASKED && !tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qr, k0, kc, T)) {
+                    s[n][i] = -INFINITY;
                 }
             }
-            l[r] = l[r] * alpha + row_sum4(sum);
-            m[r] = m_new;
-            #pragma unroll
-            for (int d = 0; d < DT; d++) { acc[d][2 * r] *= alpha; acc[d][2 * r + 1] *= alpha; }
         }
+        online_softmax_step<NT, DT>(s, m, l, acc);
         fragments_store<NT>(pw, Tl::LD_P, s);
         __syncwarp();
         // the next tile's first __syncthreads orders these reads of P before its writes
         warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, vs, Tl::LD_KN);
     }
-    // merge (o_blk = acc / l, lse_blk = m + log l) into the running (o, lse)
-    float lse_old[2];
-    size_t lse_row[2];
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int i = q0 + warp * 16 + g + 8 * r;
-        lse_row[r] = ((size_t)b * p.NH + h) * T + i;
-        lse_old[r] = i < T ? p.lse[lse_row[r]] : 0.0f;
-    }
-    __syncwarp(); // the 4 lanes of a row have read lse before one of them writes it
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int i = q0 + warp * 16 + g + 8 * r;
-        if (i >= T || l[r] == 0.0f) { continue; } // past the row, or nothing of this block visible
-        float lse_blk = m[r] + logf(l[r]);
-        float *orow = p.o + (brow + i) * p.C + h * HS;
-        float w_old = 0.0f, w_blk = 1.0f / l[r], lse_new = lse_blk;
-        if (lse_old[r] != -INFINITY) {
-            lse_new = fmaxf(lse_old[r], lse_blk) + log1pf(expf(-fabsf(lse_old[r] - lse_blk)));
-            w_old = expf(lse_old[r] - lse_new);
-            w_blk = expf(lse_blk - lse_new) / l[r];
-        }
-        #pragma unroll
-        for (int d = 0; d < DT; d++) {
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float *oe = orow + 8 * d + 2 * t + e;
-                float x = acc[d][2 * r + e] * w_blk;
-                // the first block a query sees is taken as is
-                *oe = lse_old[r] == -INFINITY ? x : *oe * w_old + x;
-            }
-        }
-        if (t == 0) { p.lse[lse_row[r]] = lse_new; }
-    }
+    output_merge<HS>(p, acc, m, l, b, h, q0 + warp * 16);
 }
 
 template <MmaPrecision P, int HS> static constexpr size_t backward_shared_floats() {
@@ -285,7 +220,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
             for (int i = 0; i < 4; i++) {
                 int r = i >> 1, qr = warp * 16 + g + 8 * r, kc = 8 * n + 2 * t + (i & 1);
                 float ds = 0.0f;
-                if (v == BLOCK_FULL || tile_pair_sees<R>(coords, q0, qr, k0, kc, T)) {
+                if (v == BLOCK_FULL || tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qr, k0, kc, T)) {
                     float pr = expf(s[n][i] * p.scale - lse[r]);
                     ds = pr * (dp[n][i] - drow[r]) * p.scale;
                 }
@@ -365,7 +300,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
             for (int i = 0; i < 4; i++) {
                 int kr = warp * 16 + g + 8 * (i >> 1), qc = 8 * n + 2 * t + (i & 1);
                 float pt = 0.0f, dst = 0.0f;
-                if (v == BLOCK_FULL || tile_pair_sees<R>(coords, q0, qc, k0, kr, T)) {
+                if (v == BLOCK_FULL || tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qc, k0, kr, T)) {
                     pt = expf(st[n][i] * p.scale - lse_s[qc]);
                     dst = pt * (dpt[n][i] - drow_s[qc]) * p.scale;
                 }
@@ -382,26 +317,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         // the next tile's first __syncthreads orders these reads of dS^T before its writes
         warp_mma<P, DT, R, B_KN>(acc_dk, pw, Tl::LD_P, qs, Tl::LD_KN);
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int j = k0 + warp * 16 + g + 8 * r;
-        if (j >= T) { continue; }
-        size_t at = (brow + j) * p.dkv.stride + h * HS;
-        #pragma unroll
-        for (int d = 0; d < DT; d++) {
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                size_t c = at + 8 * d + 2 * t + e;
-                if (p.dkv.dk_f) { // uniform over the launch
-                    p.dkv.dk_f[c] = acc_dk[d][2 * r + e];
-                    p.dkv.dv_f[c] = acc_dv[d][2 * r + e];
-                } else {
-                    p.dkv.dk_x[c] = to_floatX(acc_dk[d][2 * r + e]);
-                    p.dkv.dv_x[c] = to_floatX(acc_dv[d][2 * r + e]);
-                }
-            }
-        }
-    }
+    dkv_rows_store<HS>(p, acc_dk, acc_dv, b, h, k0 + warp * 16);
 }
 
 // drow[(b, h, t)] = dout . o over head h of token t in fp32, one thread per row, in the
@@ -461,6 +377,14 @@ template <typename F> static void attention_dispatch(MmaPrecision precision, int
 #endif
 }
 
+// The flash kernels copy rows 16 bytes at a time (cp.async): every row must start
+// 16-byte aligned.
+static void flash_rows_check(const void *base, size_t stride, const char *what) {
+    if ((uintptr_t)base % 16 != 0 || stride * sizeof(floatX) % 16 != 0) {
+        fatal("attention: %s rows are not 16-byte aligned (the BF16 kernels copy 16 bytes at a time)", what);
+    }
+}
+
 // the arguments every block kernel shares: queries, the block, its coordinates
 static AttnBlockArgs attention_block_args(const AttentionQueriesCuda *aq, const floatX *qkv, KVBlockCuda blk) {
     const AttentionLayoutCuda *al = &aq->layout;
@@ -474,12 +398,16 @@ static AttnBlockArgs attention_block_args(const AttentionQueriesCuda *aq, const 
     a.vis = layout_visibility(al, blk.rank);
     a.T = aq->T; a.C = C; a.NH = aq->NH; a.tiles = al->tiles;
     a.scale = 1.0f / sqrtf((float)HS);
+    if (aq->precision == MMA_BF16) {
+        flash_rows_check(a.q, a.q_stride, "the queries'");
+        flash_rows_check(a.k, a.kv_stride, "the keys'");
+        flash_rows_check(a.v, a.kv_stride, "the values'");
+    }
     return a;
 }
 
 // the dynamic shared memory of a kernel, allowed past the default 48 KiB
-template <typename K> static size_t attention_shared(K kernel, size_t floats) {
-    size_t bytes = floats * sizeof(float);
+template <typename K> static size_t attention_shared(K kernel, size_t bytes) {
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
     return bytes;
 }
@@ -495,8 +423,15 @@ static void attend_block_forward_cuda(AttentionQueriesCuda *aq, const floatX *qk
     attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
         constexpr MmaPrecision P = decltype(kernel)::P;
         constexpr int HS = decltype(kernel)::HS;
-        size_t shared = attention_shared(attend_forward_kernel<P, HS>, forward_shared_floats<P, HS>());
-        attend_forward_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        if constexpr (P == MMA_BF16) {
+            using Ft = FlashTile<HS>;
+            dim3 flash_grid((a.tiles + Ft::SUBS - 1) / Ft::SUBS, aq->NH, aq->B);
+            size_t shared = attention_shared(attend_forward_flash_kernel<HS>, flash_forward_shared_bytes<HS>());
+            attend_forward_flash_kernel<HS><<<flash_grid, Ft::FWD_THREADS, shared, cuda_ctx.stream>>>(a);
+        } else {
+            size_t shared = attention_shared(attend_forward_kernel<P, HS>, forward_shared_floats<P, HS>() * sizeof(float));
+            attend_forward_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        }
         cudaCheckLaunch();
     });
 }
@@ -511,6 +446,7 @@ static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const floatX *q
     AttnBlockArgs a = attention_block_args(aq, qkv, blk);
     a.lse = (float *)lse;
     a.dout = dout;
+    if (aq->precision == MMA_BF16) { flash_rows_check(a.dout, a.C, "the output gradient's"); }
     a.drow = aq->drow;
     a.dq = dq; a.dq_stride = dq_stride; a.dq_add = dq_add;
     a.dkv = dkv;
@@ -518,11 +454,26 @@ static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const floatX *q
     attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
         constexpr MmaPrecision P = decltype(kernel)::P;
         constexpr int HS = decltype(kernel)::HS;
-        size_t shared = attention_shared(attend_backward_dq_kernel<P, HS>, backward_shared_floats<P, HS>());
-        attend_backward_dq_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
-        cudaCheckLaunch();
-        shared = attention_shared(attend_backward_dkv_kernel<P, HS>, backward_shared_floats<P, HS>());
-        attend_backward_dkv_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        if constexpr (P == MMA_BF16) {
+            // dQ in slices, zeroed, then summed into dq in slice order
+            size_t rows = (size_t)aq->B * aq->T, part = rows * aq->C;
+            a.dq_parts = aq->dq_parts;
+            a.dq_splits = aq->dq_splits;
+            cudaCheck(cudaMemsetAsync(a.dq_parts, 0, a.dq_splits * part * sizeof(float), cuda_ctx.stream));
+            dim3 flash_grid(a.dq_splits, aq->NH, aq->B);
+            size_t shared = attention_shared(attend_backward_flash_kernel<HS>, flash_backward_shared_bytes<HS>());
+            attend_backward_flash_kernel<HS><<<flash_grid, FlashTile<HS>::BWD_THREADS, shared, cuda_ctx.stream>>>(a);
+            cudaCheckLaunch();
+            dq_parts_sum_kernel<<<grid_for(part, 256), 256, 0, cuda_ctx.stream>>>(dq, dq_stride, dq_add, a.dq_parts,
+                                                                                 a.dq_splits, rows, aq->C);
+        } else {
+            size_t floats = backward_shared_floats<P, HS>();
+            size_t shared = attention_shared(attend_backward_dq_kernel<P, HS>, floats * sizeof(float));
+            attend_backward_dq_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+            cudaCheckLaunch();
+            shared = attention_shared(attend_backward_dkv_kernel<P, HS>, floats * sizeof(float));
+            attend_backward_dkv_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
+        }
         cudaCheckLaunch();
     });
 }

@@ -18,7 +18,9 @@ coordinates are uploaded from the sharder's layout and all-gathered from every
 rank, the tiles' ranges computed (tile_spans_kernel), then the visibility of each
 of this rank's query tiles against each rank's key tiles (tile_visibility_kernel).
 The layers' passes only read it. Inside a kernel, coords_load brings a tile's
-coordinates into shared memory and tile_pair_sees decides one pair from them.
+coordinates into shared memory and tile_pair_sees decides one pair from them; the
+flash kernels (cp/attention_block_flash.cuh) keep their rows' coordinates in
+registers (lane_rows_load) and mask a warp's scores at once (scores_mask).
 Nothing here depends on the layout that produced the shard: only global indices.
 */
 #ifndef CP_TILE_VISIBILITY_CUH
@@ -141,11 +143,57 @@ __device__ static __forceinline__ void coords_load(int *dst, const int *index, c
     }
 }
 
-// whether query row qr of the tile at q0 sees key kc of the tile at k0; coords:
-// the query tile's indices, documents, then the key tile's, R each
-template <int R>
-__device__ static __forceinline__ int tile_pair_sees(const int *coords, int q0, int qr, int k0, int kc, int T) {
-    return q0 + qr < T && k0 + kc < T && pair_visible(coords[qr], coords[R + qr], coords[2 * R + kc], coords[3 * R + kc]);
+// whether query row qr of the tile at q0 sees key kc of the tile at k0; q_coords:
+// the query tile's indices then documents (QR each), k_coords the key tile's (KR each)
+template <int QR, int KR>
+__device__ static __forceinline__ int tile_pair_sees(const int *q_coords, const int *k_coords, int q0, int qr, int k0,
+                                                     int kc, int T) {
+    return q0 + qr < T && k0 + kc < T &&
+           pair_visible(q_coords[qr], q_coords[QR + qr], k_coords[kc], k_coords[KR + kc]);
+}
+
+// The coordinates of the two rows a lane holds of its warp's 16 in the mma's
+// accumulator layout (g and g + 8, llmc/mma.cuh), kept in registers across a loop:
+// from a tile's coordinates in shared memory (indices then documents, N each),
+// row0 the warp's first row in the tile, pos0 the tile's first position in the
+// sequence of T.
+typedef struct { int index[2], document[2], in[2]; } LaneRows;
+
+template <int N>
+__device__ static __forceinline__ LaneRows lane_rows_load(const int *coords, int row0, int pos0, int T) {
+    int g = threadIdx.x % WARP_SIZE >> 2;
+    LaneRows r;
+    #pragma unroll
+    for (int i = 0; i < 2; i++) {
+        int row = row0 + g + 8 * i;
+        r.index[i] = coords[row];
+        r.document[i] = coords[N + row];
+        r.in[i] = pos0 + row < T;
+    }
+    return r;
+}
+
+// s[n][i] (row g + 8 (i / 2), column 8 n + 2 t + i % 2 of the lane's accumulators)
+// <- -inf where the row and the column cannot see each other: the rows' coordinates
+// in rows, the columns' in shared memory (cols: indices then documents, N each; the
+// tile's column 0 at position col0 of T). ROWS_ARE_QUERIES: the rows are queries
+// (Q K^T) or keys (K Q^T). A column pair is read with one 8-byte load per coordinate.
+template <int NT, int N, bool ROWS_ARE_QUERIES>
+__device__ static __forceinline__ void scores_mask(float s[NT][4], const LaneRows &rows, const int *cols, int col0,
+                                                   int T) {
+    int t = threadIdx.x % 4;
+    #pragma unroll
+    for (int n = 0; n < NT; n++) {
+        int c = 8 * n + 2 * t;
+        int2 index = *(const int2 *)&cols[c], document = *(const int2 *)&cols[N + c];
+        #pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int r = i >> 1, ci = (i & 1) ? index.y : index.x, cd = (i & 1) ? document.y : document.x;
+            int sees = ROWS_ARE_QUERIES ? pair_visible(rows.index[r], rows.document[r], ci, cd)
+                                        : pair_visible(ci, cd, rows.index[r], rows.document[r]);
+            if (!(rows.in[r] && col0 + c + (i & 1) < T && sees)) { s[n][i] = -INFINITY; }
+        }
+    }
 }
 
 #endif // CP_TILE_VISIBILITY_CUH

@@ -23,6 +23,9 @@ every one of them reaches after it. Until its group has been waited for, the
 destination must be neither read nor written, by any thread, and the source must
 not change; a thread must not exit with a copy in flight (the emulator reports
 each). dst (shared memory) and src (global memory) are aligned to the copy's size.
+
+Built from them: rows_load_async (rows of a 16-bit tensor into a padded shared
+tile) and words_load_async (a run of 4-byte elements), both zero past a length.
 */
 #ifndef LLMC_CP_ASYNC_CUH
 #define LLMC_CP_ASYNC_CUH
@@ -64,6 +67,35 @@ template <int N> __device__ static __forceinline__ void cp_async_wait() {
 #else
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 #endif
+}
+
+// shared (ROWS, LD) <- COLS columns of rows [row0, row0 + ROWS) of a row-major 16-bit
+// tensor of T rows (row stride `stride` elements from src, which points at the first
+// column wanted), 16 bytes a copy, consecutive threads on consecutive pieces of a
+// row; rows at or past T are zeros (nothing is read). Issued, not committed. COLS
+// and LD are multiples of 8, src and stride 16-byte aligned.
+template <int COLS, int ROWS, int LD, int THREADS, typename T16>
+__device__ static __forceinline__ void rows_load_async(T16 *tile, const T16 *src, size_t stride, int row0, int T) {
+    static_assert(sizeof(T16) == 2 && COLS % 8 == 0 && LD % 8 == 0, "16-bit rows in 16-byte pieces");
+    constexpr int PIECES = COLS / 8;
+    #pragma unroll 1
+    for (int idx = threadIdx.x; idx < ROWS * PIECES; idx += THREADS) {
+        int r = idx / PIECES, c = idx % PIECES;
+        int in = row0 + r < T;
+        cp_async_cg16(tile + r * LD + 8 * c, in ? src + (size_t)(row0 + r) * stride + 8 * c : src, in ? 16 : 0);
+    }
+}
+
+// shared (ROWS) <- the 4-byte elements [row0, row0 + ROWS) of src, zeros at or past T.
+// Issued, not committed.
+template <int ROWS, int THREADS, typename T4>
+__device__ static __forceinline__ void words_load_async(T4 *dst, const T4 *src, int row0, int T) {
+    static_assert(sizeof(T4) == 4, "4-byte elements");
+    #pragma unroll 1
+    for (int r = threadIdx.x; r < ROWS; r += THREADS) {
+        int in = row0 + r < T;
+        cp_async_ca<4>(dst + r, in ? src + row0 + r : src, in ? 4 : 0);
+    }
 }
 
 #endif // LLMC_CP_ASYNC_CUH

@@ -122,6 +122,7 @@ typedef struct {
 typedef struct {
     int device;
     int tf32;                    // -f: TF32 tensor cores in the FP32 build's matmuls
+    int multiprocessors;         // the device's SMs (how many blocks fill it)
     cudaStream_t stream;         // the compute stream
     cublasLtHandle_t cublaslt;   // the matmuls (llmc/matmul.cuh), on the compute stream
     void *cublaslt_workspace;    // (CUBLASLT_WORKSPACE_BYTES) device
@@ -133,12 +134,13 @@ typedef struct {
     long host_waits;             // times the host has waited for a stream (cuda_stream_wait)
 } CudaContext;
 
-static CudaContext cuda_ctx = {-1, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, {NULL, 0, 0, 0, {NULL}, 0}, 0};
+static CudaContext cuda_ctx = {-1, 0, 0, NULL, NULL, NULL, NULL, 0, 0, NULL, 0, {NULL, 0, 0, 0, {NULL}, 0}, 0};
 
 static void cuda_init(int device, int tf32) {
     cuda_ctx.device = device;
     cuda_ctx.tf32 = tf32;
     cudaCheck(cudaSetDevice(device));
+    cudaCheck(cudaDeviceGetAttribute(&cuda_ctx.multiprocessors, cudaDevAttrMultiProcessorCount, device));
     cudaCheck(cudaStreamCreateWithFlags(&cuda_ctx.stream, cudaStreamNonBlocking));
     // TF32 is chosen per call, by the compute type of each matmul (llmc/matmul.cuh)
     cublasCheck(cublasLtCreate(&cuda_ctx.cublaslt));

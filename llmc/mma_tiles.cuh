@@ -1,25 +1,29 @@
 /*
-Warp products of fp32 tiles in shared memory, and what a tiled kernel does around
-them: the building blocks of the block attention's kernels (cp/attention_block.cuh),
-written for any tiles (nothing here knows what they hold).
-
-warp_mma: one warp's C (16 x 8 NT) += A (16 x K) B (K x 8 NT), A row-major in
-shared memory, B in either of two layouts (B_NK, B_KN) so that neither operand
-needs a transpose; each lane holds its elements of C in the accumulator layout of
-the m16n8k8 and m16n8k16 mma (llmc/mma.cuh; the same for both). The product is
-in one of three precisions (MmaPrecision, a template parameter):
+Warp products of tiles in shared memory, and what a tiled kernel does around them:
+the building blocks of the block attention's kernels (cp/attention_block.cuh,
+cp/attention_block_flash.cuh), written for any tiles (nothing here knows what they
+hold). Each lane holds its elements of C in the accumulator layout of the m16n8k8
+and m16n8k16 mma (llmc/mma.cuh; the same for both). A product is in one of three
+precisions (MmaPrecision):
   MMA_TF32  the tensor cores: mma.sync m16n8k8 with TF32 inputs (each operand
             rounded as it is loaded into its fragment), fp32 accumulation;
   MMA_FP32  the same tiling and fragments, each lane summing its own elements'
             products with fp32 FMAs in k order: exact fp32, no tensor cores;
-  MMA_BF16  the tensor cores: mma.sync m16n8k16 with bf16 inputs (each operand
-            rounded to bf16 as it is loaded, exact where it was bf16 already),
-            fp32 accumulation.
+  MMA_BF16  the tensor cores: mma.sync m16n8k16 with bf16 inputs, fp32
+            accumulation.
 
-Around the product: fragments_zero, fragments_store (a warp's 16 rows of C into
-shared memory, e.g. as the A of the next product), tile_load (rows of a tensor in
-the storage precision, llmc/precision.cuh, into an fp32 tile), row_max4 and
-row_sum4 (across the 4 lanes that hold one row of C).
+fp32 tiles (the FP32 build's kernels): warp_mma, one warp's C (16 x 8 NT) += A
+(16 x K) B (K x 8 NT) in MMA_TF32 or MMA_FP32, A row-major in shared memory, B in
+either of two layouts (B_NK, B_KN) so that neither operand needs a transpose; around
+it fragments_zero, fragments_store (a warp's 16 rows of C into shared memory, e.g.
+as the A of the next product), tile_load (rows of a tensor in the storage
+precision, llmc/precision.cuh, into an fp32 tile), row_max4 and row_sum4 (across
+the 4 lanes that hold one row of C).
+
+bf16 tiles (the BF16 build's kernels), MMA_BF16 through ldmatrix: fragment_a_bf16
+and fragment_a_bf16_trans (an A fragment into registers, once for a loop),
+warp_mma_bf16 (C += A B, A in registers, B from shared memory in either layout),
+fragment_a_from_accumulators (a product's C as the next product's A).
 */
 #ifndef LLMC_MMA_TILES_CUH
 #define LLMC_MMA_TILES_CUH
@@ -39,28 +43,12 @@ template <int BL> __device__ static __forceinline__ float b_at(const float *b, i
     return BL == B_NK ? b[n * ldb + k] : b[k * ldb + n];
 }
 
-// elements (k, n) and (k + 1, n) of B (k even), as one bf16 pair: B_NK has them side
-// by side (one 8-byte load), B_KN in two rows
-template <int BL> __device__ static __forceinline__ uint32_t b_pair_bf16(const float *b, int ldb, int k, int n) {
-    if constexpr (BL == B_NK) {
-        float2 x = *(const float2 *)&b[n * ldb + k];
-        return bf16x2_from_floats(x.x, x.y);
-    } else {
-        return bf16x2_from_floats(b[k * ldb + n], b[(k + 1) * ldb + n]);
-    }
-}
-
-// elements (r, k) and (r, k + 1) of a row-major A (k even), as one bf16 pair
-__device__ static __forceinline__ uint32_t a_pair_bf16(const float *a, int lda, int r, int k) {
-    float2 x = *(const float2 *)&a[r * lda + k];
-    return bf16x2_from_floats(x.x, x.y);
-}
-
 // C (16 x 8 NT) += A (16 x K) B (K x 8 NT) for one warp; A row-major in shared
 // memory (lda), B as BL says. c[n][i] is row g + 8 (i / 2), column 8 n + 2 t + i % 2
 // (g = lane / 4, t = lane % 4), the mma's accumulator layout, in both precisions.
 template <MmaPrecision P, int NT, int K, int BL>
 __device__ static __forceinline__ void warp_mma(float c[NT][4], const float *a, int lda, const float *b, int ldb) {
+    static_assert(P != MMA_BF16, "bf16 products read bf16 tiles: warp_mma_bf16");
     int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
     if constexpr (P == MMA_TF32) {
         #pragma unroll
@@ -73,18 +61,6 @@ __device__ static __forceinline__ void warp_mma(float c[NT][4], const float *a, 
                 uint32_t bf[2] = {tf32_from_float(b_at<BL>(b, ldb, k0 + t, 8 * n + g)),
                                   tf32_from_float(b_at<BL>(b, ldb, k0 + t + 4, 8 * n + g))};
                 mma_m16n8k8_tf32(c[n], af, bf, c[n]);
-            }
-        }
-    } else if constexpr (P == MMA_BF16) {
-        #pragma unroll
-        for (int k0 = 0; k0 < K; k0 += 16) {
-            uint32_t af[4] = {a_pair_bf16(a, lda, g, k0 + 2 * t), a_pair_bf16(a, lda, g + 8, k0 + 2 * t),
-                              a_pair_bf16(a, lda, g, k0 + 2 * t + 8), a_pair_bf16(a, lda, g + 8, k0 + 2 * t + 8)};
-            #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                uint32_t bf[2] = {b_pair_bf16<BL>(b, ldb, k0 + 2 * t, 8 * n + g),
-                                  b_pair_bf16<BL>(b, ldb, k0 + 2 * t + 8, 8 * n + g)};
-                mma_m16n8k16_bf16(c[n], af, bf, c[n]);
             }
         }
     } else {
@@ -144,6 +120,57 @@ __device__ static __forceinline__ float row_max4(float v) {
 __device__ static __forceinline__ float row_sum4(float v) {
     v += __shfl_xor_sync(FULL_MASK, v, 1);
     return v + __shfl_xor_sync(FULL_MASK, v, 2);
+}
+
+// ----------------------------------------------------------------------------
+// bf16 tiles in shared memory, fed to m16n8k16 through ldmatrix (llmc/mma.cuh's
+// header gives the lane addressing of each form). Tiles are row-major with a row
+// stride `ld` (elements) that keeps rows 16-byte aligned; k0, n0, row0 and m0 are
+// multiples of 16 (of 8 for row0).
+
+// a (16 x 16) A fragment: rows row0 .. row0 + 15, columns k0 .. k0 + 15 of the tile
+__device__ static __forceinline__ void fragment_a_bf16(uint32_t a[4], const __nv_bfloat16 *tile, int ld, int row0, int k0) {
+    int lane = threadIdx.x % WARP_SIZE;
+    ldmatrix<4, false>(a, tile + (row0 + lane % 16) * ld + k0 + 8 * (lane / 16));
+}
+
+// the A fragment of the transpose of the tile: A (m, k) = tile[k][m], m from m0, k from k0
+__device__ static __forceinline__ void fragment_a_bf16_trans(uint32_t a[4], const __nv_bfloat16 *tile, int ld, int m0,
+                                                             int k0) {
+    int lane = threadIdx.x % WARP_SIZE;
+    ldmatrix<4, true>(a, tile + (k0 + 8 * (lane / 16) + lane % 8) * ld + m0 + 8 * (lane / 8 % 2));
+}
+
+// C (16 x 8 NT) += A (16 x 16, a fragment in registers) B (16 x 8 NT), B the rows
+// k0 .. k0 + 15 of the tile's k dimension in the layout BL (B_NK: element (k, n)
+// at tile[n][k]; B_KN: at tile[k][n]), two n-blocks per ldmatrix. NT is even.
+template <int NT, int BL>
+__device__ static __forceinline__ void warp_mma_bf16(float c[NT][4], const uint32_t a[4], const __nv_bfloat16 *tile, int ld,
+                                                     int k0) {
+    static_assert(NT % 2 == 0, "two n-blocks per ldmatrix");
+    int lane = threadIdx.x % WARP_SIZE;
+    #pragma unroll
+    for (int n = 0; n < NT; n += 2) {
+        uint32_t b[4]; // b0, b1 of n-block n, then of n-block n + 1
+        if constexpr (BL == B_NK) {
+            ldmatrix<4, false>(b, tile + (8 * n + 8 * (lane / 16) + lane % 8) * ld + k0 + 8 * (lane / 8 % 2));
+        } else {
+            ldmatrix<4, true>(b, tile + (k0 + 8 * (lane / 8 % 2) + lane % 8) * ld + 8 * n + 8 * (lane / 16));
+        }
+        mma_m16n8k16_bf16(c[n], a, b, c[n]);
+        mma_m16n8k16_bf16(c[n + 1], a, b + 2, c[n + 1]);
+    }
+}
+
+// The A fragment of columns 16 j .. 16 j + 15 of a warp's C (16 x 8 NT), from the
+// accumulators of its n-blocks 2 j and 2 j + 1 (c0, c1), rounded to bf16: a
+// product's result feeds the next product from registers (llmc/mma.cuh's header).
+__device__ static __forceinline__ void fragment_a_from_accumulators(uint32_t a[4], const float c0[4],
+                                                                   const float c1[4]) {
+    a[0] = bf16x2_from_floats(c0[0], c0[1]);
+    a[1] = bf16x2_from_floats(c0[2], c0[3]);
+    a[2] = bf16x2_from_floats(c1[0], c1[1]);
+    a[3] = bf16x2_from_floats(c1[2], c1[3]);
 }
 
 #endif // LLMC_MMA_TILES_CUH

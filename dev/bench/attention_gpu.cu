@@ -55,13 +55,21 @@ static void print_kernel_shapes(void) {
             attention_dispatch(precision, HS, [&](auto kernel) {
                 constexpr MmaPrecision P = decltype(kernel)::P;
                 constexpr int HS_ = decltype(kernel)::HS;
-                const char *names[3] = {"attend_forward_kernel", "attend_backward_dq_kernel",
-                                        "attend_backward_dkv_kernel"};
-                size_t floats[3] = {forward_shared_floats<P, HS_>(), backward_shared_floats<P, HS_>(),
-                                    backward_shared_floats<P, HS_>()};
-                for (int k = 0; k < 3; k++) {
-                    printf("%s<(MmaPrecision)%d, %d>\t%d\t%zu\n", names[k], (int)P, HS_, AttnTile<P, HS_>::THREADS,
-                           floats[k] * sizeof(float));
+                if constexpr (P == MMA_BF16) {
+                    using Ft = FlashTile<HS_>;
+                    printf("attend_forward_flash_kernel<%d>\t%d\t%zu\n", HS_, Ft::FWD_THREADS,
+                           flash_forward_shared_bytes<HS_>());
+                    printf("attend_backward_flash_kernel<%d>\t%d\t%zu\n", HS_, Ft::BWD_THREADS,
+                           flash_backward_shared_bytes<HS_>());
+                } else {
+                    const char *names[3] = {"attend_forward_kernel", "attend_backward_dq_kernel",
+                                            "attend_backward_dkv_kernel"};
+                    size_t floats[3] = {forward_shared_floats<P, HS_>(), backward_shared_floats<P, HS_>(),
+                                        backward_shared_floats<P, HS_>()};
+                    for (int k = 0; k < 3; k++) {
+                        printf("%s<(MmaPrecision)%d, %d>\t%d\t%zu\n", names[k], (int)P, HS_,
+                               AttnTile<P, HS_>::THREADS, floats[k] * sizeof(float));
+                    }
                 }
             });
         }

@@ -57,7 +57,8 @@ and the source lines, and ends the process (exit 66, or the MPI job).
 // declaration it missed does not compile
 #define __shared__ __shared__must_be_rewritten_by_run_sh
 
-struct float2 { float x, y; };
+struct alignas(8) float2 { float x, y; };
+struct alignas(8) int2 { int x, y; };
 struct alignas(16) float4 { float x, y, z, w; };
 struct dim3 {
     unsigned x, y, z;
@@ -151,6 +152,9 @@ void *emu_dynamic_shared();
 // run.sh puts this first in a kernel declared __launch_bounds__(max_threads): a
 // launch of more threads per block fails, as on the GPU
 void emu_launch_bounds_check(unsigned max_threads);
+// __launch_bounds__(max_threads, min_blocks): the second asks the register
+// allocator for room for min_blocks resident blocks, nothing a launch can break
+static inline void emu_launch_bounds_check(unsigned max_threads, unsigned) { emu_launch_bounds_check(max_threads); }
 void *emu_static_shared_alloc(const char *file, int line, size_t bytes, size_t align);
 template <typename A> static inline A &emu_static_shared(const char *file, int line) {
     return *(A *)emu_static_shared_alloc(file, line, sizeof(A), alignof(A));
@@ -217,12 +221,14 @@ enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpy
 #define cudaStreamNonBlocking 1
 #define cudaEventDisableTiming 2
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+enum cudaDeviceAttr { cudaDevAttrMultiProcessorCount = 16 };
 
 const char *cudaGetErrorString(cudaError_t err);
 const char *cudaGetErrorName(cudaError_t err);
 cudaError_t cudaGetLastError();
 cudaError_t cudaGetDeviceCount(int *count);
 cudaError_t cudaSetDevice(int device);
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device);
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned flags);
 cudaError_t cudaStreamDestroy(cudaStream_t stream);
 cudaError_t cudaStreamSynchronize(cudaStream_t stream);

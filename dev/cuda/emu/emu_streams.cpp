@@ -306,6 +306,15 @@ cudaError_t cudaSetDevice(int device) {
     return device >= 0 && device < count ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// an H100's or H200's (SXM): 132 multiprocessors
+cudaError_t cudaDeviceGetAttribute(int *value, cudaDeviceAttr attr, int device) {
+    int count;
+    cudaGetDeviceCount(&count);
+    if (attr != cudaDevAttrMultiProcessorCount || device < 0 || device >= count) { return cudaErrorInvalidValue; }
+    *value = 132;
+    return cudaSuccess;
+}
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t *stream, unsigned) {
     host_advance();
     for (int i = 2; i < MAX_STREAMS; i++) {

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The mutation test (run.sh mutations, which builds the emulated tests and sets
 # REPO, WORK and MPIRUN_LINE): every synchronisation site of the library code that
-# rewrite.py numbered (each __syncthreads and __syncwarp of the kernels, each
-# cudaStreamWaitEvent and cudaEventSynchronize between the streams; the list is
-# $WORK/src/mutation_sites.txt) is skipped in turn (EMU_MUTATE=N), and the emulated
-# tests that exercise it must then fail. A site whose removal nothing notices is
+# rewrite.py numbered (each __syncthreads, __syncwarp and cp_async_wait of the
+# kernels, each cudaStreamWaitEvent and cudaEventSynchronize between the streams;
+# the list is $WORK/src/mutation_sites.txt) is skipped in turn (EMU_MUTATE=N), and
+# the emulated tests that exercise it must then fail. A site whose removal nothing notices is
 # either not needed or a gap in the checks; either way this test fails.
 #
 # Prints a line per site: what was removed and what caught it (the first report:
@@ -17,7 +17,9 @@ SEED=${EMU_MUTATION_SEED:-1}
 # the runs that exercise a file's sites, each "ranks binary", cheapest first
 runs_for() {
     case $1 in
-        cp/attention_block.cuh) echo "1:test_gpu_attention_algorithms_FP32 1:test_gpu_attention_algorithms_BF16" ;;
+        cp/attention_block.cuh | cp/attention_row_steps.cuh)
+            echo "1:test_gpu_attention_algorithms_FP32 1:test_gpu_attention_algorithms_BF16" ;;
+        cp/attention_block_flash.cuh) echo "1:test_gpu_attention_algorithms_BF16 2:test_gpu_attention_algorithms_BF16" ;;
         cp/comm_*) echo "2:test_gpu_attention_algorithms_FP32" ;;
         llmc/*) echo "1:test_gpu_kernels_FP32 1:test_gpu_kernels_BF16" ;;
         *) echo "" ;;

@@ -14,7 +14,7 @@ emulator (cuda_emu.h):
   __launch_bounds__(X) kernel(...) {             ... { emu_launch_bounds_check(X);
 
 and numbers every synchronisation site of the library code (cp/, llmc/): each
-__syncthreads and __syncwarp statement, and each cudaStreamWaitEvent and
+__syncthreads, __syncwarp and cp_async_wait statement, and each cudaStreamWaitEvent and
 cudaEventSynchronize call, which the emulator skips when EMU_MUTATE names its
 number (the mutation test, dev/cuda/emu/mutations.sh). The sites are listed in
 OUT/mutation_sites.txt, one per line: number, file:line, what.
@@ -30,7 +30,7 @@ LAUNCH = re.compile(r'(\w+(?:<[^<>;()]*>)?)<<<(.+?)>>>\(')
 DYNAMIC_SHARED = re.compile(r'extern\s+__shared__\s+(\w+)\s+(\w+)\[\];')
 STATIC_SHARED = re.compile(r'__shared__\s+([\w:]+(?:\s*\*)?)\s+(\w+)((?:\[[^\]]+\])+);')
 LAUNCH_BOUNDS = re.compile(r'__launch_bounds__\((.+?)\)(\s+\w+\s*\([^)]*\)\s*\{)')
-BARRIER = re.compile(r'\b(__syncthreads\(\)|__syncwarp\([^;]*\));')
+BARRIER = re.compile(r'\b(__syncthreads\(\)|__syncwarp\([^;]*\)|cp_async_wait<\d+>\(\));')
 EVENT_WAIT = re.compile(r'\b(cudaStreamWaitEvent|cudaEventSynchronize)\(')
 
 
