@@ -307,8 +307,11 @@ __global__ static void __launch_bounds__(FlashTile<HS>::BWD_THREADS, 2) attend_b
                 float *row = dq_part + (size_t)i * p.C;
                 #pragma unroll
                 for (int d = 0; d < DT; d++) {
-                    row[8 * d + 2 * t] += acc_dq[d][2 * r];
-                    row[8 * d + 2 * t + 1] += acc_dq[d][2 * r + 1];
+                    float2 *pair = (float2 *)&row[8 * d + 2 * t];
+                    float2 x = *pair;
+                    x.x += acc_dq[d][2 * r];
+                    x.y += acc_dq[d][2 * r + 1];
+                    *pair = x;
                 }
             }
             qt = next;

@@ -8,7 +8,9 @@ First, the shared-memory loads that feed the tensor cores, exactly, against the 
 ISA written out by hand: each variant of ldmatrix (llmc/mma.cuh) against the ISA's
 figure of its fragment (which lane, which half of which register, receives each
 element); the three ldmatrix loads of mma.cuh's header feeding mma m16n8k16 bf16
-against a plain product; cp.async (llmc/cp_async.cuh) against a table of the bytes
+against a plain product, and the bf16 tile products built from them
+(llmc/mma_tiles.cuh: padded tiles, both B layouts, A read transposed, a product's
+accumulators as the next one's A) likewise; cp.async (llmc/cp_async.cuh) against a table of the bytes
 each copy leaves (zero-filled past src_bytes), and three groups in flight landing at
 wait_group 2, 1, 0. On a GPU these check the hardware; under the emulation, the
 emulator's instructions.
@@ -63,6 +65,7 @@ With no GPU the binary exits 77 (skipped).
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2.h"
 #include "llmc/mma.cuh"
+#include "llmc/mma_tiles.cuh"
 #include "test/lib/gpu_test_utils.cuh"
 
 #define B 2
@@ -299,6 +302,97 @@ static void test_ldmatrix_mma(void) {
                          ref, 16 * 16, 0.0);
     }
     cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_d));
+}
+
+// llmc/mma_tiles.cuh's bf16 tile products on padded tiles: A (16, 32) B (32, 16)
+// with A's fragments read row-major (fragment_a_bf16) and B stored [n][k] (B_NK), and
+// again with A read from its transpose (fragment_a_bf16_trans) and B stored [k][n]
+// (B_KN); then that product's accumulators, rounded to bf16, as the A of a product
+// with B's first 16 rows (fragment_a_from_accumulators).
+// a: (16, 32) bf16 bits   b: (32, 16) as [k][n]   out: (3, 16, 16) row-major
+#define TILE_LD_A 40 // row strides of the padded tiles (elements, rows 16-byte aligned)
+#define TILE_LD_T 24
+__global__ static void mma_tiles_bf16_kernel(float *out, const uint16_t *a, const uint16_t *b) {
+    __shared__ float4 a_store[16 * TILE_LD_A / 8];  // A (16, 32) [m][k]
+    __shared__ float4 at_store[32 * TILE_LD_T / 8]; // A^T (32, 16) [k][m]
+    __shared__ float4 bnk_store[16 * TILE_LD_A / 8]; // B (32, 16) as [n][k]
+    __shared__ float4 bkn_store[32 * TILE_LD_T / 8]; // B as [k][n]
+    uint16_t *as = (uint16_t *)a_store, *ats = (uint16_t *)at_store, *bnk = (uint16_t *)bnk_store,
+             *bkn = (uint16_t *)bkn_store;
+    int lane = threadIdx.x, g = lane / 4, t = lane % 4;
+    for (int i = lane; i < 16 * 32; i += WARP_SIZE) {
+        int m = i / 32, k = i % 32;
+        as[m * TILE_LD_A + k] = a[i];
+        ats[k * TILE_LD_T + m] = a[i];
+        int kb = i / 16, n = i % 16; // b's element (kb, n)
+        bkn[kb * TILE_LD_T + n] = b[i];
+        bnk[n * TILE_LD_A + kb] = b[i];
+    }
+    __syncwarp();
+    const __nv_bfloat16 *a16 = (const __nv_bfloat16 *)as, *at16 = (const __nv_bfloat16 *)ats;
+    const __nv_bfloat16 *bnk16 = (const __nv_bfloat16 *)bnk, *bkn16 = (const __nv_bfloat16 *)bkn;
+    float c[3][2][4] = {};
+    for (int k0 = 0; k0 < 32; k0 += 16) {
+        uint32_t af[4];
+        fragment_a_bf16(af, a16, TILE_LD_A, 0, k0);
+        warp_mma_bf16<2, B_NK>(c[0], af, bnk16, TILE_LD_A, k0);
+        fragment_a_bf16_trans(af, at16, TILE_LD_T, 0, k0);
+        warp_mma_bf16<2, B_KN>(c[1], af, bkn16, TILE_LD_T, k0);
+    }
+    uint32_t pf[4];
+    fragment_a_from_accumulators(pf, c[1][0], c[1][1]);
+    warp_mma_bf16<2, B_KN>(c[2], pf, bkn16, TILE_LD_T, 0);
+    for (int p = 0; p < 3; p++) {
+        for (int n = 0; n < 2; n++) {
+            for (int i = 0; i < 4; i++) { out[p * 256 + (g + 8 * (i / 2)) * 16 + 8 * n + 2 * t + i % 2] = c[p][n][i]; }
+        }
+    }
+}
+
+// The bf16 tile products of llmc/mma_tiles.cuh against plain products, bit for bit:
+// on multiples of 1/8 in [-2, 2] every product and sum is exact in fp32, and the
+// chained product's reference rounds the first product to bf16 as the kernel does
+static void test_mma_tiles_bf16(void) {
+    Rng own; // not the layers' generator: their inputs stay as they were
+    rng_seed(&own, 4245);
+    float a[16 * 32], b[32 * 16], ref[3 * 256];
+    uint16_t a_bits[16 * 32], b_bits[32 * 16];
+    for (int i = 0; i < 16 * 32; i++) {
+        a[i] = (float)(rand_below(&own, 33) - 16) / 8.0f;
+        b[i] = (float)(rand_below(&own, 33) - 16) / 8.0f;
+        uint32_t u;
+        memcpy(&u, &a[i], 4);
+        a_bits[i] = (uint16_t)(u >> 16);
+        memcpy(&u, &b[i], 4);
+        b_bits[i] = (uint16_t)(u >> 16);
+    }
+    for (int m = 0; m < 16; m++) {
+        for (int n = 0; n < 16; n++) {
+            double sum = 0.0;
+            for (int k = 0; k < 32; k++) { sum += (double)a[m * 32 + k] * b[k * 16 + n]; }
+            ref[m * 16 + n] = ref[256 + m * 16 + n] = (float)sum;
+        }
+    }
+    for (int m = 0; m < 16; m++) {
+        for (int n = 0; n < 16; n++) {
+            double sum = 0.0;
+            for (int k = 0; k < 16; k++) {
+                sum += (double)__bfloat162float(__float2bfloat16_rn(ref[256 + m * 16 + k])) * b[k * 16 + n];
+            }
+            ref[512 + m * 16 + n] = (float)sum;
+        }
+    }
+    uint16_t *d_a = (uint16_t *)cudaMallocCheck(sizeof(a_bits)), *d_b = (uint16_t *)cudaMallocCheck(sizeof(b_bits));
+    float *d_out = (float *)cudaMallocCheck(sizeof(ref));
+    cuda_upload(d_a, a_bits, sizeof(a_bits));
+    cuda_upload(d_b, b_bits, sizeof(b_bits));
+    poison_device(d_out, sizeof(ref));
+    mma_tiles_bf16_kernel<<<1, WARP_SIZE, 0, cuda_ctx.stream>>>(d_out, d_a, d_b);
+    cudaCheckLaunch();
+    const char *names[3] = {"mma_tiles bf16: fragment_a_bf16, B_NK", "mma_tiles bf16: fragment_a_bf16_trans, B_KN",
+                            "mma_tiles bf16: A from accumulators"};
+    for (int p = 0; p < 3; p++) { check_rel_device(names[p], d_out + p * 256, ref + p * 256, 256, 0.0); }
+    cudaCheck(cudaFree(d_a)); cudaCheck(cudaFree(d_b)); cudaCheck(cudaFree(d_out));
 }
 
 // cp.async against the PTX ISA's description, written out by hand: a 16-byte
@@ -987,6 +1081,7 @@ int main(int argc, char **argv) {
     rng_seed(&rng, 1234);
     test_ldmatrix();
     test_ldmatrix_mma();
+    test_mma_tiles_bf16();
     test_cp_async();
     test_encoder();
     test_block_reductions();
