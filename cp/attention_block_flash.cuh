@@ -55,7 +55,7 @@ template <int HS> struct FlashTile {
     static constexpr int SUBS = QUERIES / KEYS;            // the table's query tiles in one
     static constexpr int FWD_THREADS = QUERIES / 16 * WARP_SIZE;
     static constexpr int BWD_THREADS = KEYS / 16 * WARP_SIZE; // one warp per 16 keys (and 16 queries for dQ)
-    static constexpr int LD = HS + 8;                      // a bf16 tile's row stride (elements)
+    static constexpr int LD = HS + 8;                      // a bf16 tile's row stride: 16 bytes of padding
     static constexpr int LD_DS = KEYS + 8;                 // dS^T's row stride
     // at HS <= 64 two forward blocks fit an SM's registers; at 128 the warp's
     // query fragments and output need more than 128 registers a thread
@@ -104,13 +104,13 @@ __global__ static void __launch_bounds__(FlashTile<HS>::FWD_THREADS, FlashTile<H
     constexpr int QR = Ft::QUERIES, KR = Ft::KEYS, LD = Ft::LD, THREADS = Ft::FWD_THREADS;
     constexpr int NT = KR / 8, DT = HS / 8, KS = HS / 16;
     extern __shared__ float shared[]; // no static shared memory: offset 0, 16-byte aligned
-    bf16 *qs = (bf16 *)shared;             // (QR, LD) the queries
-    bf16 *ks = qs + QR * LD;                 // (2, KR, LD) keys, two stages
-    bf16 *vs = ks + 2 * KR * LD;             // (2, KR, LD) values, two stages
+    bf16 *qs = (bf16 *)shared;                 // (QR, LD) the queries
+    bf16 *ks = qs + QR * LD;                   // (2, KR, LD) keys, two stages
+    bf16 *vs = ks + 2 * KR * LD;               // (2, KR, LD) values, two stages
     int *q_coords = (int *)(vs + 2 * KR * LD); // (2, QR) the queries' indices, documents
     int *k_coords = q_coords + 2 * QR;         // (2, 2, KR) the keys', two stages
     int qb = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
+    int warp = threadIdx.x / WARP_SIZE;
     int T = p.T, q0 = qb * QR;
     size_t brow = (size_t)b * T;
     const floatX *k_src = p.k + brow * p.kv_stride + h * HS, *v_src = p.v + brow * p.kv_stride + h * HS;
@@ -134,7 +134,7 @@ __global__ static void __launch_bounds__(FlashTile<HS>::FWD_THREADS, FlashTile<H
     uint32_t qf[KS][4]; // the warp's 16 query rows, A fragments of Q K^T
     float acc[DT][4];   // P V, unnormalised
     fragments_zero<DT>(acc);
-    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // rows g and g + 8 of the warp
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // the lane's rows of the warp (g, g + 8)
     for (int stage = 0, first = 1; kt < p.tiles; stage ^= 1, first = 0) { // kt: uniform over the block
         int next = next_seen_key_tile(vis_rows, subs, p.tiles, kt + 1);
         __syncthreads(); // every warp is done with the other stage (the tile before this one)
@@ -184,12 +184,12 @@ __global__ static void __launch_bounds__(FlashTile<HS>::BWD_THREADS, 2) attend_b
     constexpr int R = Ft::KEYS, LD = Ft::LD, LDS = Ft::LD_DS, THREADS = Ft::BWD_THREADS;
     constexpr int NT = R / 8, DT = HS / 8, KS = HS / 16;
     extern __shared__ float shared[]; // no static shared memory: offset 0, 16-byte aligned
-    bf16 *ks = (bf16 *)shared;             // (R, LD) the key tile
-    bf16 *vs = ks + R * LD;                  // (R, LD) its values
-    bf16 *qs = vs + R * LD;                  // (2, R, LD) queries, two stages
-    bf16 *dos = qs + 2 * R * LD;             // (2, R, LD) their output gradients
-    bf16 *dsts = dos + 2 * R * LD;           // (R, LDS) dS^T: [key][query]
-    int *k_coords = (int *)(dsts + R * LDS);    // (2, R) the keys' indices, documents
+    bf16 *ks = (bf16 *)shared;                 // (R, LD) the key tile
+    bf16 *vs = ks + R * LD;                    // (R, LD) its values
+    bf16 *qs = vs + R * LD;                    // (2, R, LD) queries, two stages
+    bf16 *dos = qs + 2 * R * LD;               // (2, R, LD) their output gradients
+    bf16 *dsts = dos + 2 * R * LD;             // (R, LDS) dS^T: [key][query]
+    int *k_coords = (int *)(dsts + R * LDS);   // (2, R) the keys' indices, documents
     int *q_coords = k_coords + 2 * R;          // (2, 2, R) the queries', two stages
     float *q_rows = (float *)(q_coords + 4 * R); // (2, 2, R) the queries' lse and D, two stages
     int split = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
