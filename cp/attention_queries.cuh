@@ -37,14 +37,15 @@ static int attention_head_size_supported(int HS) { return HS == 32 || HS == 64 |
 static constexpr int attention_tile_rows(int HS) { return HS <= 64 ? 64 : 32; }
 
 // How many slices the BF16 build's backward sums dQ in (cp/attention_block_flash.cuh):
-// enough blocks (slices x heads x rows) for about four per multiprocessor, at most
-// one slice per two key tiles (a slice sums its key tiles one after another) and at
-// most 16 (each is (B, T, C) fp32). None in the FP32 build (its kernels sum dQ per
-// query tile).
+// enough blocks (slices x heads x rows) to fill every multiprocessor with the two
+// its registers hold, at most one slice per two key tiles (a slice sums its key
+// tiles one after another) and at most 16 (each is (B, T, C) fp32: at B 1 and 12
+// heads, 16 slices are 16 times the fp32 output). None in the FP32 build (its
+// kernels sum dQ per query tile).
 static int attention_dq_splits(int B, int T, int C, int NH) {
 #ifdef ENABLE_BF16
     int rows = attention_tile_rows(C / NH), tiles = (T + rows - 1) / rows;
-    int want = (4 * cuda_ctx.multiprocessors + B * NH - 1) / (B * NH);
+    int want = (2 * cuda_ctx.multiprocessors + B * NH - 1) / (B * NH);
     int most = (tiles + 1) / 2 < 16 ? (tiles + 1) / 2 : 16;
     return want < most ? (want > 1 ? want : 1) : most;
 #else
