@@ -8,7 +8,10 @@
 #   - no spills (spill stores or loads), the exact-fp32 attention kernels (-f 0,
 #     the reference mode) excepted
 #   - static shared memory within 48 KiB
-#   - every __global__ function of cp/ and llmc/ is among the kernels read
+#   - every __global__ function of cp/ and llmc/ is among the kernels read, in both
+#     builds but for the block attention's: the plain kernels of
+#     cp/attention_block.cuh are the FP32 build's, the FlashAttention-2 ones of
+#     cp/attention_block_flash.cuh the BF16 build's
 #
 # The PTX is what nvcc kept while building the GPU tests (test/CMakeLists.txt: -keep),
 # which between them hold every kernel; ptxas assembles it again for its figures.
@@ -36,9 +39,16 @@ for arg in "$@"; do
     esac
 done
 mkdir -p "$WORK"
-# the __global__ functions of the sources
-grep -ho '__global__ static void \(__launch_bounds__([^)]*) \)\?[A-Za-z_0-9]*' cp/*.cuh llmc/*.cuh |
-    awk '{ print $NF }' | sort -u > "$WORK/sources.txt"
+# the __global__ functions of the sources (a declaration may span lines)
+kernels_of() {
+    cat "$@" | tr '\n' ' ' | grep -o '__global__ static void [^{;]*\b[A-Za-z_0-9]*_kernel(' | sed 's/($//' |
+        awk '{ print $NF }' | sort -u
+}
+kernels_of cp/*.cuh llmc/*.cuh > "$WORK/sources.txt"
+kernels_of cp/attention_block_flash.cuh > "$WORK/flash.txt"
+grep '^attend_' <(kernels_of cp/attention_block.cuh) > "$WORK/plain.txt"
+comm -23 "$WORK/sources.txt" "$WORK/flash.txt" > "$WORK/sources_FP32.txt"
+comm -23 "$WORK/sources.txt" "$WORK/plain.txt" > "$WORK/sources_BF16.txt"
 status=0
 for prec in FP32 BF16; do
     : > "$WORK/usage_$prec.txt"
@@ -79,7 +89,7 @@ for prec in FP32 BF16; do
     while read -r kernel; do
         grep -q "\b$kernel\b" "$WORK/names_$prec.txt" ||
             { echo "FAIL $prec: $kernel (a __global__ of cp/ or llmc/) is in none of the PTX read"; status=1; }
-    done < "$WORK/sources.txt"
+    done < "$WORK/sources_$prec.txt"
 done
 [[ $status -eq 0 ]] && echo "PASS: every kernel of both builds fits an sm_$ARCH SM's registers, without spills"
 exit $status
