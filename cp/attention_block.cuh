@@ -42,10 +42,11 @@ The plain kernels (grid: tiles x NH x B, HS and the precision are template
 parameters; the BF16 build's are described in their file):
 
   forward      per query tile: Q in shared memory; for each visible key tile,
-               K and V loaded coalesced into shared memory, S = Q K^T scale,
-               the one-pass online softmax (running max m and sum l per row),
-               O_blk += P V. Then lse_blk = m + log l, o_blk = O_blk / l, merged
-               into the running (out, lse) in the CPU's stable form.
+               K and V loaded coalesced into shared memory, S = Q K^T, the
+               one-pass online softmax of S scale (running max m and sum l per
+               row, in base 2), O_blk += P V. Then lse_blk = (the row's max of
+               S scale) + log l, o_blk = O_blk / l, merged into the running
+               (out, lse) in the CPU's stable form.
   backward dQ  per query tile: for each visible key tile, P = exp(S - lse) from
                the saved lse, dP = dO V^T, dS = P (dP - D) scale, dQ += dS K.
   backward dKV per key tile of the block: for each visible query tile,
@@ -146,14 +147,13 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forwar
         for (int n = 0; n < NT; n++) {
             #pragma unroll
             for (int i = 0; i < 4; i++) {
-                s[n][i] *= p.scale;
                 int qr = warp * 16 + g + 8 * (i >> 1), kc = 8 * n + 2 * t + (i & 1);
                 if (v == BLOCK_MASKED && !tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qr, k0, kc, T)) {
                     s[n][i] = -INFINITY;
                 }
             }
         }
-        online_softmax_step<NT, DT>(s, m, l, acc);
+        online_softmax_step<NT, DT>(s, p.scale_log2, m, l, acc);
         fragments_store<NT>(pw, Tl::LD_P, s);
         __syncwarp();
         // the next tile's first __syncthreads orders these reads of P before its writes
@@ -398,6 +398,7 @@ static AttnBlockArgs attention_block_args(const AttentionQueriesCuda *aq, const 
     a.vis = layout_visibility(al, blk.rank);
     a.T = aq->T; a.C = C; a.NH = aq->NH; a.tiles = al->tiles;
     a.scale = 1.0f / sqrtf((float)HS);
+    a.scale_log2 = a.scale * LOG2E_F;
     if (aq->precision == MMA_BF16) {
         flash_rows_check(a.q, a.q_stride, "the queries'");
         flash_rows_check(a.k, a.kv_stride, "the keys'");

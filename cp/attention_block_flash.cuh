@@ -153,16 +153,11 @@ __global__ static void __launch_bounds__(FlashTile<HS>::FWD_THREADS, FlashTile<H
             fragments_zero<NT>(s);
             #pragma unroll
             for (int k = 0; k < KS; k++) { warp_mma_bf16<NT, B_NK>(s, qf[k], kst, LD, 16 * k); }
-            #pragma unroll
-            for (int n = 0; n < NT; n++) {
-                #pragma unroll
-                for (int i = 0; i < 4; i++) { s[n][i] *= p.scale; }
-            }
             if (v == BLOCK_MASKED) { // (the rows' coordinates are read here, to hold no registers across the loop)
                 LaneRows rows = lane_rows_load<QR>(q_coords, warp * 16, q0, T);
                 scores_mask<NT, KR, true>(s, rows, k_coords + stage * 2 * KR, kt * KR, T);
             }
-            online_softmax_step<NT, DT>(s, m, l, acc);
+            online_softmax_step<NT, DT>(s, p.scale_log2, m, l, acc);
             #pragma unroll
             for (int j = 0; j < NT / 2; j++) { // P V, 16 keys a step, P from the accumulators of S
                 uint32_t pa[4];
@@ -264,13 +259,16 @@ __global__ static void __launch_bounds__(FlashTile<HS>::BWD_THREADS, 2) attend_b
             if (vis[(size_t)qt * p.tiles + kt] == BLOCK_MASKED) { // uniform over the block
                 scores_mask<NT, R, false>(st, rows, q_coords + stage * 2 * R, q0, T);
             }
-            // P^T = exp(S^T scale - lse) (0 where masked), dS^T = P^T (dP^T - D) scale
+            // P^T = exp(S^T scale - lse) = exp2(S^T scale_log2 - lse log2(e)) (0 where
+            // masked), dS^T = P^T (dP^T - D) scale
             #pragma unroll
             for (int n = 0; n < NT; n++) {
                 float2 lse2 = *(const float2 *)&lse[8 * n + 2 * t], d2 = *(const float2 *)&drow[8 * n + 2 * t];
+                lse2.x *= LOG2E_F;
+                lse2.y *= LOG2E_F;
                 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    float pt = expf(st[n][i] * p.scale - ((i & 1) ? lse2.y : lse2.x));
+                    float pt = exp2f(fmaf(st[n][i], p.scale_log2, -((i & 1) ? lse2.y : lse2.x)));
                     dpt[n][i] = pt * (dpt[n][i] - ((i & 1) ? d2.y : d2.x)) * p.scale;
                     st[n][i] = pt;
                 }

@@ -8,7 +8,8 @@ differ only in how they feed the tensor cores:
 
   AttnBlockArgs        what one launch reads and writes
   online_softmax_step  a key tile's scores -> probabilities, the running max and
-                       sum of each row rescaled (the one-pass online softmax)
+                       sum of each row rescaled (the one-pass online softmax, in
+                       base 2: one fma and one exp2 a score)
   output_merge         the block's (o, lse) merged into the running (o, lse) in
                        the CPU's stable form (cp/attention_block.h)
   dkv_rows_store       a key tile's dK, dV rows written, fp32 or floatX
@@ -36,29 +37,37 @@ typedef struct {
     const int *k_index, *k_doc;         // (B, T) of the block's keys
     const unsigned char *vis;           // (B, tiles, tiles) [query tile][key tile]
     int T, C, NH, tiles;
-    float scale;
+    float scale;                        // 1 / sqrt(HS)
+    float scale_log2;                   // scale log2(e): the softmax's base-2 scale
 } AttnBlockArgs;
 
-// s: a key tile's scaled and masked scores (-inf where not visible) of the warp's
-// rows, NT blocks of 8 keys; turned into exp(s - m_new) with m_new the row's new
-// running max, and the row's running sum l and output accumulators rescaled to it.
+// The softmax works in base 2: exp(scale x) = exp2(scale log2(e) x), so that a
+// probability is one fma and one exp2 of a raw score (AttnBlockArgs.scale_log2).
+#define LOG2E_F 1.44269504088896341f
+#define LN2_F 0.693147180559945309f
+
+// s: a key tile's raw scores q.k of the warp's rows (-inf where not visible), NT
+// blocks of 8 keys; turned into exp2(s scale_log2 - m_new) with m_new the row's new
+// running max of s scale_log2, and the row's running sum l and output
+// accumulators rescaled to it. m stays in those base-2 units (output_merge).
 template <int NT, int DT>
-__device__ static __forceinline__ void online_softmax_step(float s[NT][4], float m[2], float l[2], float acc[DT][4]) {
+__device__ static __forceinline__ void online_softmax_step(float s[NT][4], float scale_log2, float m[2], float l[2],
+                                                           float acc[DT][4]) {
     #pragma unroll
     for (int r = 0; r < 2; r++) {
         float mx = -INFINITY;
         #pragma unroll
         for (int n = 0; n < NT; n++) { mx = fmaxf(mx, fmaxf(s[n][2 * r], s[n][2 * r + 1])); }
-        float m_new = fmaxf(m[r], row_max4(mx));
+        float m_new = fmaxf(m[r], row_max4(mx) * scale_log2);
         // a row that has seen no visible key yet keeps m = -inf and p = 0
         float base = m_new == -INFINITY ? 0.0f : m_new;
-        float alpha = expf(m[r] - base);
+        float alpha = exp2f(m[r] - base);
         float sum = 0.0f;
         #pragma unroll
         for (int n = 0; n < NT; n++) {
             #pragma unroll
             for (int e = 2 * r; e < 2 * r + 2; e++) {
-                s[n][e] = expf(s[n][e] - base);
+                s[n][e] = exp2f(fmaf(s[n][e], scale_log2, -base));
                 sum += s[n][e];
             }
         }
@@ -70,8 +79,9 @@ __device__ static __forceinline__ void online_softmax_step(float s[NT][4], float
 }
 
 // Merges the block's result for the warp's 16 query rows from row0 (acc = the
-// unnormalised P V, m and l the rows' max and sum: o_blk = acc / l, lse_blk = m +
-// log l) into the running (p.o, p.lse) of batch row b, head h.
+// unnormalised P V, m and l the rows' max (base 2, online_softmax_step) and sum:
+// o_blk = acc / l, lse_blk = m ln 2 + log l) into the running (p.o, p.lse) of batch
+// row b, head h.
 template <int HS>
 __device__ static __forceinline__ void output_merge(const AttnBlockArgs &p, const float acc[HS / 8][4],
                                                     const float m[2], const float l[2], int b, int h, int row0) {
@@ -90,7 +100,7 @@ __device__ static __forceinline__ void output_merge(const AttnBlockArgs &p, cons
     for (int r = 0; r < 2; r++) {
         int i = row0 + g + 8 * r;
         if (i >= T || l[r] == 0.0f) { continue; } // past the row, or nothing of this block visible
-        float lse_blk = m[r] + logf(l[r]);
+        float lse_blk = m[r] * LN2_F + logf(l[r]);
         float *orow = p.o + (brow + i) * p.C + h * HS;
         float w_old = 0.0f, w_blk = 1.0f / l[r], lse_new = lse_blk;
         if (lse_old[r] != -INFINITY) {
