@@ -29,9 +29,9 @@ Who did not answer:
     below n has not reached collective n. Those ranks are named (all of them, when
     none is missing: the ranks arrived and the exchange itself stalled). Empty
     messages carry no buffer, so the sends are released at once and never waited.
-    Known limit: in a world-wide collective with dp > 1, a rank has been seen to
-    name a peer that was itself waiting in that collective (test/e2e_watchdog.sh); the
-    first line, from a rank that waits on the stopped one, names the right rank.
+  - of those, only the ones that fell silent (cp/comm_watchdog.h): a rank that waits
+    for a peer which is itself waiting leaves the naming to the rank nearest the
+    stopped one.
 */
 #ifndef CP_COMM_MPI_H
 #define CP_COMM_MPI_H
@@ -54,6 +54,7 @@ typedef struct {
     MPI_Comm comm;
     MPI_Comm arrivals;     // a duplicate of comm: the collectives' arrival notices
     int *world_ranks;      // (size) each rank's world rank, for the messages
+    int *awaited;          // (size) the ranks a stalled verb waits for
     size_t max_bytes;      // the most bytes one MPI call moves (COMM_MPI_MAX_BYTES)
     long collectives;      // the collectives this rank has entered
     long *arrived;         // (size) the collectives each rank is known to have entered
@@ -119,21 +120,38 @@ static int comm_mpi_ops_done(const CommMPI *impl, int size) {
     return 1;
 }
 
+// The ranks of the Comm a stalled verb waits for: into who, how many.
+typedef int (*CommMPIAwaited)(Comm *comm, int *who);
+
+// A wait without progress for GPT2CP_TIMEOUT and `expired_for` seconds more: ends
+// the job naming the awaited ranks that fell silent, or returns to wait on
+// (cp/comm_watchdog.h says when).
+static void comm_mpi_stalled(Comm *comm, CommMPIAwaited awaited, double expired_for, const char *verb) {
+    CommMPI *impl = comm_mpi_impl(comm);
+    int n = awaited(comm, impl->awaited);
+    for (int i = 0; i < n; i++) { impl->awaited[i] = impl->world_ranks[impl->awaited[i]]; }
+    int running;
+    int named = comm_stall_named(impl->awaited, n, expired_for, &running);
+    if (named > 0) { comm_no_progress_from(comm_named, named, running, verb); }
+}
+
 // Waits until the verb's requests are done, counting arrival notices meanwhile.
-// Returns 1 then, or 0 once nothing at all completed (and no beacon came) for
-// GPT2CP_TIMEOUT seconds (every notice that came is counted by then).
+// Once nothing at all completed (and no beacon came) for GPT2CP_TIMEOUT seconds,
+// the stall is judged at every poll (comm_mpi_stalled) until the job ends or a
+// request completes.
 // Polls: a busy loop for the first millisecond without progress (a ring step's
 // partner is usually about to answer), then short sleeps, so that a rank waiting
 // for a slow peer leaves the cores to the ranks that compute. Time this rank was
 // not running (itself stopped, or starved of a core: a gap between two polls far
 // longer than a sleep) is not held against the others: the clock starts again.
-static int comm_mpi_wait(CommMPI *impl, int size) {
-    int total = size + impl->ops;
+static void comm_mpi_wait(Comm *comm, CommMPIAwaited awaited, const char *verb) {
+    CommMPI *impl = comm_mpi_impl(comm);
+    int size = comm->size, total = size + impl->ops;
     double last = comm_clock(), polled = last;
     for (;;) {
         int count;
         MPI_Testsome(total, impl->requests, &count, impl->completed, MPI_STATUSES_IGNORE);
-        if (count == MPI_UNDEFINED) { return 1; } // nothing active: one rank, all done
+        if (count == MPI_UNDEFINED) { return; } // nothing active: one rank, all done
         for (int i = 0; i < count; i++) {
             int peer = impl->completed[i];
             if (peer < size) {
@@ -141,27 +159,17 @@ static int comm_mpi_wait(CommMPI *impl, int size) {
                 comm_mpi_post_arrival(impl, peer);
             }
         }
-        if (comm_mpi_ops_done(impl, size)) { return 1; }
+        if (comm_mpi_ops_done(impl, size)) { return; }
+        int beacons = comm_watchdog_poll();
         double now = comm_clock();
-        if (count > 0 || now - polled > COMM_MPI_POLL_GAP || comm_beacons_arrived() > 0) {
+        if (count > 0 || now - polled > COMM_MPI_POLL_GAP || beacons > 0) {
             last = now;
         } else if (now - last > comm_timeout) {
-            return 0;
+            comm_mpi_stalled(comm, awaited, now - last - comm_timeout, verb);
         }
         polled = now;
         if (now - last > 1e-3) { usleep(now - last > 1e-2 ? 500 : 20); }
     }
-}
-
-// ends the job, naming the ranks of the group `who` (n of them) in world ranks
-__attribute__((noreturn))
-static void comm_mpi_no_progress(CommMPI *impl, const int *who, int n, const char *verb) {
-    char from[256];
-    int len = snprintf(from, sizeof(from), n == 1 ? "rank" : "ranks");
-    for (int i = 0; i < n && len < (int)sizeof(from) - 16; i++) {
-        len += snprintf(from + len, sizeof(from) - len, "%s %d", i == 0 ? "" : ",", impl->world_ranks[who[i]]);
-    }
-    comm_no_progress(from, verb);
 }
 
 // One ring step, in pieces of at most max_bytes: every piece's receive and send
@@ -184,21 +192,25 @@ static void *comm_mpi_ring_start(Comm *comm, const void *send_buf, void *recv_bu
     return ex;
 }
 
+// A stalled ring step waits for rank-1 while a block to receive has not come, else
+// for rank+1 to take ours. (The ring's requests: its receives, then as many sends.)
+static int comm_mpi_ring_awaited(Comm *comm, int *who) {
+    const CommMPI *impl = comm_mpi_impl(comm);
+    const MPI_Request *ops = impl->requests + comm->size;
+    int receiving = 0;
+    for (int p = 0; p < impl->ops / 2; p++) { receiving |= ops[p] != MPI_REQUEST_NULL; }
+    who[0] = receiving ? (comm->rank - 1 + comm->size) % comm->size : (comm->rank + 1) % comm->size;
+    return 1;
+}
+
 static void comm_mpi_ring_wait(Comm *comm, void *exchange) {
     CommMPI *impl = comm_mpi_impl(comm);
     CommMPIExchange *ex = (CommMPIExchange *)exchange;
     MPI_Request *ops = comm_mpi_ops(impl, comm->size, ex->count);
     memcpy(ops, ex->requests, (size_t)ex->count * sizeof(MPI_Request));
-    int receives = ex->count / 2;
     free(ex->requests);
     free(ex);
-    if (!comm_mpi_wait(impl, comm->size)) {
-        // the block to receive has not come, or the next rank does not take ours
-        int receiving = 0;
-        for (int p = 0; p < receives; p++) { receiving |= ops[p] != MPI_REQUEST_NULL; }
-        int peer = receiving ? (comm->rank - 1 + comm->size) % comm->size : (comm->rank + 1) % comm->size;
-        comm_mpi_no_progress(impl, &peer, 1, "ring exchange");
-    }
+    comm_mpi_wait(comm, comm_mpi_ring_awaited, "ring exchange");
 }
 
 // Enters the next collective: tells every other rank so. Returns where the
@@ -215,20 +227,23 @@ static MPI_Request *comm_mpi_enter(Comm *comm) {
     return comm_mpi_ops(impl, comm->size, 1);
 }
 
-// Waits for the collective entered last; on a timeout names the ranks that have
-// not entered it.
-static void comm_mpi_finish(Comm *comm, const char *verb) {
-    CommMPI *impl = comm_mpi_impl(comm);
-    if (comm_mpi_wait(impl, comm->size)) { return; }
-    int *missing = (int *)mallocCheck(comm->size * sizeof(int));
+// A stalled collective waits for the ranks that have not entered it; for all the
+// others when every one has (the exchange itself stalled).
+static int comm_mpi_collective_awaited(Comm *comm, int *who) {
+    const CommMPI *impl = comm_mpi_impl(comm);
     int n = 0;
     for (int peer = 0; peer < comm->size; peer++) {
-        if (peer != comm->rank && impl->arrived[peer] < impl->collectives) { missing[n++] = peer; }
+        if (peer != comm->rank && impl->arrived[peer] < impl->collectives) { who[n++] = peer; }
     }
     for (int peer = 0; n == 0 && peer < comm->size; peer++) {
-        if (peer != comm->rank) { missing[n++] = peer; } // all arrived: the exchange itself stalled
+        if (peer != comm->rank) { who[n++] = peer; }
     }
-    comm_mpi_no_progress(impl, missing, n, verb);
+    return n;
+}
+
+// Waits for the collective entered last.
+static void comm_mpi_finish(Comm *comm, const char *verb) {
+    comm_mpi_wait(comm, comm_mpi_collective_awaited, verb);
 }
 
 // A slice of every rank's part of a buffer that holds one part per rank: n bytes,
@@ -363,6 +378,7 @@ static void comm_mpi_destroy(Comm *comm) {
         MPI_Comm_free(&impl->comm);
     }
     free(impl->world_ranks);
+    free(impl->awaited);
     free(impl->arrived);
     free(impl->requests);
     free(impl->completed);
@@ -395,6 +411,7 @@ static Comm *comm_mpi_create(MPI_Comm mc) {
     COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(mc, &impl->arrivals));
     int size = comm->size;
     impl->world_ranks = (int *)mallocCheck(size * sizeof(int));
+    impl->awaited = (int *)mallocCheck(size * sizeof(int));
     for (int r = 0; r < size; r++) { impl->world_ranks[r] = comm_world_rank(mc, r); }
     impl->arrived = (long *)callocCheck(size, sizeof(long));
     impl->requests = (MPI_Request *)mallocCheck(size * sizeof(MPI_Request));

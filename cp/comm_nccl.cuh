@@ -89,18 +89,17 @@ static void comm_nccl_watch(void) {
         fatal("NCCL failed while this rank waited for the GPU: %s (a peer rank failed, or the network)", reason);
     }
     comm_nccl_pass();
-    if (comm_beacons_arrived() > 0) { comm_nccl_progress_at = comm_clock(); } // another rank works alone
-    if (comm_nccl_passed < comm_nccl_issued && comm_clock() - comm_nccl_progress_at > comm_timeout) {
-        const CommNcclMilestone *m = &comm_nccl_milestones[comm_nccl_passed % COMM_NCCL_MILESTONES];
-        char from[64];
-        if (m->peer >= 0) {
-            snprintf(from, sizeof(from), "rank %d", m->peer);
-        } else {
-            snprintf(from, sizeof(from), "a rank of the collective (NCCL does not say which)");
-        }
-        comm_nccl_abort_all();
-        comm_no_progress(from, m->verb);
-    }
+    if (comm_watchdog_poll() > 0) { comm_nccl_progress_at = comm_clock(); } // another rank works alone
+    double expired_for = comm_clock() - comm_nccl_progress_at - comm_timeout;
+    if (comm_nccl_passed == comm_nccl_issued || expired_for <= 0.0) { return; }
+    // a collective's milestone does not say which rank it waits for: any silent one
+    const CommNcclMilestone *m = &comm_nccl_milestones[comm_nccl_passed % COMM_NCCL_MILESTONES];
+    int running;
+    int named = comm_stall_named(m->peer >= 0 ? &m->peer : NULL, 1, expired_for, &running);
+    if (named == 0) { return; } // every awaited rank still runs: the one nearest the stall names it
+    comm_nccl_abort_all();
+    if (m->peer < 0 && running) { comm_no_progress("a rank of the collective (NCCL does not say which)", m->verb); }
+    comm_no_progress_from(comm_named, named, running, m->verb);
 }
 
 // Records a milestone behind the operation just queued on `stream`. A full window

@@ -12,6 +12,20 @@ requests completes (cp/comm_mpi.h), or one of the transport's operations on the
 GPU completes (cp/comm_nccl.cuh), so a long but healthy step is never cut short;
 only a wait during which nothing moved for the whole timeout ends the job.
 
+Which rank is named: a stall spreads. With rank 3 stopped, rank 2 waits for it,
+rank 0 for rank 2 (in another group's collective), rank 1 for rank 0; each wait
+expires about GPT2CP_TIMEOUT after its own last progress, in no set order, and
+each knows only the rank it waits for. So every rank that waits also says that
+it runs: an empty "alive" message to every other rank at most every
+GPT2CP_TIMEOUT / 4 seconds. An expired wait names only the awaited ranks that
+have been silent (no alive message, no beacon) for GPT2CP_TIMEOUT / 2: at least
+one message missed. While every rank it awaits is still heard from, the stall
+lies further along, where the rank waiting on the stopped one will name it:
+this one keeps waiting (and a request that completes meanwhile ends its wait as
+usual). Only if none of them falls silent within another GPT2CP_TIMEOUT (ranks
+that all run and wait for each other: a deadlock, or a rank held in a blocking
+call, which sends nothing) does it name every awaited rank, saying that they run.
+
 Work one rank does alone for long (rank 0 sampling, a rank validating its data or
 writing its checkpoint files) is progress too: such loops call note_progress
 (llmc/utils.h), which sends a beacon, an empty message, to every other rank at
@@ -79,10 +93,22 @@ static double comm_clock(void) {
 }
 
 // Ends the job: `from` says who did not answer ("rank 3", "ranks 1, 2"), `verb` in
-// what. Every rank that times out prints its own line; the first abort ends all.
+// what. Every rank that ends a wait prints its own line; the first abort ends all.
 __attribute__((noreturn))
 static void comm_no_progress(const char *from, const char *verb) {
     fatal("no progress from %s for %g s in %s (GPT2CP_TIMEOUT=%g)", from, comm_timeout, verb, comm_timeout);
+}
+
+// Ends the job naming world ranks named[0..n); running: they were still heard from.
+__attribute__((noreturn))
+static void comm_no_progress_from(const int *named, int n, int running, const char *verb) {
+    char from[320];
+    int len = snprintf(from, sizeof(from), n == 1 ? "rank" : "ranks");
+    for (int i = 0; i < n && len < 200; i++) {
+        len += snprintf(from + len, sizeof(from) - len, "%s %d", i == 0 ? "" : ",", named[i]);
+    }
+    if (running) { snprintf(from + len, sizeof(from) - len, " (running, but waiting too: no rank fell silent)"); }
+    comm_no_progress(from, verb);
 }
 
 // the world rank of rank `rank` of `mc`
@@ -152,16 +178,40 @@ static void comm_blocking_end(void) {
     } while (0)
 
 // ----------------------------------------------------------------------------
-// progress beacons: a rank's long work alone counts as progress for the others
+// beacons and alive messages: who works alone, who still runs
+
+#define COMM_BEACON_TAG 0 // a beacon: this rank works alone (progress for the others)
+#define COMM_ALIVE_TAG 1  // this rank runs and waits (not progress)
 
 static MPI_Comm comm_beacon_comm = MPI_COMM_NULL; // a duplicate of the world: nothing else matches there
-static MPI_Request *comm_beacon_recv;             // (world size) a receive posted from each other rank
+static MPI_Request *comm_beacon_recv;             // (world size) a beacon receive posted from each other rank
+static MPI_Request *comm_alive_recv;              // (world size) an alive receive posted from each other rank
+static double *comm_heard_at;                     // (world size) when each rank was last heard (comm_clock)
+static int *comm_named;                           // (world size) the ranks an expired wait names
 static int comm_beacon_rank, comm_beacon_size;
-static double comm_beacon_sent_at = -1e300;
-static char comm_beacon_byte; // beacons are empty: this only gives MPI a valid address
+static double comm_beacon_sent_at = -1e300, comm_alive_sent_at = -1e300;
+static char comm_beacon_byte; // the messages are empty: this only gives MPI a valid address
 
-static void comm_beacon_post(int peer) {
-    MPI_Irecv(&comm_beacon_byte, 0, MPI_BYTE, peer, 0, comm_beacon_comm, &comm_beacon_recv[peer]);
+static void comm_watch_post(MPI_Request *request, int peer, int tag) {
+    MPI_Irecv(&comm_beacon_byte, 0, MPI_BYTE, peer, tag, comm_beacon_comm, request);
+}
+
+// an empty message with `tag` to every other rank, never waited for
+static void comm_watch_send_all(int tag) {
+    for (int peer = 0; peer < comm_beacon_size; peer++) {
+        if (peer == comm_beacon_rank) { continue; }
+        MPI_Request sent;
+        MPI_Isend(&comm_beacon_byte, 0, MPI_BYTE, peer, tag, comm_beacon_comm, &sent);
+        MPI_Request_free(&sent);
+    }
+}
+
+// whether the receive *request from peer has a message (then posted again)
+static int comm_watch_received(MPI_Request *request, int peer, int tag) {
+    int done = 0;
+    MPI_Test(request, &done, MPI_STATUS_IGNORE);
+    if (done) { comm_watch_post(request, peer, tag); }
+    return done;
 }
 
 // Sends a beacon to every other rank, unless one went less than GPT2CP_TIMEOUT / 4
@@ -170,41 +220,101 @@ static void comm_beacon_send(void) {
     double now = comm_clock();
     if (comm_beacon_comm == MPI_COMM_NULL || now - comm_beacon_sent_at < comm_timeout / 4) { return; }
     comm_beacon_sent_at = now;
-    for (int peer = 0; peer < comm_beacon_size; peer++) {
-        if (peer == comm_beacon_rank) { continue; }
-        MPI_Request sent;
-        MPI_Isend(&comm_beacon_byte, 0, MPI_BYTE, peer, 0, comm_beacon_comm, &sent);
-        MPI_Request_free(&sent);
-    }
+    comm_watch_send_all(COMM_BEACON_TAG);
 }
 
-// How many beacons arrived since the last call (every wait polls this).
-static int comm_beacons_arrived(void) {
+// Every wait calls this at each poll: says this rank runs (at most every
+// GPT2CP_TIMEOUT / 4 seconds), notes who was heard from. Returns how many beacons
+// arrived since the last call (progress).
+static int comm_watchdog_poll(void) {
     if (comm_beacon_comm == MPI_COMM_NULL) { return 0; }
-    int arrived = 0;
-    for (int peer = 0; peer < comm_beacon_size; peer++) {
-        int done = 0;
-        if (peer == comm_beacon_rank) { continue; }
-        MPI_Test(&comm_beacon_recv[peer], &done, MPI_STATUS_IGNORE);
-        if (done) {
-            arrived++;
-            comm_beacon_post(peer);
-        }
+    double now = comm_clock();
+    if (now - comm_alive_sent_at >= comm_timeout / 4) {
+        comm_alive_sent_at = now;
+        comm_watch_send_all(COMM_ALIVE_TAG);
     }
-    return arrived;
+    int beacons = 0;
+    for (int peer = 0; peer < comm_beacon_size; peer++) {
+        if (peer == comm_beacon_rank) { continue; }
+        int beacon = comm_watch_received(&comm_beacon_recv[peer], peer, COMM_BEACON_TAG);
+        int alive = comm_watch_received(&comm_alive_recv[peer], peer, COMM_ALIVE_TAG);
+        if (beacon || alive) { comm_heard_at[peer] = now; }
+        beacons += beacon;
+    }
+    return beacons;
 }
 
-// After MPI_Init: the beacons' communicator and receives; installs note_progress.
+// A wait without progress for GPT2CP_TIMEOUT and `expired_for` seconds more, for
+// the world ranks awaited[0..n) (NULL: any other rank of the world). Returns how
+// many ranks to name, in comm_named: the awaited ones silent for GPT2CP_TIMEOUT / 2;
+// none (0: wait on) while every one is heard from, until expired_for reaches
+// GPT2CP_TIMEOUT; then all of them, *running set.
+static int comm_stall_named(const int *awaited, int n, double expired_for, int *running) {
+    if (awaited == NULL) { n = comm_beacon_size; }
+    double now = comm_clock();
+    int silent = 0;
+    for (int i = 0; i < n; i++) {
+        int peer = awaited != NULL ? awaited[i] : i;
+        if (peer == comm_beacon_rank) { continue; }
+        if (now - comm_heard_at[peer] >= comm_timeout / 2) { comm_named[silent++] = peer; }
+    }
+    *running = 0;
+    if (silent > 0) { return silent; }
+    if (expired_for < comm_timeout) { return 0; }
+    *running = 1;
+    int named = 0;
+    for (int i = 0; i < n; i++) {
+        int peer = awaited != NULL ? awaited[i] : i;
+        if (peer != comm_beacon_rank) { comm_named[named++] = peer; }
+    }
+    return named;
+}
+
+// After MPI_Init: the messages' communicator and receives; installs note_progress.
 static void comm_beacon_init(void) {
     COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &comm_beacon_comm));
     MPI_Comm_rank(comm_beacon_comm, &comm_beacon_rank);
     MPI_Comm_size(comm_beacon_comm, &comm_beacon_size);
-    comm_beacon_recv = (MPI_Request *)mallocCheck((size_t)comm_beacon_size * sizeof(MPI_Request));
+    size_t size = (size_t)comm_beacon_size;
+    comm_beacon_recv = (MPI_Request *)mallocCheck(size * sizeof(MPI_Request));
+    comm_alive_recv = (MPI_Request *)mallocCheck(size * sizeof(MPI_Request));
+    comm_heard_at = (double *)mallocCheck(size * sizeof(double));
+    comm_named = (int *)mallocCheck(size * sizeof(int));
+    double now = comm_clock();
     for (int peer = 0; peer < comm_beacon_size; peer++) {
         comm_beacon_recv[peer] = MPI_REQUEST_NULL;
-        if (peer != comm_beacon_rank) { comm_beacon_post(peer); }
+        comm_alive_recv[peer] = MPI_REQUEST_NULL;
+        comm_heard_at[peer] = now;
+        if (peer != comm_beacon_rank) {
+            comm_watch_post(&comm_beacon_recv[peer], peer, COMM_BEACON_TAG);
+            comm_watch_post(&comm_alive_recv[peer], peer, COMM_ALIVE_TAG);
+        }
     }
     progress_hook = comm_beacon_send;
+}
+
+static void comm_watch_cancel(MPI_Request *request) {
+    if (*request == MPI_REQUEST_NULL) { return; }
+    MPI_Cancel(request);
+    MPI_Request_free(request);
+}
+
+// Before MPI_Finalize: the receives cancelled, note_progress a no-op again.
+static void comm_beacon_finalize(void) {
+    for (int peer = 0; peer < comm_beacon_size; peer++) {
+        comm_watch_cancel(&comm_beacon_recv[peer]);
+        comm_watch_cancel(&comm_alive_recv[peer]);
+    }
+    progress_hook = NULL;
+    MPI_Comm_free(&comm_beacon_comm);
+    free(comm_beacon_recv);
+    free(comm_alive_recv);
+    free(comm_heard_at);
+    free(comm_named);
+    comm_beacon_recv = comm_alive_recv = NULL;
+    comm_heard_at = NULL;
+    comm_named = NULL;
+    comm_beacon_size = 0;
 }
 
 #endif // CP_COMM_WATCHDOG_H

@@ -68,20 +68,10 @@ static void mpi_runtime_init(int *argc, char ***argv) {
     MPI_Comm_free(&node);
 }
 
-// The end of the job's MPI: the beacons' receives are cancelled, and MPI_Finalize
+// The end of the job's MPI: the watchdog's receives are cancelled, and MPI_Finalize
 // (which waits for every rank) runs under the timer.
 static void mpi_runtime_finalize(void) {
-    for (int peer = 0; peer < comm_beacon_size; peer++) {
-        if (comm_beacon_recv[peer] != MPI_REQUEST_NULL) {
-            MPI_Cancel(&comm_beacon_recv[peer]);
-            MPI_Request_free(&comm_beacon_recv[peer]);
-        }
-    }
-    progress_hook = NULL;
-    MPI_Comm_free(&comm_beacon_comm);
-    free(comm_beacon_recv);
-    comm_beacon_recv = NULL;
-    comm_beacon_size = 0;
+    comm_beacon_finalize();
     COMM_BLOCKING("MPI_Finalize", MPI_Finalize());
 }
 

@@ -6,8 +6,11 @@
 #      non-zero within 3 + 20 s, no trainer process is left, and the lines read
 #      'rank R: no progress from rank P for 3 s in VERB (GPT2CP_TIMEOUT=3)' with P
 #      the stopped rank (or 'ranks P, Q': the ranks that have not reached a
-#      collective, P among them). Cases: rank 1 of cp 2; rank 0 of cp 2; rank 3 of cp 2 x dp 2
-#      (world ranks across a cp group and the world's all-reduce); rank 1 of cp 2
+#      collective, P among them), on every such line. Cases: rank 1 of cp 2; rank 0
+#      of cp 2; rank 3 of cp 2 x dp 2 (world ranks across a cp group and the dp
+#      groups' all-reduce: ranks of the other cp group wait for ranks that wait
+#      themselves, and must not name them); rank 2 of cp 2 x dp 3 (a middle
+#      group: stalls spread both ways); rank 1 of cp 2
 #      writing a checkpoint every step (the checkpoint's barriers); rank 1 of a
 #      Ulysses run (its waits are mostly all-to-alls)
 #   1b. every verb of the MPI transport (test_comm_mpi stop VERB: rank 1 stops itself
@@ -39,8 +42,8 @@ stop_rank() {
     local out=$WORK/$name.out
     GPT2CP_TIMEOUT=3 signal_mid_run "$name" "$np" "$rank" STOP 2 "${BASE[@]}" -cp "$cp" -x 100000 "$@" || return 0
     local line
-    # the first line may come from a rank of another cp group, which names both
-    # ranks of the stopped rank's group: neither has reached the world's collective
+    # a line may come from a rank that waits for several (a collective): it names
+    # the silent ones among them
     line=$(grep -E -m1 -- "rank [0-9]+: no progress from ranks? ([0-9]+, )*$rank(, [0-9]+)* for 3 s in [a-z_ ]+ \(GPT2CP_TIMEOUT=3\)$" "$out" || true)
     if [[ $RUN_RC -ne 0 && -n $line ]] && awk -v s="$RUN_SECONDS" 'BEGIN { exit !(s < 23) }'; then
         echo "ok   $name: mpirun exited $RUN_RC $RUN_SECONDS s after the stop: $line"
@@ -48,11 +51,9 @@ stop_rank() {
         fail "$name: rc $RUN_RC after $RUN_SECONDS s; expected a non-zero exit within 23 s and a line naming rank $rank"
         tail -n 15 "$out"
     fi
-    # and so does every other line of that kind, where every rank waits on the
-    # stopped one directly (one cp group); across groups (dp > 1) a rank waiting in
-    # the world's collective can name a rank that is itself waiting (see the note in
-    # cp/comm_mpi.h), so there only the first line is held to it
-    [[ $np -eq $cp ]] || return 0
+    # and so does every other line of that kind: across groups (dp > 1) too, where a
+    # rank waiting for a rank that waits itself must leave the naming to the one
+    # that waits on the stopped rank (cp/comm_watchdog.h)
     local wrong
     wrong=$(grep -E -- "no progress from" "$out" | grep -vE -- "no progress from ranks? ([0-9]+, )*$rank[ ,]" || true)
     if [[ -n $wrong ]]; then fail "$name: a line does not name rank $rank: $wrong"; fi
@@ -62,6 +63,7 @@ echo "== a stopped rank ends the job, named"
 stop_rank 2 2 1
 stop_rank 2 2 0
 stop_rank 4 2 3
+stop_rank 6 2 2
 # a checkpoint every step: the stop lands among the checkpoint's barriers and the
 # resume-step broadcast, train/'s collectives (train/job_comm.h), watched too
 rm -rf "$WORK/stop_checkpointing"
