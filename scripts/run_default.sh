@@ -8,8 +8,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/default_config.sh
 
-bash scripts/install_deps.sh
-
 # sample once, at the end; a fresh run each time (a run refuses a directory that
 # holds another run's checkpoints)
 rm -rf out/default
