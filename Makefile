@@ -39,7 +39,7 @@ DEPS_SETS := $(sort $(foreach g,$(or $(MAKECMDGOALS),all),$(DEPS_$(g)) $(if $(fi
 ifneq ($(DEPS_SETS),)
   ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
     ifneq ($(shell bash scripts/install_deps.sh $(DEPS_SETS) >&2 || echo missing),)
-      $(error the packages above are missing: run the command above as root, then make again)
+      $(error the packages above are missing (scripts/install_deps.sh $(DEPS_SETS)): install them, then make again)
     endif
   endif
 endif
