@@ -83,12 +83,15 @@ teardown() {
     return 0
 }
 trap teardown EXIT
-# daemon_error NAME LOG: why daemon NAME stopped, in its own words: the last error or
-# fatal line of its log, else of what it printed when started (NAME.start), else the
-# last line of either; never blank
+# daemon_error NAME LOG: why daemon NAME stopped, in its own words: the first fatal
+# line of its log or of what it printed when started (NAME.start), else the first
+# error line (the cause: the lines after it are its consequences, as slurmd's "No
+# filesystem mounted on /sys/fs/cgroup", then "Unable to initialize cgroup plugin",
+# then "slurmd initialization failed"), else the last line of either; never blank
 daemon_error() {
     local name=$1 log=$2 line
-    line=$(grep -hiE 'error|fatal' "$log" "$S/$name.start" 2>/dev/null | tail -n 1 || true)
+    line=$(grep -hi 'fatal' "$log" "$S/$name.start" 2>/dev/null | head -n 1 || true)
+    [[ -n $line ]] || line=$(grep -hi 'error' "$log" "$S/$name.start" 2>/dev/null | head -n 1 || true)
     [[ -n $line ]] || line=$(cat "$log" "$S/$name.start" 2>/dev/null | grep -v '^[[:space:]]*$' | tail -n 1 || true)
     echo "${line:-nothing in its log $log nor in what it printed}"
 }
