@@ -4,8 +4,8 @@
 # parallelism over 2 ranks, round_robin layout, 150 steps: the loss falls from
 # 10.881069 to 5.788972 and a short sample is printed at the end. 2 min 12 s from a
 # clean clone on 2 idle cores (load average 0.29 before) with the packages already
-# installed; a first run adds their install: 4 min 25 s on a fresh Debian 12 root
-# at load average 2.4 to 3.9 (docs/tests.md: what each command installs). Where GPUs and the CUDA toolkit are present
+# installed; a first run adds their install: 2 min 21 s on a fresh Debian 12 root
+# at load average 0.9 to 1.8 (docs/tests.md: what each command installs). Where GPUs and the CUDA toolkit are present
 # it trains with train_gpt2cp on every GPU instead (cp = number of GPUs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
