@@ -9,6 +9,9 @@ DEFAULT_FLAGS=(-e d4 -b 4 -t 256 -x 150 -l 1e-3 -u 30 -q 0.1 -v 50 -m 5 -g 64)
 MPIRUN_FLAGS=(--oversubscribe --bind-to none)
 [ "$(id -u)" -eq 0 ] && MPIRUN_FLAGS+=(--allow-run-as-root)
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+# no hwloc OpenGL plugin: at every MPI start it probes X displays, each a lookup of
+# "localhost", which without /etc/hosts goes to DNS (seconds where a reply is lost)
+export HWLOC_COMPONENTS=${HWLOC_COMPONENTS:--gl}
 
 # number of GPUs when the GPU trainer can be built and run here, else 0
 gpus_available() {

@@ -20,7 +20,7 @@ while getopts "x:r" opt; do
     *) echo "usage: $0 [-x STEPS] [-r]" >&2; exit 1 ;;
     esac
 done
-bash scripts/install_deps.sh
+bash scripts/install_deps.sh plots
 make -s train_gpt2cp_cpu
 out=out/position_loss
 mkdir -p "$out"

@@ -17,7 +17,7 @@ WORK=${BUILD_DIR:-build}/test_loss_curves
 rm -rf "$WORK"
 mkdir -p "$WORK"
 if ! command -v gnuplot > /dev/null; then
-    echo "gnuplot is not installed (scripts/install_deps.sh installs it): skipped"
+    echo "SKIP test_loss_curves: gnuplot is not installed (scripts/install_deps.sh installs it)"
     exit 77
 fi
 failures=0
