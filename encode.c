@@ -7,7 +7,10 @@ token before every document, as llm.c's data has it.
 
 FILE - reads standard input. -v splits off the last N tokens (or P percent of
 them; 10% by default) into a validation file. The text must be UTF-8; a byte
-that is not is reported with its offset and nothing is written.
+that is not is reported with its offset and nothing is written. No output may be
+an input, the tokenizer or the other output, by any path, and both are written
+beside their place and renamed into it only once both are whole
+(llmc/tool_outputs.h): a failed run leaves the old files as they were.
 */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +22,7 @@ that is not is reported with its offset and nothing is written.
 #include <time.h>
 #include <unistd.h>
 #include "llmc/bpe.h"
+#include "llmc/tool_outputs.h"
 #include "llmc/utf8.h"
 #include "llmc/utils.h"
 
@@ -83,27 +87,18 @@ static unsigned char *read_all(const char *path, size_t *size) {
     return buf;
 }
 
-// Writes tokens[0..n) as llm.c's token file: a file atomically (a failed run leaves
-// none), a character device (/dev/null) as it is.
-static void write_tokens(const char *path, const uint16_t *tokens, size_t n) {
-    if (n > INT32_MAX) { fatal("'%s' would hold %zu tokens, more than llm.c's header counts (%d)", path, n, INT32_MAX); }
+// Writes tokens[0..n) as llm.c's token file into output i (committed with the others).
+static void write_tokens(ToolOutputs *outs, int i, const uint16_t *tokens, size_t n) {
+    if (n > INT32_MAX) {
+        fatal("'%s' would hold %zu tokens, more than llm.c's header counts (%d)", outs->out[i].path, n, INT32_MAX);
+    }
     int header[256] = {0};
     header[0] = TOKENS_MAGIC;
     header[1] = TOKENS_VERSION;
     header[2] = (int)n;
-    struct stat st;
-    if (stat(path, &st) == 0 && S_ISCHR(st.st_mode)) {
-        FILE *fp = open_output_file(path, 0);
-        fwriteCheck(header, sizeof(int), 256, fp, path);
-        fwriteCheck(tokens, sizeof(uint16_t), n, fp, path);
-        fcloseCheck(fp, path);
-        return;
-    }
-    AtomicFile af;
-    atomic_open(&af, path);
-    fwriteCheck(header, sizeof(int), 256, af.fp, af.tmp_path);
-    fwriteCheck(tokens, sizeof(uint16_t), n, af.fp, af.tmp_path);
-    atomic_commit(&af);
+    FILE *fp = tool_output_open(outs, i);
+    fwriteCheck(header, sizeof(int), 256, fp, tool_output_name(outs, i));
+    fwriteCheck(tokens, sizeof(uint16_t), n, fp, tool_output_name(outs, i));
 }
 
 // -vn: N tokens, or P% of total; ends the run for anything else.
@@ -141,12 +136,13 @@ int main(int argc, char **argv) {
     if (out_path == NULL) { fprintf(stderr, "error: no -o OUT.bin\n"); usage(); }
     if (first_file >= argc) { fprintf(stderr, "error: no input FILE (- reads standard input)\n"); usage(); }
     if (vn_given && val_path == NULL) { fatal("-vn sizes the validation split: give its file with -v VAL.bin"); }
-    if (val_path && strcmp(val_path, out_path) == 0) { fatal("-o and -v name the same file '%s'", out_path); }
-    for (int i = first_file; i < argc; i++) {
-        if (strcmp(argv[i], out_path) == 0 || (val_path && strcmp(argv[i], val_path) == 0)) {
-            fatal("'%s' is both an input and an output", argv[i]);
-        }
-    }
+    // what is written, checked against what is read before anything is: the files
+    // are written only once every one is whole (llmc/tool_outputs.h)
+    ToolOutputs outs = {0};
+    tool_outputs_add(&outs, "-o", out_path);
+    if (val_path) { tool_outputs_add(&outs, "-v", val_path); }
+    tool_outputs_check_input(&outs, "the tokenizer", tokenizer_path);
+    for (int i = first_file; i < argc; i++) { tool_outputs_check_input(&outs, "the input", argv[i]); }
 
     BpeEncoder enc;
     char why[512];
@@ -183,8 +179,9 @@ int main(int argc, char **argv) {
     double seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
 
     size_t n_val = val_path ? validation_tokens(val_spec, tokens.n) : 0;
-    write_tokens(out_path, tokens.data, tokens.n - n_val);
-    if (val_path) { write_tokens(val_path, tokens.data + tokens.n - n_val, n_val); }
+    write_tokens(&outs, 0, tokens.data, tokens.n - n_val);
+    if (val_path) { write_tokens(&outs, 1, tokens.data + tokens.n - n_val, n_val); }
+    tool_outputs_commit(&outs);
     fprintf(stderr, "%d document(s), %zu bytes: %zu tokens (EOT included) in %.2f s, %.2f MB/s\n", argc - first_file,
             bytes, tokens.n, seconds, seconds > 0 ? (double)bytes / 1e6 / seconds : 0.0);
     fprintf(stderr, "wrote %s: %zu tokens\n", out_path, tokens.n - n_val);

@@ -24,6 +24,9 @@ prompt is read as context but never learned.
 
 It prints how many documents it found, how many had an answer, and how many
 tokens are learned. Every file and flag is checked; a bad one ends with one line.
+The mask is written to a temporary file beside -o and renamed into place once
+whole, and -o is never the token file or the tokenizer, by any path
+(llmc/tool_outputs.h): a failed run leaves the previous mask as it was.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,6 +34,7 @@ tokens are learned. Every file and flag is checked; a bad one ends with one line
 #include "../llmc/dataloader.h"
 #include "../llmc/loss_mask.h"
 #include "../llmc/tokenizer.h"
+#include "../llmc/tool_outputs.h"
 #include "../llmc/utils.h"
 
 #define USAGE "usage: loss_mask -i TOKENS.bin -a MARKER [-tk TOKENIZER] [-o MASK] (default -tk " \
@@ -90,6 +94,12 @@ int main(int argc, char **argv) {
         output = mask_path;
     }
 
+    // the mask is written only once whole, and never over what the run reads (llmc/tool_outputs.h)
+    ToolOutputs outs = {0};
+    tool_outputs_add(&outs, "-o", output);
+    tool_outputs_check_input(&outs, "the -i token file", input);
+    tool_outputs_check_input(&outs, "the -tk tokenizer", tokenizer_path);
+
     Tokenizer tok;
     load_tokenizer(&tok, tokenizer_path);
     size_t ntok = 0;
@@ -132,14 +142,14 @@ int main(int argc, char **argv) {
         }
     }
 
-    FILE *fp = open_output_file(output, 0);
+    FILE *fp = tool_output_open(&outs, 0);
     int header[256] = {0};
     header[0] = LOSS_MASK_MAGIC;
     header[1] = LOSS_MASK_VERSION;
     header[2] = (int)ntok;
-    fwriteCheck(header, sizeof(int), 256, fp, output);
-    fwriteCheck(mask, 1, ntok, fp, output);
-    fcloseCheck(fp, output);
+    fwriteCheck(header, sizeof(int), 256, fp, tool_output_name(&outs, 0));
+    fwriteCheck(mask, 1, ntok, fp, tool_output_name(&outs, 0));
+    tool_outputs_commit(&outs);
     printf("%s: %zu tokens, %zu documents, %zu with the marker '%s'; %zu tokens learned (mask 1), %zu masked\n",
            output, ntok, documents, answered, marker, learned, ntok - learned);
     free(tail);

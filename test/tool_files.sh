@@ -1,0 +1,122 @@
+#!/usr/bin/env bash
+# The tools that write files (./encode, dev/loss_mask, dev/cp_layout, llmc/tool_outputs.h)
+# never destroy what they read and never leave half a result:
+#   1. an output that is an input, the tokenizer or another output, by any path (./x,
+#      a hard link, a symbolic link, standard input, a file not made yet spelled twice),
+#      is refused with one line naming both, before anything is written;
+#   2. a run that fails while writing (a file past `ulimit -f`, a full device, a
+#      missing directory) leaves every old output as it was and no temporary file;
+#      a run that succeeds leaves its outputs and nothing else.
+# Every refused case checks the error line, the exit status and the checksum of every
+# file in the work directory before and after.
+#
+#   bash test/tool_files.sh      (from the repository root; builds the tools with make)
+#
+# Env: REPO_ROOT, BUILD_DIR (scratch).
+set -euo pipefail
+REPO_ROOT=${REPO_ROOT:-$(pwd)}
+cd "$REPO_ROOT"
+make -s encode loss_mask cp_layout > /dev/null
+WORK=${BUILD_DIR:-$REPO_ROOT/build}/tool_files
+rm -rf "$WORK"
+mkdir -p "$WORK"
+cd "$WORK"
+ENCODE=$REPO_ROOT/encode LOSS_MASK=$REPO_ROOT/loss_mask CP_LAYOUT=$REPO_ROOT/cp_layout
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+
+# every file of the work directory but the cases' own logs (*.log), with its checksum
+snapshot() { find . -type f ! -name '*.log' | sort | xargs md5sum; }
+
+# refused NAME PATTERN COMMAND...: COMMAND fails with exactly one error line, matching
+# PATTERN, and leaves every file as it was, making none (no temporary file)
+refused() {
+    local name=$1 pattern=$2
+    shift 2
+    local before rc=0 line
+    before=$(snapshot)
+    "$@" > "$name.log" 2>&1 || rc=$?
+    line=$(grep -m1 '^error: ' "$name.log" || true)
+    if [[ $rc -eq 0 || $(grep -c '^error: ' "$name.log") -ne 1 || ! $line =~ $pattern ]]; then
+        fail "$name: exit $rc, output: $(head -c 400 "$name.log")"
+    elif [[ $(snapshot) != "$before" ]]; then
+        fail "$name: the files changed:"$'\n'"$(diff <(echo "$before") <(snapshot))"
+    else
+        echo "ok   $name: $line"
+    fi
+}
+
+# the files the cases read and replace: a text, the tokenizer, a token file and its
+# mask, and the previous results of each tool
+cp "$REPO_ROOT/dev/data/gpt2_tokenizer.bin" tk.bin
+cp "$REPO_ROOT/dev/data/austen/austen_val.bin" q.bin
+printf 'The cat sat on the mat.\n' > in.txt
+# 600 kB of words: about 150k tokens, 300 kB of token file
+printf 'the cat sat on the mat and then it slept\n%.0s' {1..15000} > big.txt
+"$ENCODE" -tk tk.bin -o tr.bin -v va.bin in.txt big.txt 2> /dev/null
+"$LOSS_MASK" -i q.bin -a ' Elliot' -tk tk.bin -o q.mask > /dev/null
+"$CP_LAYOUT" -t 16 -cp 2 -cl contiguous -png pic.png > /dev/null
+[[ -s tr.bin && -s va.bin && -s q.mask && -s pic.png ]] || fail "the tools did not write their first results"
+[[ -z $(find . -name '*.tmp*') ]] || fail "a successful run left a temporary file: $(find . -name '*.tmp*')"
+
+# ---- 1. identity
+E=("$ENCODE" -tk tk.bin)
+refused encode_output_is_input "-o './in.txt' is the input 'in.txt' \(the same file\)" "${E[@]}" -o ./in.txt in.txt
+refused encode_output_is_tokenizer "-v 'tk.bin' is the tokenizer 'tk.bin'" "${E[@]}" -o tr.bin -v tk.bin in.txt
+refused encode_outputs_alias "-o 'tr.bin' and -v './tr.bin' are the same file" "${E[@]}" -o tr.bin -v ./tr.bin in.txt
+refused encode_new_outputs_alias "-o 'new.bin' and -v '\./new.bin' are the same file" \
+    "${E[@]}" -o new.bin -v ./new.bin in.txt
+ln in.txt hard.txt
+ln -s in.txt sym.txt
+refused encode_hard_link "-o 'hard.txt' is the input 'in.txt'" "${E[@]}" -o hard.txt in.txt
+refused encode_symbolic_link "-o 'sym.txt' is the input 'in.txt'" "${E[@]}" -o sym.txt in.txt
+refused encode_standard_input "-o 'tr.bin' is the input 'standard input'" "${E[@]}" -o tr.bin - < tr.bin
+refused encode_missing_directory "cannot write -v 'missing/v.bin': its directory 'missing': No such file or directory" \
+    "${E[@]}" -o tr.bin -v missing/v.bin in.txt
+refused encode_output_directory "cannot write -o '\.': it is a directory" "${E[@]}" -o . in.txt
+refused loss_mask_output_is_tokens "-o '\./q.bin' is the -i token file 'q.bin'" \
+    "$LOSS_MASK" -i q.bin -a x -tk tk.bin -o ./q.bin
+refused loss_mask_output_is_tokenizer "-o 'tk.bin' is the -tk tokenizer '\./tk.bin'" \
+    "$LOSS_MASK" -i q.bin -a x -tk ./tk.bin -o tk.bin
+# the default -o (NAME.mask beside NAME.bin) is checked as well: here a link to the tokens
+ln -s q.bin q_link.bin
+ln -s q.bin q_link.mask
+refused loss_mask_default_output "-o 'q_link.mask' is the -i token file 'q_link.bin'" \
+    "$LOSS_MASK" -i q_link.bin -a x -tk tk.bin
+refused cp_layout_png_is_input "-png '\./q.bin' is the -i token file 'q.bin'" \
+    "$CP_LAYOUT" -t 16 -cp 2 -cl contiguous -i q.bin -png ./q.bin
+refused cp_layout_png_missing_directory "cannot write -png 'missing/p.png': its directory 'missing'" \
+    "$CP_LAYOUT" -t 16 -cp 2 -cl contiguous -png missing/p.png
+
+# ---- 2. atomic writes: a failed run leaves the old files and no temporary
+# (`ulimit -f` in 1024-byte blocks; SIGXFSZ is ignored by the tools, the write fails with EFBIG)
+limited() { local blocks=$1; shift; bash -c 'ulimit -f "$0"; exec "$@"' "$blocks" "$@"; }
+# the train split (10%, 30 kB) fits, the validation split (270 kB) does not: the first
+# output is whole, yet neither replaces its old file
+refused encode_second_output_too_large "cannot write 'va\.bin\.tmp\.[A-Za-z0-9]+': File too large" \
+    limited 100 "${E[@]}" -o tr.bin -v va.bin -vn 90% big.txt
+refused encode_first_output_too_large "cannot write 'tr\.bin\.tmp\.[A-Za-z0-9]+': File too large" \
+    limited 100 "${E[@]}" -o tr.bin -v va.bin -vn 10% big.txt
+refused encode_full_device "cannot write '/dev/full': No space left on device" \
+    "${E[@]}" -o tr.bin -v /dev/full in.txt big.txt
+refused loss_mask_too_large "cannot write 'q\.mask\.tmp\.[A-Za-z0-9]+': File too large" \
+    limited 50 "$LOSS_MASK" -i q.bin -a x -tk tk.bin -o q.mask
+refused cp_layout_full_device "cannot write '/dev/full': No space left on device" \
+    "$CP_LAYOUT" -t 16 -cp 2 -cl contiguous -png /dev/full
+
+# a run that succeeds replaces its outputs and leaves nothing else
+"${E[@]}" -o tr.bin -v va.bin in.txt 2> /dev/null
+"$LOSS_MASK" -i q.bin -a x -tk tk.bin -o q.mask > /dev/null
+"$CP_LAYOUT" -t 8 -cp 2 -cl round_robin -png pic.png > /dev/null
+"${E[@]}" -o whole.bin in.txt 2> /dev/null
+[[ $(($(stat -c %s tr.bin) + $(stat -c %s va.bin))) -eq $(($(stat -c %s whole.bin) + 1024)) ]] ||
+    fail "the replaced split is $(stat -c %s tr.bin) + $(stat -c %s va.bin) bytes, the unsplit file $(stat -c %s whole.bin)"
+[[ -z $(find . -name '*.tmp*') ]] || fail "a successful run left a temporary file: $(find . -name '*.tmp*')"
+[[ $(stat -c %a tr.bin) == $(printf '%o' $((0644 & ~$(umask)))) ]] || fail "tr.bin has mode $(stat -c %a tr.bin)"
+echo "ok   successful runs replace their outputs (mode $(stat -c %a tr.bin)) and leave no temporary"
+
+if [[ $failures -gt 0 ]]; then
+    echo "FAIL tool_files: $failures check(s) failed"
+    exit 1
+fi
+echo "PASS tool_files"
