@@ -106,16 +106,19 @@ static int bpe_init(BpeEncoder *e, const char *tokenizer_path, char *why, size_t
         fclose(fp);
         return problem(why, why_size, "cannot read its header");
     }
+    if (header[2] > 65536) {
+        fclose(fp);
+        return problem(why, why_size, "%d tokens do not fit llm.c's uint16 token files", header[2]);
+    }
     rewind(fp);
     int status = tokenizer_read(&e->tok, fp, size, header[2], why, why_size);
     fclose(fp);
     if (status != 0) { return -1; }
     int V = e->tok.vocab_size;
-    if (V > 65536) { return problem(why, why_size, "%d tokens do not fit llm.c's uint16 token files", V); }
-    // every byte must be a token of its own: a piece starts as its bytes
+    // every byte must be a token of its own, and not the EOT (no merge): a piece starts as its bytes
     int seen[256] = {0};
     for (int i = 0; i < V; i++) {
-        if (e->tok.lengths[i] == 1) { seen[(unsigned char)e->tok.token_table[i][0]] = 1; }
+        if (e->tok.lengths[i] == 1 && i != e->tok.eot_token) { seen[(unsigned char)e->tok.token_table[i][0]] = 1; }
     }
     for (int b = 0; b < 256; b++) {
         if (!seen[b]) { return problem(why, why_size, "no token holds the single byte 0x%02X: no byte-level BPE", b); }

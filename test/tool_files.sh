@@ -6,7 +6,10 @@
 #      is refused with one line naming both, before anything is written;
 #   2. a run that fails while writing (a file past `ulimit -f`, a full device, a
 #      missing directory) leaves every old output as it was and no temporary file;
-#      a run that succeeds leaves its outputs and nothing else.
+#      a run that succeeds leaves its outputs and nothing else;
+#   3. a file header whose count the file cannot hold (a tokenizer claiming 2^31 - 1
+#      tokens, a token file claiming more than it has) is refused at once, and a
+#      tokenizer whose EOT is not its last token too.
 # Every refused case checks the error line, the exit status and the checksum of every
 # file in the work directory before and after.
 #
@@ -114,6 +117,30 @@ refused cp_layout_full_device "cannot write '/dev/full': No space left on device
 [[ -z $(find . -name '*.tmp*') ]] || fail "a successful run left a temporary file: $(find . -name '*.tmp*')"
 [[ $(stat -c %a tr.bin) == $(printf '%o' $((0644 & ~$(umask)))) ]] || fail "tr.bin has mode $(stat -c %a tr.bin)"
 echo "ok   successful runs replace their outputs (mode $(stat -c %a tr.bin)) and leave no temporary"
+
+# ---- 3. file headers: every count checked against the file's size before anything is
+# allocated for it, the EOT the vocabulary's last token
+source "$REPO_ROOT/test/lib/binary_files.sh"
+cp tk.bin tk_huge.bin && put_i32 tk_huge.bin 8 2147483647
+head -c 1124 tk.bin > tk_short.bin
+cp tk.bin tk_eot.bin && put_i32 tk_eot.bin 12 0 # the EOT field on "!", a one-byte token
+cp q.bin q_count.bin && put_i32 q_count.bin 8 2147483647
+refused encode_tokenizer_huge_count "tokenizer 'tk_huge.bin': 2147483647 tokens do not fit llm.c's uint16 token files" \
+    "$ENCODE" -tk tk_huge.bin -o new.bin in.txt
+refused encode_tokenizer_count_past_size "tokenizer 'tk_short.bin': its header counts 50257 tokens, but its 1124 bytes hold at most 50" \
+    "$ENCODE" -tk tk_short.bin -o new.bin in.txt
+refused encode_tokenizer_eot "tokenizer 'tk_eot.bin': EOT token 0 is not the vocabulary's last token 50256" \
+    "$ENCODE" -tk tk_eot.bin -o new.bin in.txt
+refused loss_mask_tokenizer_huge_count "tokenizer 'tk_huge.bin': a vocabulary of 2147483647 tokens" \
+    "$LOSS_MASK" -i q.bin -a x -tk tk_huge.bin -o new.mask
+refused loss_mask_tokenizer_count_past_size "tokenizer 'tk_short.bin': its header counts 50257 tokens, but its 1124 bytes hold at most 50" \
+    "$LOSS_MASK" -i q.bin -a x -tk tk_short.bin -o new.mask
+refused loss_mask_tokenizer_eot "tokenizer 'tk_eot.bin': EOT token 0 is not the vocabulary's last token 50256" \
+    "$LOSS_MASK" -i q.bin -a x -tk tk_eot.bin -o new.mask
+refused loss_mask_token_count "token file 'q_count.bin': [0-9]+ bytes, but its header promises 2147483647 tokens" \
+    "$LOSS_MASK" -i q_count.bin -a x -tk tk.bin -o new.mask
+refused cp_layout_token_count "token file 'q_count.bin': [0-9]+ bytes, but its header promises 2147483647 tokens" \
+    "$CP_LAYOUT" -t 16 -cp 2 -cl contiguous -i q_count.bin
 
 if [[ $failures -gt 0 ]]; then
     echo "FAIL tool_files: $failures check(s) failed"
