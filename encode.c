@@ -30,17 +30,22 @@ beside their place and renamed into it only once both are whole
 #define TOKENS_VERSION 1
 #define DEFAULT_TOKENIZER "dev/data/gpt2_tokenizer.bin"
 
-static void usage(void) {
-    fprintf(stderr,
+// The usage: asked for (-h) on standard output with exit 0, after a bad command line
+// on standard error with exit 1.
+static void usage(FILE *out, int status) {
+    fprintf(out,
             "usage: ./encode -o OUT.bin [-v VAL.bin [-vn N | -vn P%%]] [-tk TOKENIZER] FILE...\n"
             "  GPT-2 BPE: each FILE (- is standard input) is one document, written with the EOT token\n"
             "  before it into one llm.c token file (magic %d, version %d, uint16 tokens)\n"
             "  -o OUT.bin     the token file (the training split with -v)\n"
             "  -v VAL.bin     split off the last tokens into a validation file\n"
             "  -vn N | P%%     how many: N tokens, or P percent of all (default 10%%)\n"
-            "  -tk FILE       llm.c's tokenizer file (default %s)\n",
+            "  -tk FILE       llm.c's tokenizer file (default %s)\n"
+            "  -h             this help\n"
+            "  No output may be an input, the tokenizer or the other output; both are written\n"
+            "  whole before either replaces its file.\n",
             TOKENS_MAGIC, TOKENS_VERSION, DEFAULT_TOKENIZER);
-    exit(1);
+    exit(status);
 }
 
 typedef struct {
@@ -124,17 +129,17 @@ int main(int argc, char **argv) {
     int tokenizer_given = 0, vn_given = 0, first_file = argc;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(); }
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) { usage(stdout, 0); }
         if (a[0] != '-' || strcmp(a, "-") == 0) { first_file = i; break; }
-        if (i + 1 >= argc) { fprintf(stderr, "error: %s needs a value\n", a); usage(); }
+        if (i + 1 >= argc) { fprintf(stderr, "error: %s needs a value\n", a); usage(stderr, 1); }
         if (strcmp(a, "-o") == 0) { out_path = argv[++i]; }
         else if (strcmp(a, "-v") == 0) { val_path = argv[++i]; }
         else if (strcmp(a, "-vn") == 0) { val_spec = argv[++i]; vn_given = 1; }
         else if (strcmp(a, "-tk") == 0) { tokenizer_path = argv[++i]; tokenizer_given = 1; }
-        else { fprintf(stderr, "error: unknown flag %s\n", a); usage(); }
+        else { fprintf(stderr, "error: unknown flag %s\n", a); usage(stderr, 1); }
     }
-    if (out_path == NULL) { fprintf(stderr, "error: no -o OUT.bin\n"); usage(); }
-    if (first_file >= argc) { fprintf(stderr, "error: no input FILE (- reads standard input)\n"); usage(); }
+    if (out_path == NULL) { fprintf(stderr, "error: no -o OUT.bin\n"); usage(stderr, 1); }
+    if (first_file >= argc) { fprintf(stderr, "error: no input FILE (- reads standard input)\n"); usage(stderr, 1); }
     if (vn_given && val_path == NULL) { fatal("-vn sizes the validation split: give its file with -v VAL.bin"); }
     // what is written, checked against what is read before anything is: the files
     // are written only once every one is whole (llmc/tool_outputs.h)

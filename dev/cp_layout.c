@@ -572,10 +572,9 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
     }
 }
 
-__attribute__((format(printf, 1, 2), noreturn))
-static void usage_error(const char *fmt, ...) {
-    fprintf(stderr, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|striped|packed|identity [-i FILE [-b B] [-dm 0|1]]"
-                    " [-tile R] [-m dN [-cu U]] [-png FILE]\n"
+static void print_usage(FILE *out) {
+    fprintf(out, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|striped|packed|identity [-i FILE [-b B] [-dm 0|1]]"
+                    " [-tile R] [-m dN [-cu U]] [-png FILE] [-h]\n"
                     "  -t    sequence length T (1..%d)\n"
                     "  -cp   context-parallel size (ranks in the ring, >= 1)\n"
                     "  -cl   layout (cp/layout.h); identity needs -cp 1, packed needs -dm 1\n"
@@ -589,7 +588,14 @@ static void usage_error(const char *fmt, ...) {
                     "        bytes and messages per rank and layer\n"
                     "  -cu   with -m, the Ulysses degree of hybrid (default 2, or 1 where 2 does not divide cp)\n"
                     "  -png  also draw the attention matrix (summed over the rows) and the work per rank\n"
-                    "        (needs gnuplot)\n", MAX_T, MAX_BT, EOT_TOKEN, RING_SUBBLOCKS);
+                    "        (needs gnuplot); never the -i file, written whole before it replaces one\n"
+                    "  -h    this help\n", MAX_T, MAX_BT, EOT_TOKEN, RING_SUBBLOCKS);
+}
+
+// A bad command line: the usage and one error line on standard error, exit 1.
+__attribute__((format(printf, 1, 2), noreturn))
+static void usage_error(const char *fmt, ...) {
+    print_usage(stderr);
     va_list args;
     va_start(args, fmt);
     fprintf(stderr, "error: ");
@@ -614,6 +620,10 @@ int main(int argc, char **argv) {
     const char *png = NULL, *input = NULL;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
+        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+            print_usage(stdout);
+            return 0;
+        }
         int known = strcmp(flag, "-t") == 0 || strcmp(flag, "-cp") == 0 || strcmp(flag, "-cl") == 0
                     || strcmp(flag, "-png") == 0 || strcmp(flag, "-i") == 0 || strcmp(flag, "-b") == 0
                     || strcmp(flag, "-dm") == 0 || strcmp(flag, "-m") == 0 || strcmp(flag, "-cu") == 0

@@ -37,7 +37,7 @@ whole, and -o is never the token file or the tokenizer, by any path
 #include "../llmc/tool_outputs.h"
 #include "../llmc/utils.h"
 
-#define USAGE "usage: loss_mask -i TOKENS.bin -a MARKER [-tk TOKENIZER] [-o MASK] (default -tk " \
+#define USAGE "usage: loss_mask -i TOKENS.bin -a MARKER [-tk TOKENIZER] [-o MASK] [-h] (default -tk " \
               "dev/data/gpt2_tokenizer.bin, -o TOKENS.mask)"
 
 // The tokenizer at path, whatever its vocabulary.
@@ -77,6 +77,17 @@ static uint16_t *load_tokens(const char *path, int vocab_size, size_t *ntok) {
 
 int main(int argc, char **argv) {
     const char *input = NULL, *marker = NULL, *tokenizer_path = "dev/data/gpt2_tokenizer.bin", *output = NULL;
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        printf("%s\n"
+               "  -i TOKENS.bin  the llm.c token file: documents, each opened by the tokenizer's EOT token\n"
+               "  -a MARKER      the text that ends each prompt: the tokens after it are learned\n"
+               "  -tk TOKENIZER  llm.c's tokenizer file, to find MARKER in the decoded tokens\n"
+               "  -o MASK        the mask file (llmc/loss_mask.h) the trainers' -lm 1 read beside TOKENS.bin\n"
+               "  -h             this help\n"
+               "  The mask is never the -i or -tk file, by any path, and is written whole before it replaces one.\n",
+               USAGE);
+        return 0;
+    }
     if (argc % 2 == 0) { fatal(USAGE); }
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-i") == 0) { input = argv[i + 1]; }

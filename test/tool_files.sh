@@ -9,7 +9,8 @@
 #      a run that succeeds leaves its outputs and nothing else;
 #   3. a file header whose count the file cannot hold (a tokenizer claiming 2^31 - 1
 #      tokens, a token file claiming more than it has) is refused at once, and a
-#      tokenizer whose EOT is not its last token too.
+#      tokenizer whose EOT is not its last token too;
+#   4. -h prints each tool's usage on standard output and exits 0; a bad flag does not.
 # Every refused case checks the error line, the exit status and the checksum of every
 # file in the work directory before and after.
 #
@@ -141,6 +142,35 @@ refused loss_mask_token_count "token file 'q_count.bin': [0-9]+ bytes, but its h
     "$LOSS_MASK" -i q_count.bin -a x -tk tk.bin -o new.mask
 refused cp_layout_token_count "token file 'q_count.bin': [0-9]+ bytes, but its header promises 2147483647 tokens" \
     "$CP_LAYOUT" -t 16 -cp 2 -cl contiguous -i q_count.bin
+
+# ---- 4. -h: the usage on standard output, exit 0, each flag the tool takes on one line
+# of its own, once; a bad flag: nothing on standard output, one error line, exit 1
+# help TOOL FLAG...: FLAG... are the flags TOOL takes (its argument parser's)
+help() {
+    local tool=$1 name
+    shift
+    name=$(basename "$tool")
+    local rc=0
+    "$tool" -h > "help_$name.log" 2> "help_$name.err" || rc=$?
+    local listed want
+    listed=$(grep -oE '^  -[a-z]+' "help_$name.log" | tr -d ' ' | sort | tr '\n' ' ')
+    want=$(printf '%s\n' "$@" | sort | tr '\n' ' ')
+    if [[ $rc -ne 0 || -s help_$name.err || $(head -c 7 "help_$name.log") != "usage: " || $listed != "$want" ]]; then
+        fail "$name -h: exit $rc, flags listed '$listed', expected '$want', stderr: $(head -c 200 "help_$name.err")"
+    else
+        echo "ok   $name -h: usage on standard output, exit 0, flags $want"
+    fi
+    rc=0
+    "$tool" -no_such_flag x > "bad_$name.log" 2> "bad_$name.err" || rc=$?
+    if [[ $rc -eq 0 || -s bad_$name.log || $(grep -c '^error: ' "bad_$name.err") -ne 1 ]]; then
+        fail "$name -no_such_flag: exit $rc, stdout '$(head -c 200 "bad_$name.log")', stderr '$(head -c 300 "bad_$name.err")'"
+    else
+        echo "ok   $name -no_such_flag: $(grep '^error: ' "bad_$name.err"), exit $rc"
+    fi
+}
+help "$ENCODE" -o -v -vn -tk -h
+help "$LOSS_MASK" -i -a -tk -o -h
+help "$CP_LAYOUT" -t -cp -cl -i -b -dm -tile -m -cu -png -h
 
 if [[ $failures -gt 0 ]]; then
     echo "FAIL tool_files: $failures check(s) failed"
