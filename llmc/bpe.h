@@ -16,7 +16,7 @@ llm.c's tokenizer file (llmc/tokenizer.h) and the pre-tokenizer regex run by PCR
    token it makes, and the tokenizer file's token bytes are all the tables needed.
    The EOT token (50256, "<|endoftext|>") is no merge: text never encodes to it.
    The pairs wait in a binary heap ordered by (rank, start), so each merge costs
-   O(log n) and a piece of n bytes O(n log n), in 12 bytes of working space per
+   O(log n) and a piece of n bytes O(n log n), in 14 bytes of working space per
    byte: a run of a million letters or spaces is one piece, and must not take
    the n^2 of a scan for the lowest pair per merge.
 
@@ -64,9 +64,9 @@ typedef struct {
     size_t cap;
     uint8_t *len;   // (cap) at a part's first byte: its length (a token's: 1..255)
     uint8_t *back;  // (cap) at a part's last byte: its length, the step to the part's start
-    uint16_t *rank; // (cap) at a part's first byte, while queued: the id of it and the next part joined
-    uint32_t *heap; // (cap) the queued parts, a binary min-heap on (rank, start)
-    uint32_t *slot; // (cap) at a part's first byte: its index in heap, or BPE_NOT_QUEUED
+    uint64_t *heap; // (cap) the queued pairs as rank << 32 | start (the rank: the id of the part at
+                    // start and the next joined), a binary min-heap: lowest rank, then leftmost
+    uint32_t *slot; // (cap) at a part's first byte: its pair's index in heap, or BPE_NOT_QUEUED
     size_t heap_n;
     // the cache
     BpeCacheSlot *cache;
@@ -161,7 +161,6 @@ static void bpe_free(BpeEncoder *e) {
     pcre2_code_free(e->regex);
     free(e->len);
     free(e->back);
-    free(e->rank);
     free(e->heap);
     free(e->slot);
     free(e->cache);
@@ -174,46 +173,41 @@ static void bpe_free(BpeEncoder *e) {
 
 #define BPE_NOT_QUEUED UINT32_MAX
 
-// part a's pair comes before part b's: a lower rank, or the same and further left
-static int bpe_before(const BpeEncoder *e, uint32_t a, uint32_t b) {
-    return e->rank[a] < e->rank[b] || (e->rank[a] == e->rank[b] && a < b);
-}
+static uint32_t bpe_pair_start(uint64_t key) { return (uint32_t)key; }
 
-static void bpe_heap_place(BpeEncoder *e, size_t at, uint32_t part) {
-    e->heap[at] = part;
-    e->slot[part] = (uint32_t)at;
+static void bpe_heap_place(BpeEncoder *e, size_t at, uint64_t key) {
+    e->heap[at] = key;
+    e->slot[bpe_pair_start(key)] = (uint32_t)at;
 }
 
 static void bpe_heap_up(BpeEncoder *e, size_t at) {
-    uint32_t part = e->heap[at];
-    for (; at > 0 && bpe_before(e, part, e->heap[(at - 1) / 2]); at = (at - 1) / 2) {
-        bpe_heap_place(e, at, e->heap[(at - 1) / 2]);
-    }
-    bpe_heap_place(e, at, part);
+    uint64_t key = e->heap[at];
+    for (; at > 0 && key < e->heap[(at - 1) / 2]; at = (at - 1) / 2) { bpe_heap_place(e, at, e->heap[(at - 1) / 2]); }
+    bpe_heap_place(e, at, key);
 }
 
 static void bpe_heap_down(BpeEncoder *e, size_t at) {
-    uint32_t part = e->heap[at];
+    uint64_t key = e->heap[at];
     for (;;) {
         size_t child = 2 * at + 1;
         if (child >= e->heap_n) { break; }
-        if (child + 1 < e->heap_n && bpe_before(e, e->heap[child + 1], e->heap[child])) { child++; }
-        if (!bpe_before(e, e->heap[child], part)) { break; }
+        if (child + 1 < e->heap_n && e->heap[child + 1] < e->heap[child]) { child++; }
+        if (key <= e->heap[child]) { break; }
         bpe_heap_place(e, at, e->heap[child]);
         at = child;
     }
-    bpe_heap_place(e, at, part);
+    bpe_heap_place(e, at, key);
 }
 
 static void bpe_dequeue(BpeEncoder *e, uint32_t part) {
     size_t at = e->slot[part];
     if (at == BPE_NOT_QUEUED) { return; }
     e->slot[part] = BPE_NOT_QUEUED;
-    uint32_t moved = e->heap[--e->heap_n];
+    uint64_t moved = e->heap[--e->heap_n];
     if (at == e->heap_n) { return; }
     bpe_heap_place(e, at, moved);
     bpe_heap_up(e, at);
-    bpe_heap_down(e, e->slot[moved]);
+    bpe_heap_down(e, e->slot[bpe_pair_start(moved)]);
 }
 
 // The part at `part` of the piece (n bytes) changed, or its next part did: its pair
@@ -226,11 +220,8 @@ static void bpe_requeue(BpeEncoder *e, const unsigned char *piece, size_t n, uin
         bpe_dequeue(e, part);
         return;
     }
-    e->rank[part] = (uint16_t)r; // an id of a vocabulary of at most 65536
-    if (e->slot[part] == BPE_NOT_QUEUED) {
-        e->heap[e->heap_n] = part;
-        e->slot[part] = (uint32_t)e->heap_n++;
-    }
+    if (e->slot[part] == BPE_NOT_QUEUED) { e->slot[part] = (uint32_t)e->heap_n++; }
+    e->heap[e->slot[part]] = (uint64_t)r << 32 | part;
     bpe_heap_up(e, e->slot[part]);
     bpe_heap_down(e, e->slot[part]);
 }
@@ -242,13 +233,11 @@ static size_t bpe_merge_piece(BpeEncoder *e, const unsigned char *piece, size_t 
         e->cap = n > 2 * e->cap ? n : 2 * e->cap;
         free(e->len);
         free(e->back);
-        free(e->rank);
         free(e->heap);
         free(e->slot);
         e->len = (uint8_t *)mallocCheck(e->cap);
         e->back = (uint8_t *)mallocCheck(e->cap);
-        e->rank = (uint16_t *)mallocCheck(e->cap * sizeof(uint16_t));
-        e->heap = (uint32_t *)mallocCheck(e->cap * sizeof(uint32_t));
+        e->heap = (uint64_t *)mallocCheck(e->cap * sizeof(uint64_t));
         e->slot = (uint32_t *)mallocCheck(e->cap * sizeof(uint32_t));
     }
     // every byte a part; the pairs that make a token queued, then ordered in O(n)
@@ -257,15 +246,12 @@ static size_t bpe_merge_piece(BpeEncoder *e, const unsigned char *piece, size_t 
         e->len[i] = e->back[i] = 1;
         uint32_t r = i + 1 < n ? bpe_rank(&e->ranks, piece + i, 2) : BPE_NO_RANK;
         e->slot[i] = BPE_NOT_QUEUED;
-        if (r != BPE_NO_RANK) {
-            e->rank[i] = (uint16_t)r;
-            bpe_heap_place(e, e->heap_n++, (uint32_t)i);
-        }
+        if (r != BPE_NO_RANK) { bpe_heap_place(e, e->heap_n++, (uint64_t)r << 32 | i); }
     }
     for (size_t at = e->heap_n / 2; at-- > 0;) { bpe_heap_down(e, at); }
     // the first pair in (rank, start) order joins its two parts into one
     while (e->heap_n > 0) {
-        uint32_t part = e->heap[0];
+        uint32_t part = bpe_pair_start(e->heap[0]);
         uint32_t next = part + e->len[part];
         bpe_dequeue(e, next); // inside part now
         uint8_t joined = (uint8_t)(e->len[part] + e->len[next]); // a token: at most 255 bytes

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The encoder on hostile text: one pre-tokenizer piece of N bytes (the merge of
-# llmc/bpe.h sees the whole run at once), its seconds and peak memory (maximum
-# resident set, GNU time). Texts: random lowercase letters (one ` ?\p{L}+` piece),
+# llmc/bpe.h sees the whole run at once), its seconds (wall clock, and the CPU time
+# in user mode: on a loaded machine the wall clock waits for the cores) and peak
+# memory (maximum resident set, GNU time). Texts: random lowercase letters (one ` ?\p{L}+` piece),
 # random digits, random DNA letters (ACGT), and runs of dashes and of spaces.
 #
 #   bash dev/bench/encode_pieces.sh [SIZE...]         default: 100000 1000000 10000000 50000000
@@ -23,7 +24,8 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
-printf "%-8s %10s %10s %9s %9s %8s   %s\n" text bytes tokens seconds "peak MB" "B/byte" "load average (1, 5, 15 min)"
+printf "%-8s %10s %10s %9s %9s %9s %8s   %s\n" text bytes tokens seconds "user s" "peak MB" "B/byte" \
+    "load average (1, 5, 15 min)"
 for text in "${texts[@]}"; do
     for n in "${sizes[@]}"; do
         python3 - "$text" "$n" "$work/in.txt" <<'PY'
@@ -35,11 +37,11 @@ alphabet = {'letters': 'abcdefghijklmnopqrstuvwxyz', 'digits': '0123456789', 'dn
 with open(path, 'w') as f:
     f.write(''.join(random.choices(alphabet, k=n)))
 PY
-        /usr/bin/time -f '%e %M' -o "$work/time" "$ENCODE" -o "$work/out.bin" "$work/in.txt" 2> "$work/log" ||
+        /usr/bin/time -f '%e %U %M' -o "$work/time" "$ENCODE" -o "$work/out.bin" "$work/in.txt" 2> "$work/log" ||
             { cat "$work/log" >&2; exit 1; }
-        read -r seconds kb < "$work/time"
+        read -r seconds user kb < "$work/time"
         tokens=$(sed -n 's/.*: \([0-9]*\) tokens (EOT included).*/\1/p' "$work/log")
-        printf "%-8s %10d %10d %9.2f %9.0f %8.1f   %s\n" "$text" "$n" "$tokens" "$seconds" "$((kb / 1024))" \
+        printf "%-8s %10d %10d %9.2f %9.2f %9.0f %8.1f   %s\n" "$text" "$n" "$tokens" "$seconds" "$user" "$((kb / 1024))" \
             "$(awk -v kb="$kb" -v n="$n" 'BEGIN { print kb * 1024 / n }')" "$(cut -d' ' -f1-3 /proc/loadavg)"
     done
 done
