@@ -662,7 +662,6 @@ int main(int argc, char **argv) {
     if (U != 0 && depth == 0) { usage_error("-cu %d: the Ulysses degree is for the -m report", U); }
     if (U == 0) { U = cp % 2 == 0 ? 2 : 1; }
     if (U < 1 || (cp > 0 && cp % U != 0)) { usage_error("-cu %d must divide -cp %d (cp = U x R)", U, cp); }
-    if (png && strchr(png, '\'')) { usage_error("-png '%s': a file name with a single quote is not supported", png); }
     // -png is checked before the work, and never written over -i (llmc/tool_outputs.h)
     ToolOutputs outs = {0};
     if (png) { tool_outputs_add(&outs, "-png", png); }

@@ -107,7 +107,7 @@ int main(int argc, char **argv) {
 
     // the mask is written only once whole, and never over what the run reads (llmc/tool_outputs.h)
     ToolOutputs outs = {0};
-    tool_outputs_add(&outs, "-o", output);
+    tool_outputs_add(&outs, output == mask_path ? "the default -o" : "-o", output);
     tool_outputs_check_input(&outs, "the -i token file", input);
     tool_outputs_check_input(&outs, "the -tk tokenizer", tokenizer_path);
 

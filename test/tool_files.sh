@@ -30,7 +30,7 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 
 # every file of the work directory but the cases' own logs (*.log), with its checksum
-snapshot() { find . -type f ! -name '*.log' | sort | xargs md5sum; }
+snapshot() { find . -type f ! -name '*.log' -print0 | sort -z | xargs -0 md5sum; }
 
 # refused NAME PATTERN COMMAND...: COMMAND fails with exactly one error line, matching
 # PATTERN, and leaves every file as it was, making none (no temporary file)
@@ -85,7 +85,7 @@ refused loss_mask_output_is_tokenizer "-o 'tk.bin' is the -tk tokenizer '\./tk.b
 # the default -o (NAME.mask beside NAME.bin) is checked as well: here a link to the tokens
 ln -s q.bin q_link.bin
 ln -s q.bin q_link.mask
-refused loss_mask_default_output "-o 'q_link.mask' is the -i token file 'q_link.bin'" \
+refused loss_mask_default_output "the default -o 'q_link.mask' is the -i token file 'q_link.bin'" \
     "$LOSS_MASK" -i q_link.bin -a x -tk tk.bin
 refused cp_layout_png_is_input "-png '\./q.bin' is the -i token file 'q.bin'" \
     "$CP_LAYOUT" -t 16 -cp 2 -cl contiguous -i q.bin -png ./q.bin
@@ -112,6 +112,10 @@ refused cp_layout_full_device "cannot write '/dev/full': No space left on device
 "${E[@]}" -o tr.bin -v va.bin in.txt 2> /dev/null
 "$LOSS_MASK" -i q.bin -a x -tk tk.bin -o q.mask > /dev/null
 "$CP_LAYOUT" -t 8 -cp 2 -cl round_robin -png pic.png > /dev/null
+# -png's name never reaches gnuplot (it draws into a directory of its own): any name will do
+"$CP_LAYOUT" -t 8 -cp 2 -cl round_robin -png "it's; a \"picture\".png" > /dev/null
+[[ $(head -c 4 "it's; a \"picture\".png" | od -An -tx1 | tr -d ' ') == 89504e47 ]] ||
+    fail "-png with quotes in its name wrote no PNG"
 "${E[@]}" -o whole.bin in.txt 2> /dev/null
 [[ $(($(stat -c %s tr.bin) + $(stat -c %s va.bin))) -eq $(($(stat -c %s whole.bin) + 1024)) ]] ||
     fail "the replaced split is $(stat -c %s tr.bin) + $(stat -c %s va.bin) bytes, the unsplit file $(stat -c %s whole.bin)"
