@@ -4,14 +4,15 @@
 # CMake, clang with its libFuzzer runtime (the fuzz tests), PCRE2 (the tokenizer's
 # pre-tokenizer, ./encode), gnuplot (layout and loss-curve plots), iproute2 and procps
 # (the two-host test's network namespaces, the tests' process look-ups), python3 (the
-# tests' independent reference computations), Node.js and npm (the reference GPT-2
+# tests' independent reference computations), strace (signals sent at a chosen system
+# call, the tools' test), Node.js and npm (the reference GPT-2
 # encoder the encoder test compares with), Slurm and munge (the Slurm batch script's
 # test), and g++ where the CUDA toolkit is (nvcc compiles host code with it).
 # As root it installs them; otherwise it prints the command to run and fails.
 set -euo pipefail
 
 packages=(openmpi-bin libopenmpi-dev libopenblas-openmp-dev cmake make gcc clang libclang-rt-14-dev libpcre2-dev
-          gnuplot-nox iproute2 procps python3 slurm-wlm munge)
+          gnuplot-nox iproute2 procps python3 strace slurm-wlm munge)
 [ -x "${CUDA_HOME:-/usr/local/cuda}/bin/nvcc" ] && packages+=(g++)
 missing=()
 for p in "${packages[@]}"; do

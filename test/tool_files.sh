@@ -5,7 +5,7 @@
 #      a hard link, a symbolic link, standard input, a file not made yet spelled twice),
 #      is refused with one line naming both, before anything is written;
 #   2. a run that fails while writing (a file past `ulimit -f`, a full device, a
-#      missing directory) leaves every old output as it was and no temporary file;
+#      missing directory, a signal) leaves every old output as it was and no temporary file;
 #      a run that succeeds leaves its outputs and nothing else;
 #   3. a file header whose count the file cannot hold (a tokenizer claiming 2^31 - 1
 #      tokens, a token file claiming more than it has) is refused at once, and a
@@ -16,8 +16,10 @@
 #
 #   bash test/tool_files.sh      (from the repository root; builds the tools with make)
 #
+# Needs strace (scripts/install_deps.sh installs it), which sends the signals.
 # Env: REPO_ROOT, BUILD_DIR (scratch).
 set -euo pipefail
+command -v strace > /dev/null || { echo "SKIP: no strace (scripts/install_deps.sh installs it)"; exit 77; }
 REPO_ROOT=${REPO_ROOT:-$(pwd)}
 cd "$REPO_ROOT"
 make -s encode loss_mask cp_layout > /dev/null
@@ -107,6 +109,22 @@ refused loss_mask_too_large "cannot write 'q\.mask\.tmp\.[A-Za-z0-9]+': File too
     limited 50 "$LOSS_MASK" -i q.bin -a x -tk tk.bin -o q.mask
 refused cp_layout_full_device "cannot write '/dev/full': No space left on device" \
     "$CP_LAYOUT" -t 16 -cp 2 -cl contiguous -png /dev/full
+
+# a signal while the temporaries are written (strace sends SIGTERM, SIGINT, SIGHUP at
+# the first write(2), the first flush of an output) removes them, then ends the run as
+# the signal does: exit 128 + its number, every old file as it was
+for sig in TERM INT HUP; do
+    before=$(snapshot)
+    rc=0
+    # (the braces keep bash's own "Terminated" line, about the process it waited for, in the log)
+    { strace -f -o /dev/null -e trace=write -e inject=write:signal=SIG$sig:when=1 \
+        "${E[@]}" -o tr.bin -v va.bin in.txt big.txt; } > "signal_$sig.log" 2>&1 || rc=$?
+    if [[ $rc -ne $((128 + $(kill -l $sig))) || $(snapshot) != "$before" ]]; then
+        fail "SIG$sig while writing: exit $rc, files:"$'\n'"$(diff <(echo "$before") <(snapshot))"
+    else
+        echo "ok   SIG$sig while writing: exit $rc, the old files kept, no temporary"
+    fi
+done
 
 # a run that succeeds replaces its outputs and leaves nothing else
 "${E[@]}" -o tr.bin -v va.bin in.txt 2> /dev/null
