@@ -24,7 +24,7 @@ from destroying what the run reads and from leaving half a result behind.
     ... read the inputs, compute ...
     FILE *fp = tool_output_open(&outs, 0);              // the temporary (or the device)
     fwriteCheck(..., fp, tool_output_name(&outs, 0));
-    tool_outputs_commit(&outs);                          // all renamed, or none
+    tool_outputs_commit(&outs);                          // renamed once every one is whole
 */
 #ifndef LLMC_TOOL_OUTPUTS_H
 #define LLMC_TOOL_OUTPUTS_H
@@ -181,11 +181,21 @@ static FILE *tool_output_open(ToolOutputs *o, int i) {
         fatal_cleanup_hook = tool_outputs_remove_temporaries;
         handlers_installed = 1;
     }
+    // the signals wait while the temporary is made and its name recorded: one that came
+    // in between would leave it, unnamed for the handler
+    sigset_t signals, before;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGHUP);
+    sigprocmask(SIG_BLOCK, &signals, &before);
     char tmp[sizeof(t->tmp_path)];
     snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", t->path);
     int fd = mkstemp(tmp);
-    if (fd < 0) { fatal("cannot create a temporary file beside %s '%s': %s", t->flag, t->path, strerror(errno)); }
-    memcpy(t->tmp_path, tmp, sizeof(tmp));
+    int saved = errno;
+    if (fd >= 0) { memcpy(t->tmp_path, tmp, sizeof(tmp)); }
+    sigprocmask(SIG_SETMASK, &before, NULL);
+    if (fd < 0) { fatal("cannot create a temporary file beside %s '%s': %s", t->flag, t->path, strerror(saved)); }
     mode_t mask = umask(0);
     umask(mask);
     if (fchmod(fd, 0644 & ~mask) != 0) { fatal("cannot set the mode of '%s': %s", t->tmp_path, strerror(errno)); }
