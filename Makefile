@@ -156,17 +156,27 @@ run:
 gpu_prep:
 	bash scripts/gpu_prep.sh
 
+# the tools (encode, cp_layout, loss_mask): one process, no MPI; SAN=1 builds them under
+# the sanitizers too, and a change of these flags rebuilds them (the suite's SAN=1 run
+# passes SAN=1 to the tests, whose `make cp_layout` then builds the sanitized tool)
+TOOL_CFLAGS = -O2 -Wall -Wextra -Wno-unused-function -std=gnu11
+ifeq ($(SAN),1)
+  TOOL_CFLAGS += -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+TOOL_FLAGS_STAMP = $(BUILD_DIR)/tool_flags
+$(shell echo '$(TOOL_CFLAGS)' | cmp -s - $(TOOL_FLAGS_STAMP) || echo '$(TOOL_CFLAGS)' > $(TOOL_FLAGS_STAMP))
+
 # text to llm.c token files: GPT-2's BPE, the pre-tokenizer regex run by PCRE2
-encode: encode.c llmc/bpe.h llmc/tokenizer.h llmc/utf8.h llmc/utils.h
-	$(CC) -O2 -Wall -Wextra -Wno-unused-function -std=gnu11 $< -o $@ -lpcre2-8
+encode: encode.c llmc/bpe.h llmc/tokenizer.h llmc/utf8.h llmc/utils.h llmc/tool_outputs.h $(TOOL_FLAGS_STAMP)
+	$(CC) $(TOOL_CFLAGS) $< -o $@ -lpcre2-8
 
 # dev tool: which tokens each CP rank owns and its attention work (no MPI needed)
-cp_layout: dev/cp_layout.c $(DEPS)
-	$(CC) -O2 -Wall -Wextra -Wno-unused-function -Wno-unknown-pragmas -std=gnu11 -DNO_BLAS $< -o $@ -lm
+cp_layout: dev/cp_layout.c $(DEPS) $(TOOL_FLAGS_STAMP)
+	$(CC) $(TOOL_CFLAGS) -Wno-unknown-pragmas -DNO_BLAS $< -o $@ -lm
 
 # dev tool: the loss mask of a token file for "train only on the answer" data (-lm 1 reads it)
-loss_mask: dev/loss_mask.c $(DEPS)
-	$(CC) -O2 -Wall -Wextra -Wno-unused-function -std=gnu11 $< -o $@
+loss_mask: dev/loss_mask.c $(DEPS) $(TOOL_FLAGS_STAMP)
+	$(CC) $(TOOL_CFLAGS) $< -o $@
 
 # dev benchmark: per-rank memory, messages and time of each attention algorithm (dev/bench/README.md)
 bench_attention: dev/bench/attention_algorithms.c $(DEPS)

@@ -265,13 +265,18 @@ static void atomic_open(AtomicFile *af, const char *path) {
     af->fp = open_output_file(af->tmp_path, 0);
 }
 
+// The directory part of path ("." for a bare name, "/" for one in the root), in dir.
+static void path_directory(const char *path, char *dir, size_t size) {
+    snprintf(dir, size, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) { slash[1] = '\0'; } else if (slash) { *slash = '\0'; } else { snprintf(dir, size, "."); }
+}
+
 // Syncs the directory that holds `path`, so that a rename or a removal in it
 // survives a crash of the machine.
 static void fsync_parent_dir(const char *path) {
     char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) { slash[1] = '\0'; } else if (slash) { *slash = '\0'; } else { snprintf(dir, sizeof(dir), "."); }
+    path_directory(path, dir, sizeof(dir));
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0 || fsync(fd) != 0) { fatal("cannot sync directory '%s' to disk: %s", dir, strerror(errno)); }
     close(fd);

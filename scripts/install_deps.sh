@@ -18,9 +18,10 @@
 #   plots   gnuplot and python3: scripts/loss_curves.sh, scripts/position_loss.sh
 #   test    run, encode and plots, CMake, clang with its libFuzzer runtime (the fuzz
 #           tests), iproute2 and procps (the two-host test's network namespaces, the
-#           tests' process look-ups), Node.js and npm (the reference encoder the
-#           encoder test compares with), and g++ where the CUDA toolkit is (the GPU
-#           tests are built wherever nvcc is): `make test`
+#           tests' process look-ups), strace (signals sent at a chosen system call,
+#           the tools' test), Node.js and npm (the reference encoder the encoder test
+#           compares with), and g++ where the CUDA toolkit is (the GPU tests are built
+#           wherever nvcc is): `make test`
 #   emu     mpi, clang++, g++ and python3: the CUDA emulation (dev/cuda/emu/run.sh)
 #
 # Nothing here starts a service: no package of these sets runs a daemon. Slurm and
@@ -46,7 +47,7 @@ add_set() {
     plots) packages+=(gnuplot-nox python3) ;;
     test)
         add_set run; add_set encode; add_set plots
-        packages+=(cmake clang libclang-rt-14-dev iproute2 procps nodejs npm)
+        packages+=(cmake clang libclang-rt-14-dev iproute2 procps strace nodejs npm)
         if [[ -x ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc ]]; then packages+=(g++); fi ;;
     emu) add_set mpi; packages+=(clang g++ python3) ;;
     *) echo "install_deps.sh: unknown set '$1' (cc encode mpi run gpu plots test emu)" >&2; exit 2 ;;

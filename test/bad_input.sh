@@ -494,6 +494,7 @@ expect_error tl_unwritable 2 "rank 0: cannot open '.*/no_such_dir/losses\.tl' fo
 cp "$TOKENIZER" "$WORK/tok_magic.bin";  put_i32 "$WORK/tok_magic.bin" 0 20240326
 head -c $(($(stat -c %s "$TOKENIZER") / 2)) "$TOKENIZER" >"$WORK/tok_truncated.bin"
 cp "$TOKENIZER" "$WORK/tok_vocab.bin";  put_i32 "$WORK/tok_vocab.bin" 8 50000
+cp "$TOKENIZER" "$WORK/tok_eot.bin";    put_i32 "$WORK/tok_eot.bin" 12 0
 
 echo "== tokenizer"
 # the tokenizer is read to print samples (-s 1: one at the end)
@@ -504,6 +505,8 @@ expect_error tokenizer_truncated 2 "tokenizer '.*tok_truncated\.bin': entry of t
     "${BASE[@]}" "${SAMPLES[@]}" -cp 2 -tk "$WORK/tok_truncated.bin"
 expect_error tokenizer_vocab 2 "tokenizer '.*tok_vocab\.bin': vocabulary of 50000 tokens, the model has 50257" \
     "${BASE[@]}" "${SAMPLES[@]}" -cp 2 -tk "$WORK/tok_vocab.bin"
+expect_error tokenizer_eot 2 "tokenizer '.*tok_eot\.bin': EOT token 0 is not the vocabulary's last token 50256" \
+    "${BASE[@]}" "${SAMPLES[@]}" -cp 2 -tk "$WORK/tok_eot.bin"
 # only samples need it: a run that prints none does not stop for it
 expect_success tokenizer_vocab_no_samples 2 "${BASE[@]}" -s 0 -cp 2 -tk "$WORK/tok_vocab.bin"
 

@@ -176,7 +176,7 @@ paste <(awk -F'norm:' '/trl:/ { print $2 + 0 }' "$WORK/prompts_ref/main.log") \
 # ---- 3. dev/loss_mask.c on data worked out by hand
 make -s loss_mask >/dev/null
 QA=$WORK/qa.bin
-# a tokenizer of 8 tokens (EOT 0), and 22 tokens of 4 documents:
+# a tokenizer of 8 tokens (EOT 7, the last), and 22 tokens of 4 documents:
 #   doc 0  EOT Q : what | " A" "ns" "wer:" yes yes    "Answer:" spans 3 tokens
 #   doc 1  EOT Q " A" "ns" : what                      " Ans:" is not the marker
 #   doc 2  EOT " A" "ns" "wer:" yes
@@ -184,11 +184,11 @@ QA=$WORK/qa.bin
 python3 - "$WORK/qa_tokenizer.bin" "$QA" <<'PY'
 import struct, sys
 from array import array
-pieces = [b'<|endoftext|>', b'Q', b':', b' what', b' A', b'ns', b'wer:', b' yes']
+pieces = [b'Q', b':', b' what', b' A', b'ns', b'wer:', b' yes', b'<|endoftext|>']
 with open(sys.argv[1], 'wb') as f:
-    f.write(struct.pack('<256i', 20240328, 2, len(pieces), 0, *[0] * 252))
+    f.write(struct.pack('<256i', 20240328, 2, len(pieces), 7, *[0] * 252))
     for p in pieces: f.write(bytes([len(p)]) + p)
-tokens = [0, 1, 2, 3, 4, 5, 6, 7, 7, 0, 1, 4, 5, 2, 3, 0, 4, 5, 6, 7, 0, 7]
+tokens = [7, 0, 1, 2, 3, 4, 5, 6, 6, 7, 0, 3, 4, 1, 2, 7, 3, 4, 5, 6, 7, 6]
 with open(sys.argv[2], 'wb') as f:
     f.write(struct.pack('<256i', 20240520, 1, len(tokens), *[0] * 253))
     f.write(array('H', tokens).tobytes())
