@@ -9,6 +9,10 @@
 # test), and g++ where the CUDA toolkit is (nvcc compiles host code with it).
 # As root it installs them; otherwise it prints the command to run and fails.
 set -euo pipefail
+source "$(dirname "$0")/script_lib.sh"
+usage="usage: bash scripts/install_deps.sh   (as root; otherwise it prints the command)
+  -h    this help"
+no_arguments "$@"
 
 packages=(openmpi-bin libopenmpi-dev libopenblas-openmp-dev cmake make gcc clang libclang-rt-14-dev libpcre2-dev
           gnuplot-nox iproute2 procps python3 slurm-wlm munge)

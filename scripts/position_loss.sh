@@ -37,8 +37,7 @@ while getopts ":o:l:n:t:h" opt; do
     n) bins=$OPTARG ;;
     t) title=$OPTARG ;;
     h) echo "$usage"; exit 0 ;;
-    :) usage_error "-$OPTARG needs a value" ;;
-    *) usage_error "unknown flag -$OPTARG" ;;
+    *) getopts_error "$opt" "$OPTARG" ;;
     esac
 done
 shift $((OPTIND - 1))
