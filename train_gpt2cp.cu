@@ -354,7 +354,7 @@ int main(int argc, char **argv) {
         StepEnd end = step_end_cuda(&tr.step_loss, model.grads_memory, model.num_parameters);
         check_step_finite(&cfg, step, end.loss, end.grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
-        if (!skip_update(&run, &cfg, master, end.loss, end.grad_norm)) {
+        if (!skip_update(&run, &cfg, master, &end)) {
             gpt2_cuda_update(&model, lr, cfg.weight_decay, end.update_scale, step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
             // the other ranks' shards came in fp32: their floatX copy too

@@ -118,8 +118,10 @@ progress_of() {
     awk -F'|' -v name="$1" '{
         step = $1; sub(/^step +/, "", step); sub(/ +$/, "", step)
         loss = $2; sub(/^ *loss /, "", loss)
+        # a step with no target prints "loss none (...)"
+        loss = loss ~ /^[0-9]/ ? sprintf("%.3f", loss) : "none"
         eta = $NF; sub(/^ *eta /, "", eta); sub(/ +$/, "", eta)
-        printf "%s: step %s, loss %.3f, %s left\n", name, step, loss, eta }' <<< "$line"
+        printf "%s: step %s, loss %s, %s left\n", name, step, loss, eta }' <<< "$line"
 }
 # any_alive PID...: whether one of them still runs
 any_alive() { local pid; for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done; return 1; }

@@ -23,7 +23,8 @@
 #    out by hand, and the trainer trains on it, writing NaN where it masks.
 # 4. A step, or a validation, whose targets the masks all leave out has no loss:
 #    its line says so (never "loss 0.000000"), main.log holds NaN there, the other
-#    steps train, and the end counts them; masks that keep no target at all
+#    steps train, and the end counts them, and the outlier detectors (-sl, -sg)
+#    never see them; masks that keep no target at all
 #    (-i's, or -j's) refuse to start, naming the mask file.
 #
 #   bash test/e2e_loss_mask.sh COMPARE_RUNS      (env: see test/lib/e2e_lib.sh)
@@ -232,7 +233,7 @@ write_mask(val, [0 if j <= T else 1 for j in range(ntok)])
 write_mask(zeros, [0] * ntok)
 PY
 COMMON=(-e d1 -b 1 -t $T -l 1e-3 -s 0 -sh 0 -lm 1)
-train notarget_steps 1 -x 3 -v 0 -i "$NOTARGET" -o "$WORK/notarget_steps"
+train notarget_steps 1 -x 3 -v 0 -n 3 -i "$NOTARGET" -o "$WORK/notarget_steps"
 out=$WORK/notarget_steps.out log=$WORK/notarget_steps/main.log
 grep -q '^step    2/3 | loss none (no target: the loss masks keep none) | norm 0.0000 |' "$out" ||
     fail "step 2 of 3 (no target) does not say so: $(grep '^step' "$out")"
@@ -242,6 +243,12 @@ grep -q '^step    2/3 | loss none (no target: the loss masks keep none) | norm 0
     fail "main.log: NaN is not exactly step 1's loss: $(cat "$log")"
 grep -q '^no target: the loss masks kept none of the targets of 1 of the 3 training step(s) run and of 0 validation(s)' "$out" ||
     fail "the end does not count the step with no target: $(tail -n 3 "$out")"
+# the outlier detectors of -sl and -sg saw the 2 steps with a loss, not the third's
+# zeros: their counts, the first uint64 of each after the state file's 1024 + 32 x 8
+# header bytes (llmc/checkpoint.h), are 2
+counts=$(od -An -tu8 -j $((1024 + 32 * 8)) -N 8 "$WORK/notarget_steps/state_00000003_00000.bin" | tr -d ' ')
+counts+=" $(od -An -tu8 -j $((1024 + 32 * 8 + (4 + 128) * 8)) -N 8 "$WORK/notarget_steps/state_00000003_00000.bin" | tr -d ' ')"
+[[ $counts == "2 2" ]] || fail "the outlier detectors saw the step with no target: counts $counts, expected 2 2"
 # -v 1 over 2 steps validates before steps 0, 1 and at the end: 3 times, each on
 # batch 0 of val_notarget.bin, which keeps no target
 train notarget_val 1 -x 2 -v 1 -m 1 -i "$NOTARGET" -j "$VAL" -o "$WORK/notarget_val"

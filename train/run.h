@@ -304,10 +304,13 @@ static void check_step_finite(const TrainConfig *cfg, int step, float loss, floa
 
 // llm.c's -sl / -sg: both detectors see every step's loss and gradient norm (the
 // same on every rank), and the update is skipped when a z-score is above its
-// threshold. Returns 1 to skip.
-static int skip_update(TrainRun *run, const TrainConfig *cfg, int master, float loss, float grad_norm) {
-    double zloss = outlier_detector_update(&run->loss_outliers, loss);
-    double zgrad = outlier_detector_update(&run->grad_norm_outliers, grad_norm);
+// threshold. Returns 1 to skip. A step with no target (its loss masks keep none)
+// has neither a loss nor a gradient to judge: the detectors never see its zeros,
+// which would pull their means down and make the next real step look an outlier.
+static int skip_update(TrainRun *run, const TrainConfig *cfg, int master, const StepEnd *end) {
+    if (end->targets == 0) { return 0; }
+    double zloss = outlier_detector_update(&run->loss_outliers, end->loss);
+    double zgrad = outlier_detector_update(&run->grad_norm_outliers, end->grad_norm);
     if (isfinite(zloss) && cfg->skip_loss_z != 0.0f && zloss > cfg->skip_loss_z) {
         if (master) { printf("skipping update due to loss z-score of %f\n", zloss); }
         return 1;
