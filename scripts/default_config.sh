@@ -2,6 +2,8 @@
 # scripts/loss_curves.sh): a 16M-parameter GPT-2 (-e d4) on Jane Austen
 # (dev/data/austen), 150 steps of 4 x 256 tokens, cosine schedule after 30 steps
 # of warmup (with 10, the peak learning rate comes early enough to cause a loss spike).
+source "$(dirname "${BASH_SOURCE[0]}")/script_lib.sh"
+sourced_only "usage: source scripts/default_config.sh   (scripts/run_default.sh and scripts/loss_curves.sh do)" "$@"
 DEFAULT_FLAGS=(-e d4 -b 4 -t 256 -x 150 -l 1e-3 -u 30 -q 0.1 -v 50 -m 5 -g 64)
 
 # mpirun's flags for a workstation or container: more ranks than cores is fine,

@@ -28,13 +28,18 @@
 # munge (test/e2e_slurm.sh) are never installed here, since Debian's packages enable
 # and start their daemons; that test skips without them, and CI installs them itself.
 set -euo pipefail
+source "$(dirname "$0")/script_lib.sh"
+usage="usage: bash scripts/install_deps.sh [--list] SET...   (SET: cc encode mpi run gpu plots test emu)
+  --list  print the sets' packages, one a line, and install nothing
+  -h      this help"
 
 list=0
-if [[ ${1:-} == --list ]]; then
-    list=1
-    shift
-fi
-[[ $# -gt 0 ]] || { echo "usage: install_deps.sh [--list] SET... (cc encode mpi run gpu plots test emu)" >&2; exit 2; }
+case ${1:-} in
+-h|--help) echo "$usage"; exit 0 ;;
+--list) list=1; shift ;;
+-*) usage_error "unknown flag $1" ;;
+esac
+[[ $# -gt 0 ]] || usage_error "no set named"
 
 packages=()
 add_set() {
@@ -50,7 +55,7 @@ add_set() {
         packages+=(cmake clang libclang-rt-14-dev iproute2 procps strace nodejs npm)
         if [[ -x ${CUDA_HOME:-/usr/local/cuda}/bin/nvcc ]]; then packages+=(g++); fi ;;
     emu) add_set mpi; packages+=(clang g++ python3) ;;
-    *) echo "install_deps.sh: unknown set '$1' (cc encode mpi run gpu plots test emu)" >&2; exit 2 ;;
+    *) usage_error "unknown set '$1'" ;;
     esac
 }
 for set in "$@"; do add_set "$set"; done

@@ -9,6 +9,10 @@
 # it trains with train_gpt2cp on every GPU instead (cp = number of GPUs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/script_lib.sh
+usage="usage: bash scripts/run_default.sh   (make run)
+  -h    this help"
+no_arguments "$@"
 source scripts/default_config.sh
 
 # sample once, at the end; a fresh run each time (a run refuses a directory that
