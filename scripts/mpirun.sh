@@ -6,6 +6,9 @@
 #   --allow-run-as-root    where we are root (Open MPI refuses root otherwise)
 #   OMP_NUM_THREADS        cores / ranks (at least 1) unless set, so the ranks'
 #                          threads do not fight over the cores
+#   HWLOC_COMPONENTS=-gl   unless set: no hwloc OpenGL plugin, which at every MPI start
+#                          probes X displays, each a lookup of "localhost" that without
+#                          /etc/hosts goes to DNS (seconds where a reply is lost)
 # Everything else goes to mpirun as it is:
 #
 #     scripts/mpirun.sh -np 4 ./train_gpt2cp_cpu -cp 2 ...
@@ -60,4 +63,5 @@ if [ -z "${OMP_NUM_THREADS:-}" ]; then
     [ "$threads" -ge 1 ] || threads=1
     export OMP_NUM_THREADS=$threads
 fi
-exec mpirun "${flags[@]}" -x OMP_NUM_THREADS "$@"
+export HWLOC_COMPONENTS=${HWLOC_COMPONENTS:--gl}
+exec mpirun "${flags[@]}" -x OMP_NUM_THREADS -x HWLOC_COMPONENTS "$@"

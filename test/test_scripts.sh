@@ -8,7 +8,7 @@
 #      --tag-output PROG -n 8, PROG gets "-n 8" and OMP_NUM_THREADS is cores / 1 (not
 #      cores / 8); a flag that takes a value (-x VAR) never makes its value the
 #      program; -np 2: two ranks, cores / 2 threads (at least 1); a set
-#      OMP_NUM_THREADS is kept; no program: refused
+#      OMP_NUM_THREADS is kept; HWLOC_COMPONENTS is -gl unless set; no program: refused
 #   3. scripts/slurm_train.sbatch outside a Slurm job: one line saying to submit it
 #      with sbatch, exit 1 (not "unbound variable")
 #
@@ -76,6 +76,12 @@ wrapped() {
 (unset OMP_NUM_THREADS; wrapped with_value "$(printf 'args: -np 5 threads: %s\n' "$(per 2)" "$(per 2)")" \
     -np 2 -x FOO "$PROG" -np 5) || failures=$((failures + 1))
 (export OMP_NUM_THREADS=3; wrapped kept "args: a threads: 3" -np 1 "$PROG" a) || failures=$((failures + 1))
+# hwloc's OpenGL plugin off unless HWLOC_COMPONENTS is set (docs/troubleshooting.md)
+HWLOC_PROG=$WORK/hwloc.sh
+printf '#!/usr/bin/env bash\necho "args: hwloc ${HWLOC_COMPONENTS-unset}"\n' > "$HWLOC_PROG"
+chmod +x "$HWLOC_PROG"
+(unset HWLOC_COMPONENTS; wrapped hwloc_default "args: hwloc -gl" -np 1 "$HWLOC_PROG") || failures=$((failures + 1))
+(export HWLOC_COMPONENTS=-gl,-opencl; wrapped hwloc_kept "args: hwloc -gl,-opencl" -np 1 "$HWLOC_PROG") || failures=$((failures + 1))
 rc=0
 timeout 30 bash scripts/mpirun.sh -np 2 > /dev/null 2> "$WORK/no_program.err" || rc=$?
 [[ $rc -eq 1 ]] && grep -q '^error: no program to run (usage: ' "$WORK/no_program.err" &&
