@@ -811,23 +811,6 @@ settle
 cat "$WORK/default_data_elsewhere.verdict"
 if grep -q '^FAIL' "$WORK/default_data_elsewhere.verdict"; then failures=$((failures + 1)); fi
 
-# -h: the usage on stdout, naming the CP flags, and a non-zero exit
-cases=$((cases + 1))
-run_trainer 0 "$WORK/help.out" "$WORK/help.err" -h
-help_problems=()
-if [[ $rc -eq 0 || $rc -eq 124 || $rc -gt 128 ]]; then help_problems+=("exit code $rc, expected a non-zero exit"); fi
-for flag in -cp -cl -tl -dm -rp -lm -ca -r -cu; do
-    if ! grep -qE "^ +$flag " "$WORK/help.out"; then help_problems+=("the usage does not list $flag"); fi
-done
-if ! grep -q '^usage:' "$WORK/help.out"; then help_problems+=("no usage line on stdout"); fi
-if [[ ${#help_problems[@]} -eq 0 ]]; then
-    printf 'ok   %-28s %-10s rc %d, usage lists -cp -cl -tl -dm -rp -lm -ca -r -cu\n' help "(1 process)" "$rc"
-else
-    failures=$((failures + 1))
-    echo "FAIL help: $(IFS=';'; echo "${help_problems[*]}")"
-    head -n 5 "$WORK/help.out" "$WORK/help.err"
-fi
-
 settle
 echo
 if [[ $failures -gt 0 ]]; then
