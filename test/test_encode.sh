@@ -3,7 +3,8 @@
 #
 #   bash test/test_encode.sh austen      the shipped Austen token files, byte for byte,
 #                                        from their text; the -v split, standard input,
-#                                        invalid UTF-8 and bad flags
+#                                        the note on a split too short for the trainers'
+#                                        defaults, invalid UTF-8 and bad flags
 #   bash test/test_encode.sh reference   the Unicode edge-case corpus (test/encoder/)
 #                                        against the reference encoder itself, run here:
 #                                        npm's gpt-3-encoder 1.1.4 (dev/data's package.json),
@@ -39,7 +40,9 @@ if [[ $MODE == austen ]]; then
     train_chapters=("$WORK"/chapters/train_*.txt)
     val_chapters=("$WORK"/chapters/val_*.txt)
     val_tokens=$(od -A n -t d4 -j 8 -N 4 dev/data/austen/austen_val.bin | tr -d ' ')
-    "$ENCODE" -o "$WORK/train.bin" -v "$WORK/val.bin" -vn "$val_tokens" "${train_chapters[@]}" "${val_chapters[@]}"
+    "$ENCODE" -o "$WORK/train.bin" -v "$WORK/val.bin" -vn "$val_tokens" "${train_chapters[@]}" "${val_chapters[@]}" \
+        2> "$WORK/austen.err"
+    cat "$WORK/austen.err"
     for split in train val; do
         if cmp -s "$WORK/$split.bin" "dev/data/austen/austen_$split.bin"; then
             echo "ok   austen_$split.bin reproduced byte for byte ($(stat -c %s "$WORK/$split.bin") bytes)"
@@ -66,7 +69,21 @@ if [[ $MODE == austen ]]; then
     [[ $(token_ids "$WORK/file.bin" | head -1) == 50256 ]] || fail "a document does not start with EOT"
     echo "ok   -v splits the tokens in order (default 10%), - reads standard input"
 
-    # ---- 3. bad input: one line naming the problem, non-zero, nothing written
+    # ---- 3. a split too short for the trainers' defaults (-b 4 -t 1024: 4097 tokens a
+    # step) is noted, with a -t that fits it at -b 1: the longest power of two below
+    # its count; splits long enough get no note
+    grep -q '^note: ' "$WORK/austen.err" && fail "the Austen splits are long enough, but: $(grep '^note: ' "$WORK/austen.err")"
+    "$ENCODE" -o "$WORK/part.bin" -v "$WORK/part_val.bin" "${val_chapters[@]:0:3}" 2> "$WORK/part.err"
+    fit=1
+    while [[ $((2 * fit)) -le $((n_val - 1)) ]]; do fit=$((2 * fit)); done
+    want="note: $WORK/part_val.bin holds $n_val tokens, fewer than one step of the trainers' default -b 4 -t 1024 takes (4097: .*): train with -b 1 -t $fit at one data-parallel replica, or encode more text"
+    if [[ $n_val -lt 4097 ]] && grep -qx -- "$want" "$WORK/part.err"; then
+        echo "ok   a short split is noted: $(grep '^note: ' "$WORK/part.err" | cut -c 1-150)..."
+    else
+        fail "no note for a validation split of $n_val tokens, expected /$want/: $(cat "$WORK/part.err")"
+    fi
+
+    # ---- 4. bad input: one line naming the problem, non-zero, nothing written
     # expect_error NAME PATTERN ENCODE_ARGS...: the run fails with one error line
     # matching PATTERN and writes no -o file
     expect_error() {
