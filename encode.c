@@ -29,6 +29,10 @@ beside their place and renamed into it only once both are whole
 #define TOKENS_MAGIC 20240520
 #define TOKENS_VERSION 1
 #define DEFAULT_TOKENIZER "dev/data/gpt2_tokenizer.bin"
+// the trainers' default batch (train/config.h: -b 4 -t 1024): one step at one
+// data-parallel replica reads B x T + 1 tokens of each split
+#define TRAINER_DEFAULT_B 4
+#define TRAINER_DEFAULT_T 1024
 
 // The usage: asked for (-h) on standard output with exit 0, after a bad command line
 // on standard error with exit 1.
@@ -124,6 +128,28 @@ static size_t validation_tokens(const char *spec, size_t total) {
     return n;
 }
 
+// A note when the shortest split written (shortest, of n tokens) is too short for
+// one step of the trainers' defaults, with a -b -t that fits every split at one
+// replica: -t 1024 and as many rows as fit, or one row of the longest power of
+// two; or more text when not even that fits.
+static void note_if_short_for_defaults(const char *shortest, size_t n) {
+    size_t step = (size_t)TRAINER_DEFAULT_B * TRAINER_DEFAULT_T + 1;
+    if (n >= step) { return; }
+    fprintf(stderr, "note: %s holds %zu tokens, fewer than one step of the trainers' default -b %d -t %d takes "
+            "(%zu: a step needs dp x B x T + 1 tokens of each split): ", shortest, n, TRAINER_DEFAULT_B,
+            TRAINER_DEFAULT_T, step);
+    if (n < 2) {
+        fprintf(stderr, "encode more text\n");
+    } else if (n - 1 >= TRAINER_DEFAULT_T) {
+        fprintf(stderr, "train with -b %zu -t %d at one data-parallel replica, or encode more text\n",
+                (n - 1) / TRAINER_DEFAULT_T, TRAINER_DEFAULT_T);
+    } else {
+        size_t t = 1;
+        while (2 * t <= n - 1) { t *= 2; }
+        fprintf(stderr, "train with -b 1 -t %zu at one data-parallel replica, or encode more text\n", t);
+    }
+}
+
 int main(int argc, char **argv) {
     const char *out_path = NULL, *val_path = NULL, *val_spec = "10%", *tokenizer_path = DEFAULT_TOKENIZER;
     int tokenizer_given = 0, vn_given = 0, first_file = argc;
@@ -191,6 +217,8 @@ int main(int argc, char **argv) {
             bytes, tokens.n, seconds, seconds > 0 ? (double)bytes / 1e6 / seconds : 0.0);
     fprintf(stderr, "wrote %s: %zu tokens\n", out_path, tokens.n - n_val);
     if (val_path) { fprintf(stderr, "wrote %s: %zu tokens (validation)\n", val_path, n_val); }
+    int val_shorter = val_path && n_val < tokens.n - n_val;
+    note_if_short_for_defaults(val_shorter ? val_path : out_path, val_shorter ? n_val : tokens.n - n_val);
     free(tokens.data);
     bpe_free(&enc);
     return 0;

@@ -183,10 +183,11 @@ int main(int argc, char **argv) {
     train_runtime_init(&argc, &argv);
     TrainConfig cfg;
     train_config_defaults(&cfg);
-    if (help_asked_anywhere(parse_train_args(argc, argv, &cfg, NULL))) {
+    int help = parse_train_args(argc, argv, &cfg, NULL);
+    if (help_asked_anywhere(help)) {
         if (fatal_rank == 0) { print_usage(stdout, argv[0], NULL); }
         job_comm_finalize();
-        return 1;
+        return help ? 0 : 1; // a rank not asked for the help was asked to train, and did not
     }
     CpLayoutKind layout = validate_train_config(&cfg);
     check_flags_agree(&cfg, NULL);

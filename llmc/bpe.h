@@ -6,9 +6,12 @@ llm.c's tokenizer file (llmc/tokenizer.h) and the pre-tokenizer regex run by PCR
    digits, other symbols, each with an optional leading space; runs of white
    space), in PCRE2's UTF mode with Unicode properties:
        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-   \s is spelled out as the white space of ECMAScript, the reference encoder's
-   language (gpt-3-encoder, which made dev/data's tokens): U+0009..U+000D, U+0020,
-   U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000, U+FEFF.
+   \s is spelled out as tiktoken's (llm.c's data scripts encode with tiktoken; its
+   regex engine's \s is Unicode's White_Space): U+0009..U+000D, U+0020, U+0085,
+   U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000. The npm
+   gpt-3-encoder (JavaScript's \s) differs at two characters: U+0085 is no white
+   space there, U+FEFF is; neither occurs in dev/data's Austen text, whose tokens
+   are therefore the same under both rules.
 2. Merge: each piece starts as its bytes, one token each; the adjacent pair whose
    concatenation is the token of the lowest id merges (the leftmost of equals),
    until no adjacent pair makes a token. This is tiktoken's rule: GPT-2's tokens
@@ -34,7 +37,7 @@ Pieces repeat (words), so each piece's tokens are kept in a cache.
 #include "utf8.h"
 #include "utils.h"
 
-#define BPE_WHITE_SPACE "\\t\\n\\x{0B}\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}"
+#define BPE_WHITE_SPACE "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 #define BPE_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" BPE_WHITE_SPACE "\\p{L}\\p{N}]+" \
                     "|[" BPE_WHITE_SPACE "]+(?![^" BPE_WHITE_SPACE "])|[" BPE_WHITE_SPACE "]+"
 

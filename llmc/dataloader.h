@@ -268,6 +268,22 @@ static size_t dataloader_next_span_(DataLoader *dl) {
     return (size_t)dl->span_order[dl->span_k++] * dl->dp_size * dl->B * dl->T;
 }
 
+// What to do about a file of ntok tokens, too few for one step of dp x B x T + 1:
+// the longest -t that fits at this -b and at -b 1 (T = (ntok - 1) / (dp x B)),
+// or more text.
+static void tokens_fit_advice(size_t ntok, int dp_size, int B, char *out, size_t out_size) {
+    size_t t_at_b = ntok > 0 ? (ntok - 1) / ((size_t)dp_size * B) : 0;
+    size_t t_at_1 = ntok > 0 ? (ntok - 1) / (size_t)dp_size : 0;
+    if (t_at_1 == 0) {
+        snprintf(out, out_size, "too few for any batch at dp %d: give it more text", dp_size);
+    } else if (B > 1 && t_at_b > 0) {
+        snprintf(out, out_size, "-b %d -t %zu or -b 1 -t %zu fit it (the longest -t at each), or give it more text", B,
+                 t_at_b, t_at_1);
+    } else {
+        snprintf(out, out_size, "-b 1 -t %zu fits it (the longest -t), or give it more text", t_at_1);
+    }
+}
+
 // pattern: a glob; what: the flag that named it, for messages; shuffle: llm.c's
 // shuffled order (else in order); loss_masks: read each shard's mask file too
 static void dataloader_init(DataLoader *dl, const char *pattern, const char *what, int B, int T,
@@ -290,8 +306,10 @@ static void dataloader_init(DataLoader *dl, const char *pattern, const char *wha
         size_t ntok = tokens_file_validate(path, vocab_size, &dl->fingerprint, &dl->identity[i]);
         if (loss_masks) { dl->mask_identity[i] = loss_mask_validate(path, ntok, &dl->fingerprint, &kept); }
         if (ntok < span) {
-            fatal_everywhere("token file '%s': %zu tokens, fewer than one step needs (dp %d x B %d x T %d + 1 = %zu)",
-                             path, ntok, dp_size, B, T, span);
+            char fits[160];
+            tokens_fit_advice(ntok, dp_size, B, fits, sizeof(fits));
+            fatal_everywhere("token file '%s': %zu tokens, fewer than one step needs (dp %d x B %d x T %d + 1 = %zu): %s",
+                             path, ntok, dp_size, B, T, span, fits);
         }
         dl->total_tokens += ntok;
         // a shard serves whole spans, with one token to spare for the last target
