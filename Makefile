@@ -6,6 +6,10 @@
 #   make run                installs what is missing, builds, trains the embedded default
 #   make encode             ./encode: text to an llm.c token file (GPT-2 BPE; needs libpcre2-dev)
 #
+# Every target that compiles first checks the Debian packages it needs
+# (scripts/install_deps.sh, by the sets below): as root it installs the missing ones,
+# otherwise it prints the one command that does and stops.
+#
 # Options: NO_BLAS=1 (plain C matmuls), NO_OMP=1, SAN=1 (AddressSanitizer and
 # UndefinedBehaviorSanitizer on the CPU code), CUDA_HOME=/usr/local/cuda,
 # CTEST_ARGS (passed to ctest: CTEST_ARGS="-L 'unit|mpi'" runs the tests of those labels).
@@ -14,6 +18,31 @@ MPICC ?= mpicc
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
 BUILD_DIR ?= build
+
+# the package sets (scripts/install_deps.sh) of each target that compiles, checked
+# before anything below is read, so that what gets installed (OpenBLAS, MPI's compiler
+# wrapper) is found there; not under make -n
+DEPS_all = $(DEPS_train_gpt2cp_cpu)
+DEPS_train_gpt2cp_cpu = $(if $(filter 1,$(NO_BLAS)),mpi,run)
+DEPS_bench_attention = $(DEPS_train_gpt2cp_cpu)
+DEPS_bench_attention_cpu = $(DEPS_train_gpt2cp_cpu)
+DEPS_bench_classifier = $(DEPS_train_gpt2cp_cpu)
+DEPS_run = run
+DEPS_test = test
+DEPS_encode = encode
+DEPS_cp_layout = cc
+DEPS_loss_mask = cc
+DEPS_train_gpt2cp = gpu
+DEPS_bench_long_fit = gpu
+DEPS_bench_attention_gpu = gpu
+DEPS_SETS := $(sort $(foreach g,$(or $(MAKECMDGOALS),all),$(DEPS_$(g)) $(if $(filter build/gpu/% $(BUILD_DIR)/gpu/%,$(g)),gpu)))
+ifneq ($(DEPS_SETS),)
+  ifeq ($(findstring n,$(firstword -$(MAKEFLAGS))),)
+    ifneq ($(shell bash scripts/install_deps.sh $(DEPS_SETS) >&2 || echo missing),)
+      $(error the packages above are missing (scripts/install_deps.sh $(DEPS_SETS)): install them, then make again)
+    endif
+  endif
+endif
 
 CFLAGS = -O3 -march=native -Wall -Wextra -Wno-unused-function -std=gnu11
 LDLIBS = -lm
@@ -107,14 +136,16 @@ ifeq ($(SAN),1)
 endif
 
 test:
-	bash scripts/install_deps.sh
 	$(MAKE) train_gpt2cp_cpu encode
 	$(if $(HAVE_NVCC),,@echo "note: no nvcc at $(NVCC): train_gpt2cp and the GPU tests are not built (set CUDA_HOME)")
 	cmake -S test -B $(TEST_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DSAN=$(SAN) -DNO_BLAS=$(NO_BLAS) $(CMAKE_CUDA_ARGS) > /dev/null
 	@# the GPU trainer (one nvcc process) builds beside the suite's binaries, so that both cores stay busy
 	$(if $(HAVE_NVCC),$(MAKE) train_gpt2cp & gpu=$$!;) cmake --build $(TEST_BUILD_DIR) -j 2; status=$$?; \
 		$(if $(HAVE_NVCC),wait $$gpu || status=1;) exit $$status
-	cd $(TEST_BUILD_DIR) && ctest --output-on-failure -j 2 $(CTEST_ARGS)
+	@# after CTest's output, each skipped test with its reason (test/lib/skip_summary.py);
+	@# make's exit status stays CTest's
+	cd $(TEST_BUILD_DIR) && rm -f ctest.xml && ctest --output-on-failure -j 2 --output-junit ctest.xml $(CTEST_ARGS); \
+		status=$$?; python3 $(CURDIR)/test/lib/skip_summary.py ctest.xml; exit $$status
 
 run:
 	bash scripts/run_default.sh
@@ -125,17 +156,27 @@ run:
 gpu_prep:
 	bash scripts/gpu_prep.sh
 
+# the tools (encode, cp_layout, loss_mask): one process, no MPI; SAN=1 builds them under
+# the sanitizers too, and a change of these flags rebuilds them (the suite's SAN=1 run
+# passes SAN=1 to the tests, whose `make cp_layout` then builds the sanitized tool)
+TOOL_CFLAGS = -O2 -Wall -Wextra -Wno-unused-function -std=gnu11
+ifeq ($(SAN),1)
+  TOOL_CFLAGS += -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+endif
+TOOL_FLAGS_STAMP = $(BUILD_DIR)/tool_flags
+$(shell echo '$(TOOL_CFLAGS)' | cmp -s - $(TOOL_FLAGS_STAMP) || echo '$(TOOL_CFLAGS)' > $(TOOL_FLAGS_STAMP))
+
 # text to llm.c token files: GPT-2's BPE, the pre-tokenizer regex run by PCRE2
-encode: encode.c llmc/bpe.h llmc/tokenizer.h llmc/utf8.h llmc/utils.h
-	$(CC) -O2 -Wall -Wextra -Wno-unused-function -std=gnu11 $< -o $@ -lpcre2-8
+encode: encode.c llmc/bpe.h llmc/tokenizer.h llmc/utf8.h llmc/utils.h llmc/tool_outputs.h $(TOOL_FLAGS_STAMP)
+	$(CC) $(TOOL_CFLAGS) $< -o $@ -lpcre2-8
 
 # dev tool: which tokens each CP rank owns and its attention work (no MPI needed)
-cp_layout: dev/cp_layout.c $(DEPS)
-	$(CC) -O2 -Wall -Wextra -Wno-unused-function -Wno-unknown-pragmas -std=gnu11 -DNO_BLAS $< -o $@ -lm
+cp_layout: dev/cp_layout.c $(DEPS) $(TOOL_FLAGS_STAMP)
+	$(CC) $(TOOL_CFLAGS) -Wno-unknown-pragmas -DNO_BLAS $< -o $@ -lm
 
 # dev tool: the loss mask of a token file for "train only on the answer" data (-lm 1 reads it)
-loss_mask: dev/loss_mask.c $(DEPS)
-	$(CC) -O2 -Wall -Wextra -Wno-unused-function -std=gnu11 $< -o $@
+loss_mask: dev/loss_mask.c $(DEPS) $(TOOL_FLAGS_STAMP)
+	$(CC) $(TOOL_CFLAGS) $< -o $@
 
 # dev benchmark: per-rank memory, messages and time of each attention algorithm (dev/bench/README.md)
 bench_attention: dev/bench/attention_algorithms.c $(DEPS)

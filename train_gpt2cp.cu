@@ -262,10 +262,11 @@ int main(int argc, char **argv) {
     train_runtime_init(&argc, &argv);
     TrainConfig cfg;
     train_config_defaults(&cfg);
-    if (help_asked_anywhere(parse_train_args(argc, argv, &cfg, TRANSPORTS))) {
+    int help = parse_train_args(argc, argv, &cfg, TRANSPORTS);
+    if (help_asked_anywhere(help)) {
         if (fatal_rank == 0) { print_usage(stdout, argv[0], TRANSPORTS); }
         job_comm_finalize();
-        return 1;
+        return help ? 0 : 1; // a rank not asked for the help was asked to train, and did not
     }
     CpLayoutKind layout = validate_train_config(&cfg);
     if (strcmp(cfg.transport, "nccl") != 0 && strcmp(cfg.transport, "mpi") != 0) {
@@ -316,9 +317,7 @@ int main(int argc, char **argv) {
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
         if (run_validates(&run, &cfg, step, last_step)) {
-            float val_loss = validation_loss(forward_step_verb, &tr, &run.val_loader, run.val_batches);
-            if (master) { printf("val loss %.6f\n", val_loss); }
-            logger_log_val(&run.logger, step, val_loss);
+            validate(forward_step_verb, &tr, &run, master, step);
         }
         if (run_evaluates(&run, &cfg, step, last_step)) {
             float accuracy = hellaswag_accuracy(forward_step_verb, shard_losses, &tr, &run, ranks.cp_host,
@@ -356,7 +355,7 @@ int main(int argc, char **argv) {
         StepEnd end = step_end_cuda(&tr.step_loss, model.grads_memory, model.num_parameters);
         check_step_finite(&cfg, step, end.loss, end.grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
-        if (!skip_update(&run, &cfg, master, end.loss, end.grad_norm)) {
+        if (!skip_update(&run, &cfg, master, &end)) {
             gpt2_cuda_update(&model, lr, cfg.weight_decay, end.update_scale, step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
             // the other ranks' shards came in fp32: their floatX copy too
@@ -365,9 +364,10 @@ int main(int argc, char **argv) {
         if (print_host_waits) {
             printf("rank %d step %d: %ld host wait(s)\n", mesh->world_rank, step, cuda_ctx.host_waits - waits_before);
         }
-        train_run_end_step(&run, master, step, end.loss, end.grad_norm, lr, wall_seconds() - start);
+        train_run_end_step(&run, master, step, &end, lr, wall_seconds() - start);
     }
 
+    print_no_target_summary(&run, master);
     print_peak_memory(mesh);
     free(tr.losses_host);
     step_loss_cuda_free(&tr.step_loss);

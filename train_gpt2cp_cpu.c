@@ -183,10 +183,11 @@ int main(int argc, char **argv) {
     train_runtime_init(&argc, &argv);
     TrainConfig cfg;
     train_config_defaults(&cfg);
-    if (help_asked_anywhere(parse_train_args(argc, argv, &cfg, NULL))) {
+    int help = parse_train_args(argc, argv, &cfg, NULL);
+    if (help_asked_anywhere(help)) {
         if (fatal_rank == 0) { print_usage(stdout, argv[0], NULL); }
         job_comm_finalize();
-        return 1;
+        return help ? 0 : 1; // a rank not asked for the help was asked to train, and did not
     }
     CpLayoutKind layout = validate_train_config(&cfg);
     check_flags_agree(&cfg, NULL);
@@ -215,9 +216,7 @@ int main(int argc, char **argv) {
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
         if (run_validates(&run, &cfg, step, last_step)) {
-            float val_loss = validation_loss(forward_step_verb, &tr, &run.val_loader, run.val_batches);
-            if (master) { printf("val loss %.6f\n", val_loss); }
-            logger_log_val(&run.logger, step, val_loss);
+            validate(forward_step_verb, &tr, &run, master, step);
         }
         if (run_evaluates(&run, &cfg, step, last_step)) {
             float accuracy = hellaswag_accuracy(forward_step_verb, shard_losses, &tr, &run, ranks.cp, ranks.dp);
@@ -252,13 +251,14 @@ int main(int argc, char **argv) {
         StepEnd end = step_end(&tr.step_loss, model.grads_memory, model.num_parameters);
         check_step_finite(&cfg, step, end.loss, end.grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
-        if (!skip_update(&run, &cfg, master, end.loss, end.grad_norm)) {
+        if (!skip_update(&run, &cfg, master, &end)) {
             gpt2_update(&model, lr, cfg.weight_decay, end.update_scale, step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
         }
-        train_run_end_step(&run, master, step, end.loss, end.grad_norm, lr, wall_seconds() - start);
+        train_run_end_step(&run, master, step, &end, lr, wall_seconds() - start);
     }
 
+    print_no_target_summary(&run, master);
     print_peak_memory(mesh);
     train_run_free(&run, &cfg);
     cp_attention_free(&attention);

@@ -139,7 +139,7 @@ static void comm_blocking_expired(int sig) {
 
 // Arms the timer of a blocking call `what`.
 static void comm_blocking_begin(const char *what) {
-    int n = fatal_wait_for_printer != NULL
+    int n = fatal_all_reached != NULL
                 ? snprintf(comm_blocking_line, sizeof(comm_blocking_line), "error: rank %d: ", fatal_rank)
                 : snprintf(comm_blocking_line, sizeof(comm_blocking_line), "error: ");
     snprintf(comm_blocking_line + n, sizeof(comm_blocking_line) - n, "no progress for %g s in %s, which waits for "

@@ -118,6 +118,7 @@ typedef struct {
     float loss;
     float grad_norm;
     float update_scale;
+    double targets;     // the step's valid targets over the world: 0 when the loss masks keep none
 } StepEnd;
 
 // grad_norm_squared: the sum of squares of the summed gradients (the world's)
@@ -128,6 +129,7 @@ static StepEnd step_end_of(const StepLoss *s, double grad_norm_squared) {
     end.loss = mean_loss(s->stats);
     end.grad_norm = (float)(grad_scale * sqrt(grad_norm_squared));
     end.update_scale = (float)grad_scale * grad_clip_scale(end.grad_norm);
+    end.targets = s->stats.valid_count;
     return end;
 }
 

@@ -28,18 +28,32 @@ static void mpi_abort_job(void) {
     MPI_Abort(MPI_COMM_WORLD, 1);
 }
 
-// The other ranks of a fatal_everywhere wait here for rank 0 to print and abort.
-// The wait is bounded: should rank 0 not see the error after all, this rank
-// stops waiting, prints its own line and ends the job itself.
-static void mpi_wait_for_printer(void) {
+// fatal_everywhere's meeting: a duplicate of the world, so that no other collective
+// can match its barrier
+static MPI_Comm mpi_fatal_comm = MPI_COMM_NULL;
+#define MPI_FATAL_MEETING_SECONDS 10
+
+// Every rank of a fatal_everywhere meets here: 1 once every rank has come, 0 after
+// MPI_FATAL_MEETING_SECONDS without them (a rank that did not see the error: the
+// job is then aborted).
+static int mpi_fatal_all_reached(void) {
     MPI_Request request;
-    MPI_Ibarrier(MPI_COMM_WORLD, &request);
+    MPI_Ibarrier(mpi_fatal_comm, &request);
     time_t start = time(NULL);
     int done = 0;
-    while (!done && time(NULL) - start < 10) {
+    while (!done && time(NULL) - start < MPI_FATAL_MEETING_SECONDS) {
         MPI_Test(&request, &done, MPI_STATUS_IGNORE);
-        usleep(1000);
+        if (!done) { usleep(1000); }
     }
+    return done;
+}
+
+static void mpi_runtime_finalize(void);
+
+// After an error every rank reached: MPI's own end on every rank, then status 1.
+static void mpi_agreed_exit(void) {
+    mpi_runtime_finalize();
+    exit(1);
 }
 
 // the ranks on this node (the ones that share its memory), and this one's index
@@ -55,7 +69,9 @@ static void mpi_runtime_init(int *argc, char ***argv) {
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     fatal_rank = rank;
     fatal_exit_hook = mpi_abort_job;
-    fatal_wait_for_printer = mpi_wait_for_printer;
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(MPI_COMM_WORLD, &mpi_fatal_comm));
+    fatal_all_reached = mpi_fatal_all_reached;
+    fatal_agreed_exit_hook = mpi_agreed_exit;
     // an MPI error is never recoverable here: let MPI end the job at once
     MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
     comm_timeout_init();
@@ -72,7 +88,12 @@ static void mpi_runtime_init(int *argc, char ***argv) {
 // (which waits for every rank) runs under the timer.
 static void mpi_runtime_finalize(void) {
     comm_beacon_finalize();
+    MPI_Comm_free(&mpi_fatal_comm);
     COMM_BLOCKING("MPI_Finalize", MPI_Finalize());
+    // past MPI's end an error ends this process alone
+    fatal_all_reached = NULL;
+    fatal_agreed_exit_hook = NULL;
+    fatal_exit_hook = NULL;
 }
 
 #endif // CP_MPI_RUNTIME_H

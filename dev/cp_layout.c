@@ -73,6 +73,7 @@ MAX_BT.
 #include "../cp/attention_cost.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/dataloader.h"
+#include "../llmc/tool_outputs.h"
 
 #define MAX_T 65536
 #define MAX_BT (1 << 20)
@@ -372,10 +373,6 @@ static int gnuplot_found(void) {
     return system("command -v gnuplot > /dev/null 2>&1") == 0;
 }
 
-static char picture_tmp[4200]; // the .tmp of the picture being written, for a failure to remove
-
-static void remove_picture_tmp(void) { unlink(picture_tmp); }
-
 static FILE *open_in(const char *dir, const char *name, char *path, size_t size) {
     snprintf(path, size, "%s/%s", dir, name);
     return open_output_file(path, 0);
@@ -411,33 +408,21 @@ static unsigned char *load_picture(const char *drawn, long *size) {
     return bytes;
 }
 
-// Writes the picture to `png`, every write checked (gnuplot itself exits 0 when its
-// output cannot be written, a full device). A regular file (or a new one) is
-// written whole to png.tmp and renamed into place, so that a failed write leaves
-// the earlier picture as it was and no .tmp; anything else (a device) is written
-// directly.
-static void write_picture(const char *png, const unsigned char *bytes, long size) {
-    struct stat st;
-    if (stat(png, &st) == 0 && !S_ISREG(st.st_mode)) {
-        FILE *out = open_output_file(png, 0);
-        fwriteCheck(bytes, 1, (size_t)size, out, png);
-        fcloseCheck(out, png);
-        return;
-    }
-    AtomicFile af;
-    atomic_open(&af, png);
-    snprintf(picture_tmp, sizeof(picture_tmp), "%s", af.tmp_path);
-    fatal_cleanup_hook = remove_picture_tmp;
-    fwriteCheck(bytes, 1, (size_t)size, af.fp, af.tmp_path);
-    atomic_commit(&af);
-    fatal_cleanup_hook = NULL;
+// Writes the picture into output 0 (-png), every write checked: gnuplot itself exits
+// 0 when its output cannot be written, a full device. A file is written whole beside
+// -png and renamed into place (llmc/tool_outputs.h), so that a failed write leaves
+// the earlier picture as it was.
+static void write_picture(ToolOutputs *outs, const unsigned char *bytes, long size) {
+    FILE *fp = tool_output_open(outs, 0);
+    fwriteCheck(bytes, 1, (size_t)size, fp, tool_output_name(outs, 0));
+    tool_outputs_commit(outs);
 }
 
 // Writes the data and the script into a fresh temporary directory, runs gnuplot, and
 // removes the temporary files. Left: the P x P attention matrix, each visible pair in
 // the colour of the rank that computes it, with the tile boundaries; right: the work
 // per rank.
-static void draw_png(const char *png, const CpSharder *sh, int cp, int tile, const Work *work, const WorkStats *st,
+static void draw_png(ToolOutputs *outs, const CpSharder *sh, int cp, int tile, const Work *work, const WorkStats *st,
                      const PairGrid *g) {
     const ShardLayout *lay0 = &sh[0].layout;
     int T = lay0->original_seq_len, P = lay0->padded_seq_len, Tl = lay0->local_len;
@@ -556,8 +541,8 @@ static void draw_png(const char *png, const CpSharder *sh, int cp, int tile, con
     remove(script_path);
     remove(drawn_path);
     rmdir(dir);
-    if (picture == NULL) { fatal("gnuplot drew no picture for '%s' (its message is above)", png); }
-    write_picture(png, picture, size);
+    if (picture == NULL) { fatal("gnuplot drew no picture for '%s' (its message is above)", outs->out[0].path); }
+    write_picture(outs, picture, size);
     free(picture);
 }
 
@@ -587,10 +572,9 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
     }
 }
 
-__attribute__((format(printf, 1, 2), noreturn))
-static void usage_error(const char *fmt, ...) {
-    fprintf(stderr, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|striped|packed|identity [-i FILE [-b B] [-dm 0|1]]"
-                    " [-tile R] [-m dN [-cu U]] [-png FILE]\n"
+static void print_usage(FILE *out) {
+    fprintf(out, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|striped|packed|identity [-i FILE [-b B] [-dm 0|1]]"
+                    " [-tile R] [-m dN [-cu U]] [-png FILE] [-h]\n"
                     "  -t    sequence length T (1..%d)\n"
                     "  -cp   context-parallel size (ranks in the ring, >= 1)\n"
                     "  -cl   layout (cp/layout.h); identity needs -cp 1, packed needs -dm 1\n"
@@ -604,7 +588,14 @@ static void usage_error(const char *fmt, ...) {
                     "        bytes and messages per rank and layer\n"
                     "  -cu   with -m, the Ulysses degree of hybrid (default 2, or 1 where 2 does not divide cp)\n"
                     "  -png  also draw the attention matrix (summed over the rows) and the work per rank\n"
-                    "        (needs gnuplot)\n", MAX_T, MAX_BT, EOT_TOKEN, RING_SUBBLOCKS);
+                    "        (needs gnuplot); never the -i file, written whole before it replaces one\n"
+                    "  -h    this help\n", MAX_T, MAX_BT, EOT_TOKEN, RING_SUBBLOCKS);
+}
+
+// A bad command line: the usage and one error line on standard error, exit 1.
+__attribute__((format(printf, 1, 2), noreturn))
+static void usage_error(const char *fmt, ...) {
+    print_usage(stderr);
     va_list args;
     va_start(args, fmt);
     fprintf(stderr, "error: ");
@@ -629,6 +620,10 @@ int main(int argc, char **argv) {
     const char *png = NULL, *input = NULL;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
+        if (strcmp(flag, "-h") == 0 || strcmp(flag, "--help") == 0) {
+            print_usage(stdout);
+            return 0;
+        }
         int known = strcmp(flag, "-t") == 0 || strcmp(flag, "-cp") == 0 || strcmp(flag, "-cl") == 0
                     || strcmp(flag, "-png") == 0 || strcmp(flag, "-i") == 0 || strcmp(flag, "-b") == 0
                     || strcmp(flag, "-dm") == 0 || strcmp(flag, "-m") == 0 || strcmp(flag, "-cu") == 0
@@ -667,7 +662,16 @@ int main(int argc, char **argv) {
     if (U != 0 && depth == 0) { usage_error("-cu %d: the Ulysses degree is for the -m report", U); }
     if (U == 0) { U = cp % 2 == 0 ? 2 : 1; }
     if (U < 1 || (cp > 0 && cp % U != 0)) { usage_error("-cu %d must divide -cp %d (cp = U x R)", U, cp); }
-    if (png && strchr(png, '\'')) { usage_error("-png '%s': a file name with a single quote is not supported", png); }
+    // -png is checked before the work, and never written over -i (llmc/tool_outputs.h)
+    ToolOutputs outs = {0};
+    if (png) { tool_outputs_add(&outs, "-png", png); }
+    glob_t shards; // -i is a pattern, as the trainer's: every file it names is an input
+    if (png && input && glob(input, 0, NULL, &shards) == 0) {
+        for (size_t i = 0; i < shards.gl_pathc; i++) {
+            tool_outputs_check_input(&outs, "the -i token file", shards.gl_pathv[i]);
+        }
+        globfree(&shards);
+    }
     if (png && !gnuplot_found()) { fatal("-png needs gnuplot, which is not on the PATH (Debian: apt-get install gnuplot-nox)"); }
 
     Batch batch = input ? file_batch(input, B, T, documents ? EOT_TOKEN : -1) : dummy_batch(T);
@@ -704,7 +708,7 @@ int main(int argc, char **argv) {
     if (depth > 0) { print_comm(&sh[0], cp, U, depth); }
     fflush(stdout);
     if (png) {
-        draw_png(png, sh, cp, tile, work, &st, &grid);
+        draw_png(&outs, sh, cp, tile, work, &st, &grid);
         free(grid.visible);
         free(grid.computed);
     }

@@ -24,6 +24,9 @@ prompt is read as context but never learned.
 
 It prints how many documents it found, how many had an answer, and how many
 tokens are learned. Every file and flag is checked; a bad one ends with one line.
+The mask is written to a temporary file beside -o and renamed into place once
+whole, and -o is never the token file or the tokenizer, by any path
+(llmc/tool_outputs.h): a failed run leaves the previous mask as it was.
 */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,9 +34,10 @@ tokens are learned. Every file and flag is checked; a bad one ends with one line
 #include "../llmc/dataloader.h"
 #include "../llmc/loss_mask.h"
 #include "../llmc/tokenizer.h"
+#include "../llmc/tool_outputs.h"
 #include "../llmc/utils.h"
 
-#define USAGE "usage: loss_mask -i TOKENS.bin -a MARKER [-tk TOKENIZER] [-o MASK] (default -tk " \
+#define USAGE "usage: loss_mask -i TOKENS.bin -a MARKER [-tk TOKENIZER] [-o MASK] [-h] (default -tk " \
               "dev/data/gpt2_tokenizer.bin, -o TOKENS.mask)"
 
 // The tokenizer at path, whatever its vocabulary.
@@ -73,6 +77,17 @@ static uint16_t *load_tokens(const char *path, int vocab_size, size_t *ntok) {
 
 int main(int argc, char **argv) {
     const char *input = NULL, *marker = NULL, *tokenizer_path = "dev/data/gpt2_tokenizer.bin", *output = NULL;
+    if (argc == 2 && (strcmp(argv[1], "-h") == 0 || strcmp(argv[1], "--help") == 0)) {
+        printf("%s\n"
+               "  -i TOKENS.bin  the llm.c token file: documents, each opened by the tokenizer's EOT token\n"
+               "  -a MARKER      the text that ends each prompt: the tokens after it are learned\n"
+               "  -tk TOKENIZER  llm.c's tokenizer file, to find MARKER in the decoded tokens\n"
+               "  -o MASK        the mask file (llmc/loss_mask.h) the trainers' -lm 1 read beside TOKENS.bin\n"
+               "  -h             this help\n"
+               "  The mask is never the -i or -tk file, by any path, and is written whole before it replaces one.\n",
+               USAGE);
+        return 0;
+    }
     if (argc % 2 == 0) { fatal(USAGE); }
     for (int i = 1; i < argc; i += 2) {
         if (strcmp(argv[i], "-i") == 0) { input = argv[i + 1]; }
@@ -89,6 +104,12 @@ int main(int argc, char **argv) {
         if (loss_mask_path(mask_path, sizeof(mask_path), input) != 0) { fatal("-i '%s': the name is too long", input); }
         output = mask_path;
     }
+
+    // the mask is written only once whole, and never over what the run reads (llmc/tool_outputs.h)
+    ToolOutputs outs = {0};
+    tool_outputs_add(&outs, output == mask_path ? "the default -o" : "-o", output);
+    tool_outputs_check_input(&outs, "the -i token file", input);
+    tool_outputs_check_input(&outs, "the -tk tokenizer", tokenizer_path);
 
     Tokenizer tok;
     load_tokenizer(&tok, tokenizer_path);
@@ -132,14 +153,14 @@ int main(int argc, char **argv) {
         }
     }
 
-    FILE *fp = open_output_file(output, 0);
+    FILE *fp = tool_output_open(&outs, 0);
     int header[256] = {0};
     header[0] = LOSS_MASK_MAGIC;
     header[1] = LOSS_MASK_VERSION;
     header[2] = (int)ntok;
-    fwriteCheck(header, sizeof(int), 256, fp, output);
-    fwriteCheck(mask, 1, ntok, fp, output);
-    fcloseCheck(fp, output);
+    fwriteCheck(header, sizeof(int), 256, fp, tool_output_name(&outs, 0));
+    fwriteCheck(mask, 1, ntok, fp, tool_output_name(&outs, 0));
+    tool_outputs_commit(&outs);
     printf("%s: %zu tokens, %zu documents, %zu with the marker '%s'; %zu tokens learned (mask 1), %zu masked\n",
            output, ntok, documents, answered, marker, learned, ntok - learned);
     free(tail);

@@ -6,15 +6,22 @@ llm.c's tokenizer file (llmc/tokenizer.h) and the pre-tokenizer regex run by PCR
    digits, other symbols, each with an optional leading space; runs of white
    space), in PCRE2's UTF mode with Unicode properties:
        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
-   \s is spelled out as the white space of ECMAScript, the reference encoder's
-   language (gpt-3-encoder, which made dev/data's tokens): U+0009..U+000D, U+0020,
-   U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000, U+FEFF.
+   \s is spelled out as tiktoken's (llm.c's data scripts encode with tiktoken; its
+   regex engine's \s is Unicode's White_Space): U+0009..U+000D, U+0020, U+0085,
+   U+00A0, U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000. The npm
+   gpt-3-encoder (JavaScript's \s) differs at two characters: U+0085 is no white
+   space there, U+FEFF is; neither occurs in dev/data's Austen text, whose tokens
+   are therefore the same under both rules.
 2. Merge: each piece starts as its bytes, one token each; the adjacent pair whose
    concatenation is the token of the lowest id merges (the leftmost of equals),
    until no adjacent pair makes a token. This is tiktoken's rule: GPT-2's tokens
    256..50255 are its merges in rank order, so a merge's rank is the id of the
    token it makes, and the tokenizer file's token bytes are all the tables needed.
    The EOT token (50256, "<|endoftext|>") is no merge: text never encodes to it.
+   The pairs wait in a binary heap ordered by (rank, start), so each merge costs
+   O(log n) and a piece of n bytes O(n log n), in 14 bytes of working space per
+   byte: a run of a million letters or spaces is one piece, and must not take
+   the n^2 of a scan for the lowest pair per merge.
 
 Pieces repeat (words), so each piece's tokens are kept in a cache.
 */
@@ -30,7 +37,7 @@ Pieces repeat (words), so each piece's tokens are kept in a cache.
 #include "utf8.h"
 #include "utils.h"
 
-#define BPE_WHITE_SPACE "\\t\\n\\x{0B}\\f\\r \\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}\\x{FEFF}"
+#define BPE_WHITE_SPACE "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}\\x{205F}\\x{3000}"
 #define BPE_PATTERN "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" BPE_WHITE_SPACE "\\p{L}\\p{N}]+" \
                     "|[" BPE_WHITE_SPACE "]+(?![^" BPE_WHITE_SPACE "])|[" BPE_WHITE_SPACE "]+"
 
@@ -55,10 +62,15 @@ typedef struct {
     BpeRanks ranks;
     pcre2_code *regex;
     pcre2_match_data *match;
-    // working space of one piece's merge
+    // working space of one piece's merge, indexed by byte offset in the piece: a part
+    // (a token so far) is named by the offset of its first byte
     size_t cap;
-    size_t *starts; // (cap + 1) the byte offsets where the piece's parts start
-    uint32_t *pair_rank; // (cap) the rank of part i merged with part i + 1
+    uint8_t *len;   // (cap) at a part's first byte: its length (a token's: 1..255)
+    uint8_t *back;  // (cap) at a part's last byte: its length, the step to the part's start
+    uint64_t *heap; // (cap) the queued pairs as rank << 32 | start (the rank: the id of the part at
+                    // start and the next joined), a binary min-heap: lowest rank, then leftmost
+    uint32_t *slot; // (cap) at a part's first byte: its pair's index in heap, or BPE_NOT_QUEUED
+    size_t heap_n;
     // the cache
     BpeCacheSlot *cache;
     size_t cache_mask, cache_used;
@@ -97,16 +109,19 @@ static int bpe_init(BpeEncoder *e, const char *tokenizer_path, char *why, size_t
         fclose(fp);
         return problem(why, why_size, "cannot read its header");
     }
+    if (header[2] > 65536) {
+        fclose(fp);
+        return problem(why, why_size, "%d tokens do not fit llm.c's uint16 token files", header[2]);
+    }
     rewind(fp);
     int status = tokenizer_read(&e->tok, fp, size, header[2], why, why_size);
     fclose(fp);
     if (status != 0) { return -1; }
     int V = e->tok.vocab_size;
-    if (V > 65536) { return problem(why, why_size, "%d tokens do not fit llm.c's uint16 token files", V); }
-    // every byte must be a token of its own: a piece starts as its bytes
+    // every byte must be a token of its own, and not the EOT (no merge): a piece starts as its bytes
     int seen[256] = {0};
     for (int i = 0; i < V; i++) {
-        if (e->tok.lengths[i] == 1) { seen[(unsigned char)e->tok.token_table[i][0]] = 1; }
+        if (e->tok.lengths[i] == 1 && i != e->tok.eot_token) { seen[(unsigned char)e->tok.token_table[i][0]] = 1; }
     }
     for (int b = 0; b < 256; b++) {
         if (!seen[b]) { return problem(why, why_size, "no token holds the single byte 0x%02X: no byte-level BPE", b); }
@@ -147,48 +162,110 @@ static void bpe_free(BpeEncoder *e) {
     free(e->ranks.slots);
     pcre2_match_data_free(e->match);
     pcre2_code_free(e->regex);
-    free(e->starts);
-    free(e->pair_rank);
+    free(e->len);
+    free(e->back);
+    free(e->heap);
+    free(e->slot);
     free(e->cache);
     free(e->arena);
     memset(e, 0, sizeof(*e));
 }
 
-static uint32_t bpe_pair_rank(const BpeEncoder *e, const unsigned char *piece, int nparts, int i) {
-    if (i < 0 || i + 1 >= nparts) { return BPE_NO_RANK; }
-    return bpe_rank(&e->ranks, piece + e->starts[i], e->starts[i + 2] - e->starts[i]);
+// ----------------------------------------------------------------------------
+// the merge queue: the parts whose pair with the next part makes a token
+
+#define BPE_NOT_QUEUED UINT32_MAX
+
+static uint32_t bpe_pair_start(uint64_t key) { return (uint32_t)key; }
+
+static void bpe_heap_place(BpeEncoder *e, size_t at, uint64_t key) {
+    e->heap[at] = key;
+    e->slot[bpe_pair_start(key)] = (uint32_t)at;
+}
+
+static void bpe_heap_up(BpeEncoder *e, size_t at) {
+    uint64_t key = e->heap[at];
+    for (; at > 0 && key < e->heap[(at - 1) / 2]; at = (at - 1) / 2) { bpe_heap_place(e, at, e->heap[(at - 1) / 2]); }
+    bpe_heap_place(e, at, key);
+}
+
+static void bpe_heap_down(BpeEncoder *e, size_t at) {
+    uint64_t key = e->heap[at];
+    for (;;) {
+        size_t child = 2 * at + 1;
+        if (child >= e->heap_n) { break; }
+        if (child + 1 < e->heap_n && e->heap[child + 1] < e->heap[child]) { child++; }
+        if (key <= e->heap[child]) { break; }
+        bpe_heap_place(e, at, e->heap[child]);
+        at = child;
+    }
+    bpe_heap_place(e, at, key);
+}
+
+static void bpe_dequeue(BpeEncoder *e, uint32_t part) {
+    size_t at = e->slot[part];
+    if (at == BPE_NOT_QUEUED) { return; }
+    e->slot[part] = BPE_NOT_QUEUED;
+    uint64_t moved = e->heap[--e->heap_n];
+    if (at == e->heap_n) { return; }
+    bpe_heap_place(e, at, moved);
+    bpe_heap_up(e, at);
+    bpe_heap_down(e, e->slot[bpe_pair_start(moved)]);
+}
+
+// The part at `part` of the piece (n bytes) changed, or its next part did: its pair
+// is queued with its new rank, or leaves the queue when it makes no token.
+static void bpe_requeue(BpeEncoder *e, const unsigned char *piece, size_t n, uint32_t part) {
+    size_t next = (size_t)part + e->len[part];
+    size_t joined = next < n ? (size_t)e->len[part] + e->len[next] : 0;
+    uint32_t r = joined > 0 && joined <= 255 ? bpe_rank(&e->ranks, piece + part, joined) : BPE_NO_RANK;
+    if (r == BPE_NO_RANK) {
+        bpe_dequeue(e, part);
+        return;
+    }
+    if (e->slot[part] == BPE_NOT_QUEUED) { e->slot[part] = (uint32_t)e->heap_n++; }
+    e->heap[e->slot[part]] = (uint64_t)r << 32 | part;
+    bpe_heap_up(e, e->slot[part]);
+    bpe_heap_down(e, e->slot[part]);
 }
 
 // Merges one piece of n bytes into tokens: returns their number, the ids in out (n of room).
 static size_t bpe_merge_piece(BpeEncoder *e, const unsigned char *piece, size_t n, uint16_t *out) {
-    if (n + 1 > e->cap) {
-        e->cap = 2 * (n + 1);
-        free(e->starts);
-        free(e->pair_rank);
-        e->starts = (size_t *)mallocCheck((e->cap + 1) * sizeof(size_t));
-        e->pair_rank = (uint32_t *)mallocCheck(e->cap * sizeof(uint32_t));
+    if (n >= BPE_NOT_QUEUED) { fatal("a piece of %zu bytes (one run of letters, digits or spaces): the most is 4 GiB", n); }
+    if (n > e->cap) {
+        e->cap = n > 2 * e->cap ? n : 2 * e->cap;
+        free(e->len);
+        free(e->back);
+        free(e->heap);
+        free(e->slot);
+        e->len = (uint8_t *)mallocCheck(e->cap);
+        e->back = (uint8_t *)mallocCheck(e->cap);
+        e->heap = (uint64_t *)mallocCheck(e->cap * sizeof(uint64_t));
+        e->slot = (uint32_t *)mallocCheck(e->cap * sizeof(uint32_t));
     }
-    int nparts = (int)n;
-    for (size_t i = 0; i <= n; i++) { e->starts[i] = i; }
-    for (int i = 0; i < nparts; i++) { e->pair_rank[i] = bpe_pair_rank(e, piece, nparts, i); }
-    for (;;) {
-        int best = -1;
-        uint32_t best_rank = BPE_NO_RANK;
-        for (int i = 0; i + 1 < nparts; i++) {
-            if (e->pair_rank[i] < best_rank) { best_rank = e->pair_rank[i]; best = i; }
-        }
-        if (best < 0) { break; }
-        // parts best and best + 1 become one: drop the boundary between them
-        memmove(e->starts + best + 1, e->starts + best + 2, (size_t)(nparts - best - 1) * sizeof(size_t));
-        memmove(e->pair_rank + best + 1, e->pair_rank + best + 2, (size_t)(nparts - best - 2) * sizeof(uint32_t));
-        nparts--;
-        e->pair_rank[best] = bpe_pair_rank(e, piece, nparts, best);
-        if (best > 0) { e->pair_rank[best - 1] = bpe_pair_rank(e, piece, nparts, best - 1); }
+    // every byte a part; the pairs that make a token queued, then ordered in O(n)
+    e->heap_n = 0;
+    for (size_t i = 0; i < n; i++) {
+        e->len[i] = e->back[i] = 1;
+        uint32_t r = i + 1 < n ? bpe_rank(&e->ranks, piece + i, 2) : BPE_NO_RANK;
+        e->slot[i] = BPE_NOT_QUEUED;
+        if (r != BPE_NO_RANK) { bpe_heap_place(e, e->heap_n++, (uint64_t)r << 32 | i); }
     }
-    for (int i = 0; i < nparts; i++) {
-        out[i] = (uint16_t)bpe_rank(&e->ranks, piece + e->starts[i], e->starts[i + 1] - e->starts[i]);
+    for (size_t at = e->heap_n / 2; at-- > 0;) { bpe_heap_down(e, at); }
+    // the first pair in (rank, start) order joins its two parts into one
+    while (e->heap_n > 0) {
+        uint32_t part = bpe_pair_start(e->heap[0]);
+        uint32_t next = part + e->len[part];
+        bpe_dequeue(e, next); // inside part now
+        uint8_t joined = (uint8_t)(e->len[part] + e->len[next]); // a token: at most 255 bytes
+        e->len[part] = joined;
+        e->back[part + joined - 1] = joined;
+        bpe_requeue(e, piece, n, part);
+        if (part > 0) { bpe_requeue(e, piece, n, part - e->back[part - 1]); }
     }
-    return (size_t)nparts;
+    size_t count = 0;
+    for (size_t i = 0; i < n; i += e->len[i]) { out[count++] = (uint16_t)bpe_rank(&e->ranks, piece + i, e->len[i]); }
+    return count;
 }
 
 static size_t bpe_arena_add(BpeEncoder *e, const void *data, size_t n) {

@@ -24,8 +24,8 @@ file or none of it. Resume trusts only the newest step with a DONE_ marker: a
 crash in the middle of writing step N leaves step N without its marker and the
 previous checkpoint in charge; leftover .tmp files are never read.
 
-State file (version 4): 256 int32 header
-    [0] 20241207 magic  [1] 4 version  [2] step  [3] rank  [4] world size
+State file (version 5): 256 int32 header
+    [0] 20241207 magic  [1] 5 version  [2] step  [3] rank  [4] world size
     [5] cp  [6] dp  [7] layout (CpLayoutKind)  [8] B  [9] T
 then 32 uint64: [0] number of parameters, [1] data shard, [2] data position
 (tokens into the shard), [3] sampling RNG state, [4] padded row length the batches
@@ -39,7 +39,8 @@ if the master-weights section follows the moments (else 0), [15] its checksum
 (else 0), [16] the run id, [17] the most batches any step of the run read (so [9]
 is at most step x [17]), [18] the bytes of the -tl file at the checkpoint and [19]
 the checksum of its last TOKEN_LOSS_TAIL_BYTES before that (rank 0's; 0 without
--tl), [20..30] 0, [31] the checksum of the whole header with itself 0; then the
+-tl), [20] -dm, [21] -rp, [22] -lm (each 0 or 1: what a token sees, where it
+is, and which targets count; a resume must run with the same), [23..30] 0, [31] the checksum of the whole header with itself 0; then the
 two outlier detectors of -sl and -sg (llmc/outlier_detector.h), loss then gradient
 norm, each uint64 count, uint64 index, double sum, double sum of squares, double
 window[128]; then the -e text (STATE_TEXT_BYTES, NUL-padded); then m and
@@ -79,7 +80,7 @@ carries its run id and step in slots [11..14] (checkpoint_put_tag).
 #include "utils.h"
 
 #define STATE_MAGIC 20241207
-#define STATE_VERSION 4
+#define STATE_VERSION 5 // 5: -dm, -rp, -lm recorded; a version 4 file is refused (it does not say them)
 #define STATE_FIELDS 32
 #define STATE_TEXT_BYTES 4096 // a path of up to PATH_MAX - 1 bytes: longer ones are refused before a run starts
 #define STATE_DETECTOR_BYTES ((4 + OUTLIER_WINDOW) * sizeof(uint64_t))
@@ -109,6 +110,9 @@ typedef struct {
     uint64_t micro_batches;          // the most batches any step of the run read (-d)
     uint64_t token_loss_bytes;       // the -tl file's bytes at the checkpoint (rank 0's; 0 without -tl) ...
     uint64_t token_loss_tail;        // ... and the checksum of its last TOKEN_LOSS_TAIL_BYTES (token_loss_tail)
+    uint64_t document_masking;       // -dm
+    uint64_t restart_positions;      // -rp
+    uint64_t loss_masks;             // -lm
     OutlierDetector loss_outliers, grad_norm_outliers; // -sl, -sg
     char init[STATE_TEXT_BYTES];     // the run's -e
 } TrainState;
@@ -376,15 +380,16 @@ static void state_int_fields(TrainState *s, int *fields[STATE_INT_FIELDS]) {
     memcpy(fields, order, sizeof(order));
 }
 
-// the uint64 fields [0, 20) of a state, in file order
-#define STATE_U64_FIELDS 20
+// the uint64 fields [0, 23) of a state, in file order
+#define STATE_U64_FIELDS 23
 static void state_u64_fields(TrainState *s, uint64_t *fields[STATE_U64_FIELDS]) {
     uint64_t *order[STATE_U64_FIELDS] = {&s->num_parameters, &s->data_shard, &s->data_position, &s->rng_state,
                                          &s->padded_len, &s->data_fingerprint, &s->data_tokens, &s->data_files,
                                          &s->moments_checksum, &s->data_batches, &s->data_shuffled, &s->zero_stage,
                                          &s->shard_begin, &s->shard_end, &s->has_master_weights,
                                          &s->master_checksum, &s->run_id, &s->micro_batches, &s->token_loss_bytes,
-                                         &s->token_loss_tail};
+                                         &s->token_loss_tail, &s->document_masking, &s->restart_positions,
+                                         &s->loss_masks};
     memcpy(fields, order, sizeof(order));
 }
 
@@ -499,6 +504,11 @@ static int state_read_header(FILE *fp, long size, TrainState *s, uint64_t num_pa
     if (header[0] != STATE_MAGIC) {
         return problem(why, why_size, "bad magic %d (expected %d)", header[0], STATE_MAGIC);
     }
+    if (header[1] == 4) {
+        // version 4 is version 5 without -dm, -rp, -lm: a resume cannot tell whether it continues the same training
+        return problem(why, why_size, "version 4, written before state files recorded -dm, -rp and -lm, which a resume "
+                       "must compare: resume it with the trainer that wrote it, or start afresh");
+    }
     if (header[1] != STATE_VERSION) {
         return problem(why, why_size, "version %d, only %d is supported", header[1], STATE_VERSION);
     }
@@ -527,14 +537,17 @@ static int state_read_header(FILE *fp, long size, TrainState *s, uint64_t num_pa
         s->B < 1 || s->T < 1 || s->padded_len < 1 || s->padded_len > (uint64_t)s->T * 2 * s->cp_size ||
         s->zero_stage > 1 || s->shard_begin > s->shard_end || s->shard_end > s->num_parameters ||
         s->has_master_weights > 1 || (s->zero_stage == 0 && (s->shard_begin != 0 || s->shard_end != s->num_parameters)) ||
-        s->micro_batches < 1 || s->micro_batches > 2147483647ULL) {
+        s->micro_batches < 1 || s->micro_batches > 2147483647ULL || s->document_masking > 1 ||
+        s->restart_positions > 1 || s->loss_masks > 1) {
         return problem(why, why_size, "corrupt header (step %d, rank %d, world %d, cp %d, dp %d, layout %d, B %d, T %d, "
                        "padded length %llu, -z %llu, parameters [%llu, %llu) of %llu, master weights %llu, batches "
-                       "per step %llu)", s->step, s->rank, s->world_size, s->cp_size, s->dp_size, s->layout, s->B,
-                       s->T, (unsigned long long)s->padded_len, (unsigned long long)s->zero_stage,
-                       (unsigned long long)s->shard_begin, (unsigned long long)s->shard_end,
-                       (unsigned long long)s->num_parameters, (unsigned long long)s->has_master_weights,
-                       (unsigned long long)s->micro_batches);
+                       "per step %llu, -dm %llu, -rp %llu, -lm %llu)", s->step, s->rank, s->world_size, s->cp_size,
+                       s->dp_size, s->layout, s->B, s->T, (unsigned long long)s->padded_len,
+                       (unsigned long long)s->zero_stage, (unsigned long long)s->shard_begin,
+                       (unsigned long long)s->shard_end, (unsigned long long)s->num_parameters,
+                       (unsigned long long)s->has_master_weights, (unsigned long long)s->micro_batches,
+                       (unsigned long long)s->document_masking, (unsigned long long)s->restart_positions,
+                       (unsigned long long)s->loss_masks);
     }
     if (num_parameters == 0) { return 0; }
     if (s->num_parameters != num_parameters) {

@@ -158,8 +158,8 @@ static size_t tokens_file_validate(const char *path, int vocab_size, uint64_t *f
 }
 
 // Validates the mask of the token file at tokens_path (ntok tokens), folding it into
-// *fingerprint, and returns the file as validated.
-static FileIdentity loss_mask_validate(const char *tokens_path, size_t ntok, uint64_t *fingerprint) {
+// *fingerprint and adding the targets it keeps to *kept, and returns the file as validated.
+static FileIdentity loss_mask_validate(const char *tokens_path, size_t ntok, uint64_t *fingerprint, uint64_t *kept) {
     char path[4096], why[256];
     if (loss_mask_path(path, sizeof(path), tokens_path) != 0) {
         fatal_everywhere("-lm 1: token file '%s': its mask file's name is too long", tokens_path);
@@ -168,10 +168,31 @@ static FileIdentity loss_mask_validate(const char *tokens_path, size_t ntok, uin
     if (fp == NULL) { fatal_everywhere("loss mask file '%s' (of token file '%s'): %s", path, tokens_path, why); }
     struct stat st;
     if (fstat(fileno(fp), &st) != 0) { fatal_everywhere("loss mask file '%s': %s", path, strerror(errno)); }
-    int status = loss_mask_file_read(fp, file_size_of(fp, path), ntok, fingerprint, why, sizeof(why));
+    uint64_t ones = 0;
+    int status = loss_mask_file_read(fp, file_size_of(fp, path), ntok, fingerprint, &ones, why, sizeof(why));
     fclose(fp);
     if (status != 0) { fatal_everywhere("loss mask file '%s' (of token file '%s'): %s", path, tokens_path, why); }
+    *kept += ones;
     return file_identity(&st);
+}
+
+// Masks that keep no target at all would train on nothing, each step printing no
+// loss (a typo in the answer marker of dev/loss_mask.c does it): the run refuses,
+// naming the mask files (the first few of many).
+static void loss_masks_check_kept(const glob_t *files, const char *what, const char *pattern, uint64_t kept) {
+    if (kept > 0) { return; }
+    char names[1024], path[4096];
+    size_t len = 0, shown = files->gl_pathc < 3 ? files->gl_pathc : 3;
+    names[0] = '\0';
+    for (size_t i = 0; i < shown; i++) {
+        loss_mask_path(path, sizeof(path), files->gl_pathv[i]); // its length was checked when validated
+        len += snprintf(names + len, sizeof(names) - len, "%s'%.200s'", i == 0 ? "" : ", ", path);
+    }
+    if (files->gl_pathc > shown) {
+        snprintf(names + len, sizeof(names) - len, " and %zu more", files->gl_pathc - shown);
+    }
+    fatal_everywhere("-lm 1: the loss masks of %s '%s' keep no target (every byte after each file's first is 0), "
+                     "so nothing would be learned or measured: %s", what, pattern, names);
 }
 
 // Ends the job if the open shard (or its mask) is no longer the file that was validated.
@@ -247,6 +268,22 @@ static size_t dataloader_next_span_(DataLoader *dl) {
     return (size_t)dl->span_order[dl->span_k++] * dl->dp_size * dl->B * dl->T;
 }
 
+// What to do about a file of ntok tokens, too few for one step of dp x B x T + 1:
+// the longest -t that fits at this -b and at -b 1 (T = (ntok - 1) / (dp x B)),
+// or more text.
+static void tokens_fit_advice(size_t ntok, int dp_size, int B, char *out, size_t out_size) {
+    size_t t_at_b = ntok > 0 ? (ntok - 1) / ((size_t)dp_size * B) : 0;
+    size_t t_at_1 = ntok > 0 ? (ntok - 1) / (size_t)dp_size : 0;
+    if (t_at_1 == 0) {
+        snprintf(out, out_size, "too few for any batch at dp %d: give it more text", dp_size);
+    } else if (B > 1 && t_at_b > 0) {
+        snprintf(out, out_size, "-b %d -t %zu or -b 1 -t %zu fit it (the longest -t at each), or give it more text", B,
+                 t_at_b, t_at_1);
+    } else {
+        snprintf(out, out_size, "-b 1 -t %zu fits it (the longest -t), or give it more text", t_at_1);
+    }
+}
+
 // pattern: a glob; what: the flag that named it, for messages; shuffle: llm.c's
 // shuffled order (else in order); loss_masks: read each shard's mask file too
 static void dataloader_init(DataLoader *dl, const char *pattern, const char *what, int B, int T,
@@ -263,18 +300,22 @@ static void dataloader_init(DataLoader *dl, const char *pattern, const char *wha
     dl->identity = (FileIdentity *)mallocCheck(dl->files.gl_pathc * sizeof(FileIdentity));
     dl->loss_masks = loss_masks;
     if (loss_masks) { dl->mask_identity = (FileIdentity *)mallocCheck(dl->files.gl_pathc * sizeof(FileIdentity)); }
+    uint64_t kept = 0; // the targets the masks keep
     for (size_t i = 0; i < dl->files.gl_pathc; i++) {
         const char *path = dl->files.gl_pathv[i];
         size_t ntok = tokens_file_validate(path, vocab_size, &dl->fingerprint, &dl->identity[i]);
-        if (loss_masks) { dl->mask_identity[i] = loss_mask_validate(path, ntok, &dl->fingerprint); }
+        if (loss_masks) { dl->mask_identity[i] = loss_mask_validate(path, ntok, &dl->fingerprint, &kept); }
         if (ntok < span) {
-            fatal_everywhere("token file '%s': %zu tokens, fewer than one step needs (dp %d x B %d x T %d + 1 = %zu)",
-                             path, ntok, dp_size, B, T, span);
+            char fits[160];
+            tokens_fit_advice(ntok, dp_size, B, fits, sizeof(fits));
+            fatal_everywhere("token file '%s': %zu tokens, fewer than one step needs (dp %d x B %d x T %d + 1 = %zu): %s",
+                             path, ntok, dp_size, B, T, span, fits);
         }
         dl->total_tokens += ntok;
         // a shard serves whole spans, with one token to spare for the last target
         dl->epoch_steps += (ntok - 1) / (span - 1);
     }
+    if (loss_masks) { loss_masks_check_kept(&dl->files, what, pattern, kept); }
     dl->window = (uint16_t *)mallocCheck(((size_t)B * T + 1) * sizeof(uint16_t));
     dl->inputs = (int *)mallocCheck((size_t)B * T * sizeof(int));
     dl->targets = (int *)mallocCheck((size_t)B * T * sizeof(int));

@@ -5,6 +5,8 @@ The run log, as llm.c writes it: <output dir>/main.log with one line per event,
     s:STEP eval:ACC                   HellaSwag accuracy (-h 1) before step STEP
 every value with 6 decimals (llm.c writes 4 for losses and 2 for norms; 6 tells
 runs apart that agree to 1e-4), so llm.c's dev/vislog notebook reads it as is.
+A loss is nan where there is none: a step or validation whose loss masks keep no
+target (-lm 1).
 
 Every write is flushed and checked: a full disk or a vanished directory ends the
 run naming main.log and the reason, instead of a run that exits 0 with an empty

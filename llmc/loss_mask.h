@@ -39,8 +39,9 @@ static int loss_mask_path(char *out, size_t size, const char *tokens_path) {
 
 // Checks a mask file of `size` bytes from fp against its token file of ntok tokens:
 // magic, version, token count, exact size, every byte 0 or 1. On success folds the
-// file into *fingerprint. Returns 0, or -1 with the reason in why.
-static int loss_mask_file_read(FILE *fp, long size, size_t ntok, uint64_t *fingerprint, char *why,
+// file into *fingerprint and sets *kept to the targets it keeps: its 1 bytes but
+// the first (token 0 is no prediction's target). Returns 0, or -1 with the reason in why.
+static int loss_mask_file_read(FILE *fp, long size, size_t ntok, uint64_t *fingerprint, uint64_t *kept, char *why,
                                size_t why_size) {
     int header[256];
     if (size < (long)LOSS_MASK_HEADER_BYTES) {
@@ -62,6 +63,7 @@ static int loss_mask_file_read(FILE *fp, long size, size_t ntok, uint64_t *finge
     }
     uint64_t hash = fnv1a(*fingerprint, header, sizeof(header));
     unsigned char chunk[4096];
+    uint64_t ones = 0;
     for (size_t done = 0; done < ntok;) {
         size_t n = ntok - done < sizeof(chunk) ? ntok - done : sizeof(chunk);
         if (fread(chunk, 1, n, fp) != n) { return problem(why, why_size, "cannot read its mask bytes"); }
@@ -70,11 +72,13 @@ static int loss_mask_file_read(FILE *fp, long size, size_t ntok, uint64_t *finge
                 return problem(why, why_size, "byte %u at token %zu is neither 0 (masked) nor 1 (learned)", (unsigned)chunk[i],
                                done + i);
             }
+            ones += chunk[i] && done + i > 0;
         }
         hash = fnv1a(hash, chunk, n);
         done += n;
     }
     *fingerprint = hash;
+    *kept = ones;
     return 0;
 }
 

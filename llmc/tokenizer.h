@@ -3,8 +3,8 @@ The GPT-2 tokenizer's table: each token's bytes. Samples decode with it; the
 encoder (llmc/bpe.h) builds its merges from it.
 
 File format (llm.c): 256 int32 header, [0] = 20240328, [1] = 2, [2] = V,
-[3] = EOT token id; then for each token id 0..V-1 a length byte (1..255) and that
-many bytes.
+[3] = EOT token id, which must be V - 1 (GPT-2's 50256: the EOT follows every
+merge); then for each token id 0..V-1 a length byte (1..255) and that many bytes.
 */
 #ifndef LLMC_TOKENIZER_H
 #define LLMC_TOKENIZER_H
@@ -51,8 +51,15 @@ static int tokenizer_read(Tokenizer *t, FILE *fp, long size, int model_vocab_siz
     if (V != model_vocab_size) {
         return problem(why, why_size, "vocabulary of %d tokens, the model has %d", V, model_vocab_size);
     }
-    if (header[3] < 0 || header[3] >= V) {
-        return problem(why, why_size, "EOT token %d out of range [0, %d)", header[3], V);
+    // every entry takes a length byte and at least one byte: a count the file cannot
+    // hold is refused before anything is allocated for it
+    long most = (size - (long)sizeof(header)) / 2;
+    if (V < 1 || V > most) {
+        return problem(why, why_size, "its header counts %d tokens, but its %ld bytes hold at most %ld", V, size, most);
+    }
+    // GPT-2's EOT (50256) is its last token, after every merge: one elsewhere is a corrupt field
+    if (header[3] != V - 1) {
+        return problem(why, why_size, "EOT token %d is not the vocabulary's last token %d", header[3], V - 1);
     }
     t->vocab_size = V;
     t->eot_token = header[3];

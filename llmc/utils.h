@@ -5,6 +5,10 @@ versions of the libc calls that touch files and memory.
 Why a hook: in a multi-rank run an error on one rank must end every rank, or the
 others wait forever in their next collective. The trainers install a hook that
 calls MPI_Abort; without it (unit tests, tools) a fatal error is a plain exit(1).
+An error every rank finds alike (a bad flag, a short file: fatal_everywhere) needs
+no abort: once every rank has reached it, each ends cleanly with status 1 (the
+hooks fatal_all_reached and fatal_agreed_exit_hook), and the launcher prints no
+abort banner over the one line.
 */
 #ifndef LLMC_UTILS_H
 #define LLMC_UTILS_H
@@ -29,10 +33,15 @@ static void (*fatal_exit_hook)(void) = NULL;
 static void (*fatal_cleanup_hook)(void) = NULL;
 // this rank's index in the job (0 without MPI): errors found by one rank name it
 static int fatal_rank = 0;
-// set by the transport once every rank takes part in collectives
-static void (*fatal_wait_for_printer)(void) = NULL;
+// set by the transport once every rank takes part in collectives: waits, for a
+// bounded time, until every rank has reached fatal_everywhere; 1 if all did
+static int (*fatal_all_reached)(void) = NULL;
+// ends this process cleanly (exit status 1) once every rank reached fatal_everywhere;
+// must not return
+static void (*fatal_agreed_exit_hook)(void) = NULL;
 
-static void fatal_exit(void) {
+// exit_hook: how the job ends (fatal_exit_hook, fatal_agreed_exit_hook; NULL: exit(1))
+static void fatal_exit_through(void (*exit_hook)(void)) {
     if (fatal_cleanup_hook) {
         void (*cleanup)(void) = fatal_cleanup_hook;
         fatal_cleanup_hook = NULL; // a failure inside it must not come back here
@@ -40,8 +49,12 @@ static void fatal_exit(void) {
     }
     fflush(stdout);
     fflush(stderr);
-    if (fatal_exit_hook) { fatal_exit_hook(); }
+    if (exit_hook) { exit_hook(); }
     exit(1);
+}
+
+static void fatal_exit(void) {
+    fatal_exit_through(fatal_exit_hook);
 }
 
 // Prints "error: [rank N: ]message" with one write, so that the launcher's own
@@ -64,28 +77,32 @@ __attribute__((format(printf, 1, 2), noreturn))
 static void fatal(const char *fmt, ...) {
     va_list args;
     va_start(args, fmt);
-    fatal_print(fatal_wait_for_printer != NULL, fmt, args);
+    fatal_print(fatal_all_reached != NULL, fmt, args);
     va_end(args);
     fatal_exit();
     abort(); // unreachable: fatal_exit never returns
 }
 
 // An error every rank finds identically (a bad flag, a bad file header): rank 0
-// prints the one line and ends the job, the other ranks wait to be ended by it,
-// so the message appears once and is never cut off by another rank's abort.
-// Should rank 0 not end the job after all, the waiting rank reports it itself,
-// naming its rank.
+// prints the one line; once every rank has reached it, each ends cleanly with
+// status 1, so the message appears once, is never cut off by an abort, and is the
+// only line. Should some rank not reach it after all (its file differs), the job is
+// aborted: rank 0 after its line, another rank after a line of its own, naming it.
 __attribute__((format(printf, 1, 2), noreturn))
 static void fatal_everywhere(const char *fmt, ...) {
-    int waited = 0;
-    if (fatal_rank != 0 && fatal_wait_for_printer) {
-        fatal_wait_for_printer();
-        waited = 1;
-    }
     va_list args;
-    va_start(args, fmt);
-    fatal_print(waited, fmt, args);
-    va_end(args);
+    if (fatal_rank == 0 || fatal_all_reached == NULL) {
+        va_start(args, fmt);
+        fatal_print(0, fmt, args);
+        va_end(args);
+    }
+    if (fatal_all_reached == NULL) { fatal_exit(); }
+    if (fatal_all_reached()) { fatal_exit_through(fatal_agreed_exit_hook); }
+    if (fatal_rank != 0) {
+        va_start(args, fmt);
+        fatal_print(1, fmt, args);
+        va_end(args);
+    }
     fatal_exit();
     abort();
 }
@@ -265,13 +282,18 @@ static void atomic_open(AtomicFile *af, const char *path) {
     af->fp = open_output_file(af->tmp_path, 0);
 }
 
+// The directory part of path ("." for a bare name, "/" for one in the root), in dir.
+static void path_directory(const char *path, char *dir, size_t size) {
+    snprintf(dir, size, "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash == dir) { slash[1] = '\0'; } else if (slash) { *slash = '\0'; } else { snprintf(dir, size, "."); }
+}
+
 // Syncs the directory that holds `path`, so that a rename or a removal in it
 // survives a crash of the machine.
 static void fsync_parent_dir(const char *path) {
     char dir[4096];
-    snprintf(dir, sizeof(dir), "%s", path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) { slash[1] = '\0'; } else if (slash) { *slash = '\0'; } else { snprintf(dir, sizeof(dir), "."); }
+    path_directory(path, dir, sizeof(dir));
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
     if (fd < 0 || fsync(fd) != 0) { fatal("cannot sync directory '%s' to disk: %s", dir, strerror(errno)); }
     close(fd);

@@ -23,6 +23,11 @@
 # none, so that a newer system copy is never shadowed by Debian's older one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/script_lib.sh
+usage="usage: bash scripts/gpu_bundle.sh [DIR]   (DIR: default gpu_bundle/, from the repository root)
+  -h    this help"
+case ${1:-} in -h|--help) echo "$usage"; exit 0 ;; -*) usage_error "unknown flag '$1'" ;; esac
+[ $# -le 1 ] || usage_error "one DIR at most, not $#"
 BUNDLE=${1:-gpu_bundle}
 MULTIARCH=x86_64-linux-gnu
 MAX_MIB=40

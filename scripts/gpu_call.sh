@@ -18,6 +18,11 @@
 # dev/cuda/emu/run.sh gpu_call), so that a broken script fails there, not on the GPU.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/script_lib.sh
+usage="usage: bash scripts/gpu_call.sh   (on the GPU machine, gpu_prep/ carried along)
+  -h    this help
+  env: OUT (the reports' folder), GPU_CALL_DEADLINE, GPU_CALL_EMULATION"
+no_arguments "$@"
 GPU_CALL_START=$(date +%s)
 export GPU_CALL_START
 # both parts report into one folder: $OUT on the GPU machine, else build/gpu_call

@@ -33,6 +33,10 @@
 # side by side; summary.txt gets a line as each ends.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+source scripts/script_lib.sh
+usage="usage: bash scripts/gpu_check.sh   (on the GPU machine, gpu_prep/ carried along; scripts/gpu_call.sh runs it)
+  -h    this help"
+no_arguments "$@"
 REPO=$(pwd)
 GPU_SCRIPT=gpu_check
 # shellcheck source=scripts/gpu_toolchain.sh

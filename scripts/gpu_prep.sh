@@ -20,6 +20,10 @@
 # The folder must stay under the call's 64 MiB; its size is checked.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/script_lib.sh
+usage="usage: [GPU_PREP_SIZES=gpu|emulation] bash scripts/gpu_prep.sh   (make gpu_prep)
+  -h    this help"
+no_arguments "$@"
 PREP=gpu_prep
 MAX_MIB=60
 SIZES=${GPU_PREP_SIZES:-gpu}

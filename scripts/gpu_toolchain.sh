@@ -33,6 +33,8 @@
 # (EMU_DEVICES=4), no nvcc, nvidia-smi, compute-sanitizer or torch needed (their
 # steps say so and go on), gpu_prep made with GPU_PREP_SIZES=emulation.
 # Returns non-zero (after saying why) when something the call cannot do without is missing.
+source "$(dirname "${BASH_SOURCE[0]}")/script_lib.sh"
+sourced_only "usage: source scripts/gpu_toolchain.sh   (scripts/gpu_check.sh and dev/bench/gpu_bench.sh do, with REPO and GPU_SCRIPT set)" "$@"
 WORK=$REPO/build/$GPU_SCRIPT
 rm -rf "$WORK"
 mkdir -p "$WORK"

@@ -21,23 +21,42 @@
 #
 #   bash scripts/loss_curves.sh -t 4096 -e d1 -b 1 -x 30 -f "-u 5 -l 3e-3" -p -o docs/loss_curves_T4096.png
 #
-# Runs go to DIR/<model>_T<T>/<name>/main.log (DIR: out/loss_curves), and the
-# picture, unless -o names another file, to DIR/<model>_T<T>/loss_curves.png: a
-# plain run never writes over the committed pictures of docs/. The picture is
-# drawn to a file of its own and moved into place only when gnuplot succeeded.
+# Runs go to DIR/<model>_T<T>/<name>/main.log (DIR: out/loss_curves in the
+# repository), and the picture, unless -o names another file, to
+# DIR/<model>_T<T>/loss_curves.png: a plain run never writes over the committed
+# pictures of docs/. A relative -o or -d is taken from the caller's directory; the
+# trainer runs from the repository root (so do the paths -f gives it). The picture
+# is drawn to a file of its own and moved into place only when gnuplot succeeded;
+# no label, path or flag value is ever gnuplot code (gnuplot reads the runs' files
+# by fixed names in their directory, and text goes in as quoted strings). A step a
+# run has no loss for (trl:nan in its main.log: a step whose loss masks keep no
+# target) is named after the table, left out of the curves and of max |Δ|, and the
+# runs are compared step by step, never line by line.
 set -euo pipefail
+caller=$(pwd)
 cd "$(dirname "$0")/.."
 source scripts/default_config.sh
+source scripts/script_lib.sh
 
-usage="usage: $0 [-o PNG] [-d DIR] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f \"FLAGS\"] [-p] [-r]"
-die() { echo "error: $*" >&2; exit 1; }
+usage="usage: $0 [-o PNG] [-d DIR] [-x STEPS] [-t T] [-e MODEL] [-b B] [-f \"FLAGS\"] [-p] [-r]
+  -o PNG    the picture (default: DIR/<model>_T<T>/loss_curves.png)
+  -d DIR    where the runs go (default: out/loss_curves in the repository)
+  -x STEPS  the runs' steps (at least 2)
+  -t T      the sequence length
+  -e MODEL  the model (-e of the trainer)
+  -b B      the batch size
+  -f FLAGS  more trainer flags, one string
+  -p        train the five runs at the same time
+  -r        train nothing: draw the runs already in DIR
+  -h        this help"
 png= runs_dir=out/loss_curves
 steps= T= model= B= extra_flags= parallel=0 redraw=0
 while [ $# -gt 0 ]; do
     case $1 in
-    -o|-d|-x|-t|-e|-b|-f) [ $# -ge 2 ] || die "$1 needs a value ($usage)" ;;&
-    -o) png=$2; shift 2 ;;
-    -d) runs_dir=$2; shift 2 ;;
+    -o|-d|-x|-t|-e|-b|-f) [ $# -ge 2 ] || usage_error "$1 needs a value" ;;&
+    -h|--help) echo "$usage"; exit 0 ;;
+    -o) png=$(from_caller "$2"); shift 2 ;;
+    -d) runs_dir=$(from_caller "$2"); shift 2 ;;
     -x) steps=$2; shift 2 ;;
     -t) T=$2; shift 2 ;;
     -e) model=$2; shift 2 ;;
@@ -45,7 +64,7 @@ while [ $# -gt 0 ]; do
     -f) extra_flags=$2; shift 2 ;;
     -p) parallel=1; shift ;;
     -r) redraw=1; shift ;;
-    *) die "unknown argument '$1' ($usage)" ;;
+    *) usage_error "unknown argument '$1'" ;;
     esac
 done
 command -v gnuplot > /dev/null || die "gnuplot is missing (apt-get install gnuplot-nox)"
@@ -83,9 +102,12 @@ out=$runs_dir/${run_model}_T$run_T
 [ ! -e "$png" ] || [ -f "$png" ] || die "-o $png is not a regular file: the picture is moved into place as one"
 mkdir -p "$out" "$(dirname "$png")"
 runs=(cp1_identity cp2_contiguous cp2_round_robin cp4_contiguous cp4_round_robin)
-# step_losses NAME: the step losses of a run's main.log, "step loss" per line
+# step_losses NAME: the step losses of a run's main.log, "step loss" per line, every
+# training line kept: a loss that is no number (nan, inf) is written '?', gnuplot's
+# missing value, so that no step is dropped and none moves
 step_losses() {
-    sed -n 's/^s:\([0-9]*\) trl:\([0-9.]*\) .*$/\1 \2/p' "$out/$1/main.log" > "$out/$1.dat"
+    awk '/^s:[0-9]+ trl:/ { split($1, s, ":"); split($2, l, ":")
+        print s[2], (l[2] ~ /^-?[0-9]+(\.[0-9]*)?$/ ? l[2] : "?") }' "$out/$1/main.log" > "$out/$1.dat"
 }
 
 # progress_of NAME: "NAME: step S/N, loss L, T left" from the run's newest progress line
@@ -96,8 +118,10 @@ progress_of() {
     awk -F'|' -v name="$1" '{
         step = $1; sub(/^step +/, "", step); sub(/ +$/, "", step)
         loss = $2; sub(/^ *loss /, "", loss)
+        # a step with no target prints "loss none (...)"
+        loss = loss ~ /^[0-9]/ ? sprintf("%.3f", loss) : "none"
         eta = $NF; sub(/^ *eta /, "", eta); sub(/ +$/, "", eta)
-        printf "%s: step %s, loss %.3f, %s left\n", name, step, loss, eta }' <<< "$line"
+        printf "%s: step %s, loss %s, %s left\n", name, step, loss, eta }' <<< "$line"
 }
 # any_alive PID...: whether one of them still runs
 any_alive() { local pid; for pid in "$@"; do kill -0 "$pid" 2>/dev/null && return 0; done; return 1; }
@@ -166,33 +190,46 @@ else
     train_watched "${runs[@]}" || exit 1
 fi
 
-# each run's difference to cp 1, step by step
+grep -q ' [^?]*$' "$out/cp1_identity.dat" ||
+    die "cp1_identity has no loss at any of its $(wc -l < "$out/cp1_identity.dat") step(s) (trl:nan in its main.log): nothing to compare the runs with"
+# each run's difference to cp 1, step by step (joined by the step, '?' where either has no loss)
 for name in "${runs[@]}"; do
-    paste "$out/cp1_identity.dat" "$out/$name.dat" | awk '{ printf "%s %.6f\n", $1, $4 - $2 }' > "$out/$name.diff"
+    awk 'NR == FNR { ref[$1] = $2; next }
+        { r = ($1 in ref) ? ref[$1] : "?"; if (r == "?" || $2 == "?") print $1, "?"; else printf "%s %.6f\n", $1, $2 - r }' \
+        "$out/cp1_identity.dat" "$out/$name.dat" > "$out/$name.diff"
 done
 
 echo
 printf "%-18s %12s %14s\n" run "final loss" "max |Δ| vs cp1"
 for name in "${runs[@]}"; do
-    final=$(tail -1 "$out/$name.dat" | awk '{ print $2 }')
-    maxdiff=$(awk 'function abs(x) { return x < 0 ? -x : x } { if (abs($2) > m) m = abs($2) } END { printf "%.6f", m }' "$out/$name.diff")
+    final=$(tail -1 "$out/$name.dat" | awk '{ print $2 == "?" ? "none" : $2 }')
+    maxdiff=$(awk 'function abs(x) { return x < 0 ? -x : x } $2 != "?" { if (abs($2) > m) m = abs($2) } END { printf "%.6f", m }' "$out/$name.diff")
     printf "%-18s %12s %14s\n" "$name" "$final" "$maxdiff"
+done
+# the steps without a loss, by run
+for name in "${runs[@]}"; do
+    awk -v name="$name" '$2 == "?" { n++; if (n <= 10) list = list (n > 1 ? ", " : "") $1 }
+        END { more = n > 10 ? ", ..." : ""
+              if (n) printf "%s: no loss at %d step(s) (%s%s; trl:nan in main.log): left out of its curve and of max |Δ|\n",
+                            name, n, list, more }' "$out/$name.dat"
 done
 
 plot=""
 diffplot=""
 for name in "${runs[@]}"; do
     title=${name/_/ }; title=${title/_/-}
-    plot+="'$out/$name.dat' using 1:2 with lines lw 2 title '$title', "
-    diffplot+="'$out/$name.diff' using 1:2 with lines lw 2 title '$title', "
+    plot+="'$name.dat' using 1:2 with lines lw 2 title $(gnuplot_string "$title"), "
+    diffplot+="'$name.diff' using 1:2 with lines lw 2 title $(gnuplot_string "$title"), "
 done
-# drawn to a file of its own, moved into place only when gnuplot succeeded
-drawn=$out/loss_curves.drawing.png
-rm -f "$drawn"
-gnuplot > "$out/gnuplot.err" 2>&1 <<GNUPLOT || die "gnuplot could not draw $png: $(grep -m1 -v '^ *$' "$out/gnuplot.err")"
-set terminal pngcairo size 1100,900 font ",11"
+# drawn to a file of its own in the runs' directory, where gnuplot runs, moved into
+# place only when gnuplot succeeded
+drawn=loss_curves.drawing.png
+rm -f "$out/$drawn"
+(cd "$out" && gnuplot > gnuplot.err 2>&1) <<GNUPLOT || die "gnuplot could not draw $png: $(grep -m1 -v '^ *$' "$out/gnuplot.err")"
+set terminal pngcairo noenhanced size 1100,900 font ",11"
+set datafile missing '?'
 set output '$drawn'
-set multiplot layout 2,1 title "Training loss across cp sizes and layouts: -e $run_model, B $run_B, T $run_T ($what)"
+set multiplot layout 2,1 title $(gnuplot_string "Training loss across cp sizes and layouts: -e $run_model, B $run_B, T $run_T ($what)")
 set grid
 set xlabel 'step'
 set ylabel 'training loss'
@@ -203,7 +240,7 @@ set format y '%.1e'
 plot ${diffplot%, }
 unset multiplot
 GNUPLOT
-[ "$(head -c 4 "$drawn" 2> /dev/null | od -An -tx1 | tr -d ' ')" = 89504e47 ] ||
+[ "$(head -c 4 "$out/$drawn" 2> /dev/null | od -An -tx1 | tr -d ' ')" = 89504e47 ] ||
     die "gnuplot drew no picture for $png: $(grep -m1 -v '^ *$' "$out/gnuplot.err" || echo 'no message')"
-mv "$drawn" "$png" || die "cannot move the picture to $png"
+mv "$out/$drawn" "$png" || die "cannot move the picture to $png"
 echo "wrote $png"

@@ -12,15 +12,23 @@
 # out/position_loss/<name>/ (main.log) and <name>.tl.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/script_lib.sh
+usage="usage: $0 [-x STEPS] [-r]
+  -x STEPS  the two runs' steps (default 150)
+  -r        train nothing: redraw both figures from the runs there are
+  -h        this help"
 steps=150 redraw=0
-while getopts "x:r" opt; do
+while getopts ":x:rh" opt; do
     case $opt in
     x) steps=$OPTARG ;;
     r) redraw=1 ;;
-    *) echo "usage: $0 [-x STEPS] [-r]" >&2; exit 1 ;;
+    h) echo "$usage"; exit 0 ;;
+    *) getopts_error "$opt" "$OPTARG" ;;
     esac
 done
-bash scripts/install_deps.sh
+shift $((OPTIND - 1))
+[ $# -eq 0 ] || usage_error "unknown argument '$1'"
+bash scripts/install_deps.sh plots
 make -s train_gpt2cp_cpu
 out=out/position_loss
 mkdir -p "$out"

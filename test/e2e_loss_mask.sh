@@ -21,6 +21,11 @@
 #    losses and gradient norms (the global mean over learned targets).
 # 3. dev/loss_mask.c on a hand-made tokenizer and token file gives the mask worked
 #    out by hand, and the trainer trains on it, writing NaN where it masks.
+# 4. A step, or a validation, whose targets the masks all leave out has no loss:
+#    its line says so (never "loss 0.000000"), main.log holds NaN there, the other
+#    steps train, and the end counts them, and the outlier detectors (-sl, -sg)
+#    never see them; masks that keep no target at all
+#    (-i's, or -j's) refuse to start, naming the mask file.
 #
 #   bash test/e2e_loss_mask.sh COMPARE_RUNS      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
@@ -176,7 +181,7 @@ paste <(awk -F'norm:' '/trl:/ { print $2 + 0 }' "$WORK/prompts_ref/main.log") \
 # ---- 3. dev/loss_mask.c on data worked out by hand
 make -s loss_mask >/dev/null
 QA=$WORK/qa.bin
-# a tokenizer of 8 tokens (EOT 0), and 22 tokens of 4 documents:
+# a tokenizer of 8 tokens (EOT 7, the last), and 22 tokens of 4 documents:
 #   doc 0  EOT Q : what | " A" "ns" "wer:" yes yes    "Answer:" spans 3 tokens
 #   doc 1  EOT Q " A" "ns" : what                      " Ans:" is not the marker
 #   doc 2  EOT " A" "ns" "wer:" yes
@@ -184,11 +189,11 @@ QA=$WORK/qa.bin
 python3 - "$WORK/qa_tokenizer.bin" "$QA" <<'PY'
 import struct, sys
 from array import array
-pieces = [b'<|endoftext|>', b'Q', b':', b' what', b' A', b'ns', b'wer:', b' yes']
+pieces = [b'Q', b':', b' what', b' A', b'ns', b'wer:', b' yes', b'<|endoftext|>']
 with open(sys.argv[1], 'wb') as f:
-    f.write(struct.pack('<256i', 20240328, 2, len(pieces), 0, *[0] * 252))
+    f.write(struct.pack('<256i', 20240328, 2, len(pieces), 7, *[0] * 252))
     for p in pieces: f.write(bytes([len(p)]) + p)
-tokens = [0, 1, 2, 3, 4, 5, 6, 7, 7, 0, 1, 4, 5, 2, 3, 0, 4, 5, 6, 7, 0, 7]
+tokens = [7, 0, 1, 2, 3, 4, 5, 6, 6, 7, 0, 3, 4, 1, 2, 7, 3, 4, 5, 6, 7, 6]
 with open(sys.argv[2], 'wb') as f:
     f.write(struct.pack('<256i', 20240520, 1, len(tokens), *[0] * 253))
     f.write(array('H', tokens).tobytes())
@@ -207,4 +212,65 @@ cat "$WORK/qa_mask.out"
 train qa_train 1 -e d1 -b 1 -t 21 -x 1 -i "$QA" -lm 1 -tl "$WORK/qa_train.tl"
 nan=$(od -An -v -f "$WORK/qa_train.tl" | tr -s ' \n' '\n' | grep -v '^$' | awk '{ printf "%d ", ($1 == "nan" || $1 == "-nan") ? 0 : 1 }' | sed 's/ $//')
 [[ $nan == "${expected#0 }" ]] || fail "the trainer's -tl on the tool's mask: learned '$nan', expected '${expected#0 }'"
+
+# ---- 4. steps and validations with no target
+T=16
+NOTARGET=$WORK/notarget.bin VAL=$WORK/val_notarget.bin ZEROS=$WORK/zeros.bin
+for f in "$NOTARGET" "$VAL" "$ZEROS"; do cp "$SOURCE" "$f"; done
+# -sh 0, B 1, T 16: step k reads the targets 16k + 1 .. 16k + 16, and so does
+# validation batch k. notarget.mask: every target learned but step 1's;
+# val_notarget.mask: every target learned but batch 0's (what -m 1 reads); zeros.mask: all 0.
+python3 - "$NOTARGET" "$VAL" "$ZEROS" $T <<'PY'
+import struct, sys
+notarget, val, zeros, T = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+ntok = struct.unpack('<3i', open(notarget, 'rb').read(12))[2]
+def write_mask(path, mask):
+    with open(path[:-4] + '.mask', 'wb') as f:
+        f.write(struct.pack('<256i', 20240613, 1, ntok, *[0] * 253))
+        f.write(bytes(mask))
+write_mask(notarget, [0 if T + 1 <= j <= 2 * T else 1 for j in range(ntok)])
+write_mask(val, [0 if j <= T else 1 for j in range(ntok)])
+write_mask(zeros, [0] * ntok)
+PY
+COMMON=(-e d1 -b 1 -t $T -l 1e-3 -s 0 -sh 0 -lm 1)
+train notarget_steps 1 -x 3 -v 0 -n 3 -i "$NOTARGET" -o "$WORK/notarget_steps"
+out=$WORK/notarget_steps.out log=$WORK/notarget_steps/main.log
+grep -q '^step    2/3 | loss none (no target: the loss masks keep none) | norm 0.0000 |' "$out" ||
+    fail "step 2 of 3 (no target) does not say so: $(grep '^step' "$out")"
+[[ $(grep -cE '^step +[13]/3 \| loss [0-9]+\.[0-9]{6} \| norm [0-9.]*[1-9]' "$out") -eq 2 ]] ||
+    fail "steps 1 and 3 (with targets) have no loss or no gradient: $(grep '^step' "$out")"
+[[ $(grep -c ' trl:nan ' "$log") -eq 1 ]] && grep -q '^s:1 trl:nan ' "$log" ||
+    fail "main.log: NaN is not exactly step 1's loss: $(cat "$log")"
+grep -q '^no target: the loss masks kept none of the targets of 1 of the 3 training step(s) run and of 0 validation(s)' "$out" ||
+    fail "the end does not count the step with no target: $(tail -n 3 "$out")"
+# the outlier detectors of -sl and -sg saw the 2 steps with a loss, not the third's
+# zeros: their counts, the first uint64 of each after the state file's 1024 + 32 x 8
+# header bytes (llmc/checkpoint.h), are 2
+counts=$(od -An -tu8 -j $((1024 + 32 * 8)) -N 8 "$WORK/notarget_steps/state_00000003_00000.bin" | tr -d ' ')
+counts+=" $(od -An -tu8 -j $((1024 + 32 * 8 + (4 + 128) * 8)) -N 8 "$WORK/notarget_steps/state_00000003_00000.bin" | tr -d ' ')"
+[[ $counts == "2 2" ]] || fail "the outlier detectors saw the step with no target: counts $counts, expected 2 2"
+# -v 1 over 2 steps validates before steps 0, 1 and at the end: 3 times, each on
+# batch 0 of val_notarget.bin, which keeps no target
+train notarget_val 1 -x 2 -v 1 -m 1 -i "$NOTARGET" -j "$VAL" -o "$WORK/notarget_val"
+out=$WORK/notarget_val.out log=$WORK/notarget_val/main.log
+[[ $(grep -c '^val loss none (no target: the loss masks keep none)$' "$out") -eq 3 && $(grep -c '^val loss' "$out") -eq 3 ]] ||
+    fail "validations with no target do not say so: $(grep '^val' "$out")"
+[[ $(grep -c ' tel:nan$' "$log") -eq 3 ]] || fail "main.log: the validations' losses are not NaN: $(cat "$log")"
+grep -q '^no target: the loss masks kept none of the targets of 1 of the 2 training step(s) run and of 3 validation(s)' "$out" ||
+    fail "the end does not count the validations with no target: $(tail -n 3 "$out")"
+# -m 2 reads batch 1 too, which is learned: a loss, and nothing said of no target
+train val_targets 1 -x 1 -v 1 -m 2 -i "$NOTARGET" -j "$VAL" -o "$WORK/val_targets"
+[[ $(grep -cE '^val loss [0-9]+\.[0-9]{6}$' "$WORK/val_targets.out") -eq 2 ]] ||
+    fail "validations with targets: $(grep '^val' "$WORK/val_targets.out")"
+if grep -q 'no target' "$WORK/val_targets.out"; then fail "a run where every step and validation has targets speaks of none"; fi
+# masks with no target at all refuse to start, naming the file, as -i and as -j
+for flags in "-i $ZEROS -v 0" "-i $NOTARGET -j $ZEROS -v 1"; do
+    rc=0
+    # shellcheck disable=SC2086 # the flags are words
+    timeout 300 "${LAUNCH[@]}" -np 2 "$TRAINER" "${COMMON[@]}" -x 1 $flags >"$WORK/zeros.out" 2>&1 || rc=$?
+    [[ $rc -ne 0 ]] || fail "masks of zeros ($flags): the run started"
+    [[ $(grep -c "keep no target" "$WORK/zeros.out") -eq 1 ]] && grep -q "'$WORK/zeros.mask'" "$WORK/zeros.out" ||
+        fail "masks of zeros ($flags): not one line naming zeros.mask: $(head -n 5 "$WORK/zeros.out")"
+    if grep -q "^step" "$WORK/zeros.out"; then fail "masks of zeros ($flags): a step ran"; fi
+done
 finish

@@ -20,7 +20,7 @@ set -euo pipefail
 E2E_NAME=e2e_memory
 source "$(dirname "$0")/lib/e2e_lib.sh"
 if [[ -n ${ASAN_OPTIONS:-} ]]; then
-    echo "skipped: under AddressSanitizer the resident memory is mostly its shadow memory, not the program's"
+    echo "SKIP e2e_memory: under AddressSanitizer the resident memory is mostly its shadow memory, not the program's"
     exit 77
 fi
 

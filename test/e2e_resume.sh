@@ -15,6 +15,9 @@
 #      contents, not its name)
 #   6. gradient accumulation (-d: 4 micro-batches a step), shuffled: resumed at
 #      step 3, bit for bit
+#   7. a checkpoint written with -dm 1 -rp 1 -lm 1 resumes with the same flags, and
+#      with any one of them 0 refuses in one line naming the flag and both values,
+#      leaving main.log as it was
 #
 #   bash test/e2e_resume.sh        (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
@@ -179,6 +182,39 @@ train I_resumed 2 "${ACC[@]}" -x 6 -y 1 -o "$WORK/I" -tl "$WORK/I.tl"
 same_bytes "accumulated main.log" "$WORK/H/main.log" "$WORK/I/main.log"
 same_bytes "accumulated -tl" "$WORK/H.tl" "$WORK/I.tl"
 same_checkpoint_file "accumulated model at step 6" same_model "$WORK/H/model_00000006.bin" "$WORK/I/model_00000006.bin"
+
+# ---- 7. -dm, -rp, -lm recorded and compared at resume
+echo
+echo "== -dm, -rp, -lm: a resume with others refuses"
+MASKED=$WORK/masked.bin
+cp dev/data/austen/austen_val.bin "$MASKED"
+# every third target left out
+python3 - "$MASKED" <<'PY'
+import struct, sys
+path = sys.argv[1]
+ntok = struct.unpack('<3i', open(path, 'rb').read(12))[2]
+with open(path[:-4] + '.mask', 'wb') as f:
+    f.write(struct.pack('<256i', 20240613, 1, ntok, *[0] * 253))
+    f.write(bytes(int(j % 3 != 0) for j in range(ntok)))
+PY
+DOCS=(-cp 2 -i "$MASKED" -j "$MASKED" -n 2 -v 2)
+train J_first 2 "${DOCS[@]}" -dm 1 -rp 1 -lm 1 -x 2 -o "$WORK/J"
+cp "$WORK/J/main.log" "$WORK/J.log"
+for flag in -dm -rp -lm; do
+    flags=(-dm 1 -rp 1 -lm 1)
+    case $flag in -dm) flags[1]=0 ;; -rp) flags[3]=0 ;; -lm) flags[5]=0 ;; esac
+    rc=0
+    timeout 300 "${LAUNCH[@]}" -np 2 "$TRAINER" "${COMMON[@]}" "${DOCS[@]}" "${flags[@]}" -x 4 -y 1 -o "$WORK/J" \
+        >"$WORK/J_$flag.out" 2>&1 || rc=$?
+    [[ $rc -ne 0 ]] || fail "resumed with $flag 0 over a checkpoint of $flag 1"
+    [[ $(grep -c '^error: ' "$WORK/J_$flag.out") -eq 1 ]] &&
+        grep -qE "^error: (rank 0: )?state file '.*': was written by a run with $flag 1, this run has $flag 0: resume with $flag 1" "$WORK/J_$flag.out" ||
+        fail "$flag 0 over $flag 1: not one line naming $flag and both values: $(grep '^error' "$WORK/J_$flag.out")"
+    if grep -q '^step' "$WORK/J_$flag.out"; then fail "$flag 0 over $flag 1: a step ran"; fi
+done
+same_bytes "main.log after the refused resumes" "$WORK/J.log" "$WORK/J/main.log"
+train J_resumed 2 "${DOCS[@]}" -dm 1 -rp 1 -lm 1 -x 4 -y 1 -o "$WORK/J"
+grep -q '^resuming from step 2: ' "$WORK/J_resumed.out" || fail "the same -dm -rp -lm do not resume"
 
 echo
 echo "== -y 1 without a checkpoint starts afresh"

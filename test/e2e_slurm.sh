@@ -6,7 +6,10 @@
 # `sbatch --wait` through the script (srun starts the ranks over Slurm's PMIx),
 # matches the same run under mpirun step for step: main.log and the per-token
 # losses (-tl) identical, byte for byte (the same ranks compute the same sums).
-# Exit 77 (skipped) with the reason where Slurm cannot start (not root, no Slurm).
+# Exit 77 (skipped) with the reason where Slurm cannot start: not root; Slurm not
+# installed (scripts/install_deps.sh never installs it, as Debian's packages start its
+# daemons as services: CI installs slurm-wlm and munge itself); a daemon that fails,
+# named with its own error line from its log.
 #
 #   bash test/e2e_slurm.sh     (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
@@ -16,7 +19,8 @@ source "$(dirname "$0")/lib/e2e_lib.sh"
 skip() { echo "SKIP e2e_slurm: $*"; exit 77; }
 [[ $(id -u) -eq 0 ]] || skip "slurmd runs as root to start jobs; not root here"
 for tool in munged mungekey slurmctld slurmd sbatch sinfo scancel; do
-    command -v "$tool" > /dev/null || skip "no $tool (scripts/install_deps.sh installs slurm-wlm and munge)"
+    command -v "$tool" > /dev/null ||
+        skip "Slurm is not installed (no $tool): apt-get install slurm-wlm munge to run this test"
 done
 
 # ---- a one-node cluster in $WORK/slurm
@@ -79,27 +83,39 @@ teardown() {
     return 0
 }
 trap teardown EXIT
-# start NAME PIDFILE COMMAND...: a daemon that forks; its pid is read from PIDFILE
+# daemon_error NAME LOG: why daemon NAME stopped, in its own words: the first fatal
+# line of its log or of what it printed when started (NAME.start), else the first
+# error line (the cause: the lines after it are its consequences, as slurmd's "No
+# filesystem mounted on /sys/fs/cgroup", then "Unable to initialize cgroup plugin",
+# then "slurmd initialization failed"), else the last line of either; never blank
+daemon_error() {
+    local name=$1 log=$2 line
+    line=$(grep -hi 'fatal' "$log" "$S/$name.start" 2>/dev/null | head -n 1 || true)
+    [[ -n $line ]] || line=$(grep -hi 'error' "$log" "$S/$name.start" 2>/dev/null | head -n 1 || true)
+    [[ -n $line ]] || line=$(cat "$log" "$S/$name.start" 2>/dev/null | grep -v '^[[:space:]]*$' | tail -n 1 || true)
+    echo "${line:-nothing in its log $log nor in what it printed}"
+}
+# start NAME PIDFILE LOG COMMAND...: a daemon that forks; its pid is read from PIDFILE
 start() {
-    local name=$1 pidfile=$2
-    shift 2
-    "$@" > "$S/$name.start" 2>&1 || skip "$name cannot start here: $(tail -n 2 "$S/$name.start" | tr '\n' ' ')"
+    local name=$1 pidfile=$2 log=$3
+    shift 3
+    "$@" > "$S/$name.start" 2>&1 || skip "$name cannot start here: $(daemon_error "$name" "$log")"
     for _ in $(seq 50); do [[ -s $pidfile ]] && break; sleep 0.1; done
-    [[ -s $pidfile ]] || skip "$name started but wrote no pid file $pidfile"
+    [[ -s $pidfile ]] || skip "$name started but wrote no pid file: $(daemon_error "$name" "$log")"
     daemon_pids+=("$(cat "$pidfile")")
 }
 mungekey --create --keyfile="$S/munge/key" > /dev/null 2>&1 || skip "mungekey cannot make a key"
-start munged "$S/munge/pid" munged --force --socket="$S/munge/socket" --key-file="$S/munge/key" \
+start munged "$S/munge/pid" "$S/munge/log" munged --force --socket="$S/munge/socket" --key-file="$S/munge/key" \
     --log-file="$S/munge/log" --pid-file="$S/munge/pid" --seed-file="$S/munge/seed"
-start slurmctld "$S/slurmctld.pid" slurmctld -i
-start slurmd "$S/slurmd.pid" slurmd -N localhost
+start slurmctld "$S/slurmctld.pid" "$S/slurmctld.log" slurmctld -i
+start slurmd "$S/slurmd.pid" "$S/slurmd.log" slurmd -N localhost
 state=
 for _ in $(seq 60); do
     state=$(sinfo -h -o %T 2>/dev/null || true)
     [[ $state == idle ]] && break
     sleep 0.5
 done
-[[ $state == idle ]] || skip "the Slurm node is '${state:-unknown}', not idle, after 30 s: $(tail -n 2 "$S/slurmd.log" | tr '\n' ' ')"
+[[ $state == idle ]] || skip "the Slurm node is '${state:-unknown}', not idle, after 30 s: $(daemon_error slurmd "$S/slurmd.log")"
 echo "Slurm up: $(sinfo -h -o '%P %D node(s) %c CPUs %T'), controller port ${ports[0]}"
 
 COMMON=(-e d1 -b 2 -t 64 -x 8 -l 1e-3 -v 4 -m 2 -s 0)

@@ -15,7 +15,7 @@ source "$(dirname "$0")/lib/e2e_lib.sh"
 
 COMMON=(-e d1 -b 1 -t 16 -x 1 -v 0 -s 0 -cp 2)
 cores=$(getconf _NPROCESSORS_ONLN) # not nproc: it honours OMP_NUM_THREADS
-if [[ $cores -lt 2 ]]; then echo "note: one core: no thread count exceeds a one-core binding without clamping"; exit 77; fi
+if [[ $cores -lt 2 ]]; then echo "SKIP e2e_thread_warning: one core: no thread count exceeds a one-core binding without clamping"; exit 77; fi
 
 LAUNCH=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to core)
 OMP_NUM_THREADS=$cores train over 2

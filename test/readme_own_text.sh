@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The README's "Train on your own text" runs as written: its three commands, taken
 # from the README itself, in a scratch copy of the repository's top level (links to
-# it), on a text of a few Persuasion chapters as mytext.txt; the trainer gets `-x 2`
+# it), on a text of 5 KB as mytext.txt (the README promises that much is enough: the
+# first 5,000 characters of Persuasion, cut at a space); the trainer gets `-x 2`
 # appended (a later flag wins) so that two steps stand for the 500. Checks: two token
 # files with llm.c's header, their tokens 90% / 10% of the whole, and a run whose
 # first loss is that of a fresh model on GPT-2's vocabulary (about ln 50257 = 10.8),
-# whose sample prints as UTF-8 text (whole characters, anything else escaped).
+# that validates (a val loss line), and whose sample prints as UTF-8 text (whole
+# characters, anything else escaped).
 #
 #   bash test/readme_own_text.sh     (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
@@ -29,7 +31,13 @@ for entry in "$REPO_ROOT"/* "$REPO_ROOT"/.[!.]*; do
     ln -s "$entry" "$scratch/${entry##*/}"
 done
 python3 dev/data/decode_tokens.py dev/data/austen/austen_val.bin dev/data/gpt2_tokenizer.bin "$WORK/chapters" > /dev/null
-cat "$WORK"/chapters/000[0-4].txt > "$scratch/mytext.txt"
+python3 -c '
+import sys
+text = open(sys.argv[1], encoding="utf-8").read()[:5000]
+open(sys.argv[2], "w", encoding="utf-8").write(text[:text.rfind(" ")] + "\n")' "$WORK/chapters/0000.txt" "$scratch/mytext.txt"
+size=$(stat -c %s "$scratch/mytext.txt")
+[[ $size -gt 4500 && $size -le 5120 ]] || { echo "FAIL: mytext.txt is $size bytes, not about 5 KB"; exit 1; }
+echo "mytext.txt: $size bytes"
 
 cd "$scratch"
 while IFS= read -r line; do
@@ -47,6 +55,7 @@ done <<< "$commands"
 
 # the run printed a sample; its output is text: UTF-8, no control byte but tab and newline
 grep -q '^generating:' "$WORK/train.out" || fail "the run printed no sample"
+grep -q '^val loss ' "$WORK/train.out" || fail "the run printed no validation loss"
 python3 -c '
 import sys
 data = open(sys.argv[1], "rb").read()

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# ./encode (GPT-2 BPE in C) against the reference encoder that made the shipped data.
+# ./encode (GPT-2 BPE in C) against the shipped data and the reference encoder.
 #
 #   bash test/test_encode.sh austen      the shipped Austen token files, byte for byte,
 #                                        from their text; the -v split, standard input,
-#                                        invalid UTF-8 and bad flags
-#   bash test/test_encode.sh reference   the Unicode edge-case corpus (test/encoder/)
-#                                        against the reference encoder itself, run here:
-#                                        npm's gpt-3-encoder 1.1.4 (dev/data's package.json),
+#                                        the note on a split too short for the trainers'
+#                                        defaults, invalid UTF-8 and bad flags
+#   bash test/test_encode.sh reference   the Unicode edge-case corpus (test/encoder/:
+#                                        U+0085 and U+FEFF in the contexts where the
+#                                        white-space rules part) and the shipped Austen
+#                                        files against the reference encoder itself,
+#                                        run here: tiktoken's GPT-2 encoding (what llm.c's
+#                                        data scripts use), npm's tiktoken 1.0.22, its Rust
+#                                        core as WebAssembly (dev/data's package.json),
 #                                        installed by `npm ci` into dev/data/node_modules;
 #                                        exit 77 (skipped) where it cannot be installed
 #
-# The Austen files were made by the reference (dev/data/prepare_austen.sh) from chapter
+# The Austen files were made by npm's gpt-3-encoder (dev/data/prepare_austen.sh) from chapter
 # texts that decode from them exactly (austen_write.py checks it): decoding each
 # document with the tokenizer's byte table alone (dev/data/decode_tokens.py) gives the
 # text back, and encoding that text must give the files again. Env: REPO_ROOT, BUILD_DIR (scratch).
@@ -39,7 +44,9 @@ if [[ $MODE == austen ]]; then
     train_chapters=("$WORK"/chapters/train_*.txt)
     val_chapters=("$WORK"/chapters/val_*.txt)
     val_tokens=$(od -A n -t d4 -j 8 -N 4 dev/data/austen/austen_val.bin | tr -d ' ')
-    "$ENCODE" -o "$WORK/train.bin" -v "$WORK/val.bin" -vn "$val_tokens" "${train_chapters[@]}" "${val_chapters[@]}"
+    "$ENCODE" -o "$WORK/train.bin" -v "$WORK/val.bin" -vn "$val_tokens" "${train_chapters[@]}" "${val_chapters[@]}" \
+        2> "$WORK/austen.err"
+    cat "$WORK/austen.err"
     for split in train val; do
         if cmp -s "$WORK/$split.bin" "dev/data/austen/austen_$split.bin"; then
             echo "ok   austen_$split.bin reproduced byte for byte ($(stat -c %s "$WORK/$split.bin") bytes)"
@@ -66,20 +73,34 @@ if [[ $MODE == austen ]]; then
     [[ $(token_ids "$WORK/file.bin" | head -1) == 50256 ]] || fail "a document does not start with EOT"
     echo "ok   -v splits the tokens in order (default 10%), - reads standard input"
 
-    # ---- 3. bad input: one line naming the problem, non-zero, nothing written
+    # ---- 3. a split too short for the trainers' defaults (-b 4 -t 1024: 4097 tokens a
+    # step) is noted, with a -t that fits it at -b 1: the longest power of two below
+    # its count; splits long enough get no note
+    grep -q '^note: ' "$WORK/austen.err" && fail "the Austen splits are long enough, but: $(grep '^note: ' "$WORK/austen.err")"
+    "$ENCODE" -o "$WORK/part.bin" -v "$WORK/part_val.bin" "${val_chapters[@]:0:3}" 2> "$WORK/part.err"
+    fit=1
+    while [[ $((2 * fit)) -le $((n_val - 1)) ]]; do fit=$((2 * fit)); done
+    want="note: $WORK/part_val.bin holds $n_val tokens, fewer than one step of the trainers' default -b 4 -t 1024 takes (4097: .*): train with -b 1 -t $fit at one data-parallel replica, or encode more text"
+    if [[ $n_val -lt 4097 ]] && grep -qx -- "$want" "$WORK/part.err"; then
+        echo "ok   a short split is noted: $(grep '^note: ' "$WORK/part.err" | cut -c 1-150)..."
+    else
+        fail "no note for a validation split of $n_val tokens, expected /$want/: $(cat "$WORK/part.err")"
+    fi
+
+    # ---- 4. bad input: one line naming the problem, non-zero, nothing written
     # expect_error NAME PATTERN ENCODE_ARGS...: the run fails with one error line
     # matching PATTERN and writes no -o file
     expect_error() {
         local name=$1 pattern=$2
         shift 2
-        rm -f "$WORK/bad.bin" "$WORK/bad.bin.tmp"
+        rm -f "$WORK/bad.bin" "$WORK"/bad.bin.tmp*
         local rc=0
         "$ENCODE" -o "$WORK/bad.bin" "$@" > "$WORK/$name.out" 2>&1 || rc=$?
         local line
         line=$(grep -m1 '^error: ' "$WORK/$name.out" || true)
         if [[ $rc -eq 0 || $(grep -c '^error: ' "$WORK/$name.out") -ne 1 || ! $line =~ $pattern ]]; then
             fail "$name: exit $rc, output: $(head -c 300 "$WORK/$name.out")"
-        elif [[ -e $WORK/bad.bin || -e $WORK/bad.bin.tmp ]]; then
+        elif [[ -e $WORK/bad.bin || -n $(compgen -G "$WORK/bad.bin.tmp*") ]]; then
             fail "$name: an output file was left behind"
         else
             echo "ok   $name: $line"
@@ -104,34 +125,54 @@ if [[ $MODE == austen ]]; then
     # a character device is written as it is (no temporary file beside it)
     "$ENCODE" -o /dev/null "$WORK/fine.txt" 2> /dev/null || fail "-o /dev/null failed"
     [[ -c /dev/null && ! -e /dev/null.tmp ]] || fail "-o /dev/null did not leave /dev/null a character device alone"
-    expect_error output_as_input "is both an input and an output" "$WORK/bad.bin"
+    expect_error output_as_input "-o '.*/bad.bin' is the input '.*/bad.bin' \(the same file\)" "$WORK/bad.bin"
     expect_error bad_tokenizer "tokenizer '$WORK/fine.txt': 5 bytes, shorter than its header" -tk "$WORK/fine.txt" "$WORK/fine.txt"
     # the default tokenizer is relative to the repository root
     (cd "$WORK" && expect_error default_tokenizer_elsewhere \
         "tokenizer 'dev/data/gpt2_tokenizer.bin' not found: run from the repository root, or pass -tk" "$WORK/fine.txt")
 else
-    # ---- the Unicode edge cases against the reference encoder itself
+    # ---- the Unicode edge cases and the Austen text against the reference encoder itself
     command -v node > /dev/null || { echo "SKIP: no node (scripts/install_deps.sh installs nodejs)"; exit 77; }
-    if [[ ! -f dev/data/node_modules/gpt-3-encoder/package.json ]]; then
-        echo "installing the reference encoder: npm ci in dev/data (gpt-3-encoder 1.1.4)"
+    command -v python3 > /dev/null || { echo "SKIP: no python3 (scripts/install_deps.sh installs it)"; exit 77; }
+    if [[ ! -f dev/data/node_modules/tiktoken/package.json ]]; then
+        echo "installing the reference encoder: npm ci in dev/data (tiktoken 1.0.22)"
         # npm's download cache in the scratch directory too: nothing is kept outside the clone
         if ! (cd dev/data && npm ci --no-audit --no-fund --loglevel=error --cache "$WORK/npm_cache") \
                 > "$WORK/npm.out" 2>&1; then
-            echo "SKIP: npm cannot install gpt-3-encoder 1.1.4 here (no registry?): $(tail -n 3 "$WORK/npm.out" | tr '\n' ' ')"
+            echo "SKIP: npm cannot install tiktoken 1.0.22 here (no registry?): $(tail -n 3 "$WORK/npm.out" | tr '\n' ' ')"
             exit 77
         fi
     fi
+    # compare NAME FILE...: ./encode and the reference give the same ids
+    compare() {
+        local name=$1
+        shift
+        node test/encoder/reference_encode.js "$@" > "$WORK/$name.reference.ids"
+        "$ENCODE" -o "$WORK/$name.bin" "$@" 2> /dev/null
+        token_ids "$WORK/$name.bin" > "$WORK/$name.ours.ids"
+        if cmp -s "$WORK/$name.reference.ids" "$WORK/$name.ours.ids"; then
+            echo "ok   $name: $(wc -l < "$WORK/$name.reference.ids") tokens, the same as tiktoken's"
+        else
+            fail "$name encodes otherwise than tiktoken; first difference (token index: tiktoken | ours):"
+            diff <(nl -v 0 "$WORK/$name.reference.ids") <(nl -v 0 "$WORK/$name.ours.ids") | head -n 8
+        fi
+    }
     corpus=(test/encoder/*.txt)
-    node test/encoder/reference_encode.js "${corpus[@]}" > "$WORK/reference.ids"
-    "$ENCODE" -o "$WORK/ours.bin" "${corpus[@]}"
-    token_ids "$WORK/ours.bin" > "$WORK/ours.ids"
-    n=$(wc -l < "$WORK/reference.ids")
-    if cmp -s "$WORK/reference.ids" "$WORK/ours.ids"; then
-        echo "ok   ${corpus[*]}: $n tokens, the same as the reference's"
-    else
-        fail "the edge-case corpus encodes otherwise than the reference; first difference (token index: reference | ours):"
-        diff <(nl -v 0 "$WORK/reference.ids") <(nl -v 0 "$WORK/ours.ids") | head -n 8
-    fi
+    grep -q $'\xc2\x85' "${corpus[@]}" && grep -q $'\xef\xbb\xbf' "${corpus[@]}" ||
+        fail "the edge-case corpus lacks U+0085 or U+FEFF, the two characters where the white-space rules part"
+    compare edge_cases "${corpus[@]}"
+    # the shipped token files are tiktoken's tokens of their text too: decoded to their
+    # chapters, encoded by tiktoken, they give the files' ids again
+    for split in train val; do
+        python3 dev/data/decode_tokens.py "dev/data/austen/austen_$split.bin" dev/data/gpt2_tokenizer.bin \
+            "$WORK/chapters" "${split}_" > /dev/null
+        node test/encoder/reference_encode.js "$WORK/chapters/${split}_"*.txt > "$WORK/austen_$split.reference.ids"
+        if token_ids "dev/data/austen/austen_$split.bin" | cmp -s - "$WORK/austen_$split.reference.ids"; then
+            echo "ok   austen_$split.bin: tiktoken's tokens of its text ($(wc -l < "$WORK/austen_$split.reference.ids") tokens)"
+        else
+            fail "austen_$split.bin is not tiktoken's encoding of its text"
+        fi
+    done
 fi
 
 if [[ $failures -gt 0 ]]; then

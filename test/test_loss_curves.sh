@@ -7,6 +7,13 @@
 #   3. -r over runs of 3 steps (main.log files written here): exit 0, the picture in
 #      the runs' directory (a PNG), and docs/loss_curves.png byte for byte as before
 #   4. -o naming a device (/dev/null): refused, the device left as it is
+#   5. a step without a loss (trl:nan) in one run: named after the table, and the
+#      runs still compared step by step (losses equal at every other step: max |Δ| 0)
+#   6. relative -d and -o from another directory: read and written there, nothing
+#      in the repository root
+#   7. a label (-e) and paths (-d, -o) holding gnuplot code between quotes draw a
+#      picture and run none of it: the file the code would touch is not created
+#   8. -h: the usage on stdout, exit 0; an unknown flag: one line with the synopsis
 # Nothing here trains (every case is refused first, or redraws): no trainer is run
 # or built.
 #
@@ -17,7 +24,7 @@ WORK=${BUILD_DIR:-build}/test_loss_curves
 rm -rf "$WORK"
 mkdir -p "$WORK"
 if ! command -v gnuplot > /dev/null; then
-    echo "gnuplot is not installed (scripts/install_deps.sh installs it): skipped"
+    echo "SKIP test_loss_curves: gnuplot is not installed (scripts/install_deps.sh installs it)"
     exit 77
 fi
 failures=0
@@ -72,6 +79,66 @@ fi
 # ---- 4. a device as the picture
 refused device_output "-o /dev/null is not a regular file" -r -e d1 -t 16 -o /dev/null
 [[ -c /dev/null ]] || fail "/dev/null is no longer a device"
+
+# ---- 5. a step without a loss
+fake_runs 3
+sed -i 's/^s:1 trl:[^ ]*/s:1 trl:nan/' "$WORK/runs/d1_T16/cp2_contiguous/main.log"
+rc=0
+bash scripts/loss_curves.sh -d "$WORK/runs" -r -e d1 -t 16 > "$WORK/nan.out" 2> "$WORK/nan.err" || rc=$?
+row=$(grep '^cp2_contiguous ' "$WORK/nan.out" || true)
+if [[ $rc -eq 0 && $row =~ ^cp2_contiguous\ +8\.000000\ +0\.000000$ ]] &&
+    grep -q '^cp2_contiguous: no loss at 1 step(s) (1; trl:nan in main.log)' "$WORK/nan.out" &&
+    [[ $(grep -c 'no loss at' "$WORK/nan.out") -eq 1 ]]; then
+    echo "ok   a trl:nan step: named ($(grep 'no loss at' "$WORK/nan.out")), the other steps aligned (max |Δ| 0)"
+else
+    fail "a trl:nan step: rc $rc, row '$row', $(grep 'no loss' "$WORK/nan.out"), stderr: $(head -c 300 "$WORK/nan.err")"
+fi
+
+# ---- 6. relative paths from the caller's directory
+REPO=$(pwd)
+mkdir -p "$WORK/caller"
+WORK=$(cd "$WORK" && pwd) # from here on the checks run from elsewhere
+cp -r "$WORK/runs" "$WORK/caller/relative_runs"
+rm -f "$WORK/caller/relative_runs/d1_T16/loss_curves.png"
+rc=0
+(cd "$WORK/caller" && bash "$REPO/scripts/loss_curves.sh" -d relative_runs -r -e d1 -t 16 -o pic.png) \
+    > "$WORK/relative.out" 2> "$WORK/relative.err" || rc=$?
+if [[ $rc -eq 0 && -s $WORK/caller/pic.png && ! -e $REPO/pic.png && ! -e $REPO/relative_runs ]] &&
+    grep -qF "wrote $(cd "$WORK/caller" && pwd)/pic.png" "$WORK/relative.out"; then
+    echo "ok   -d relative_runs -o pic.png from $WORK/caller: read and written there, nothing in the repository root"
+else
+    fail "relative paths: rc $rc, $(tail -n 1 "$WORK/relative.out"), stderr: $(head -c 300 "$WORK/relative.err")"
+fi
+
+# ---- 7. gnuplot code in a label (-e: also in the runs' directory name) and quotes in paths
+code="x'; system('touch INJECTED'); print 'y"
+# draw_from_caller NAME DIR MODEL PNG: a redraw of the 3-step runs copied to DIR/MODEL_T16, run from $WORK/caller
+draw_from_caller() {
+    local name=$1 dir=$2 model=$3 png=$4 run rc=0
+    for run in "${RUNS[@]}"; do
+        mkdir -p "$dir/${model}_T16/$run"
+        cp "$WORK/runs/d1_T16/$run/main.log" "$dir/${model}_T16/$run/"
+    done
+    (cd "$WORK/caller" && bash "$REPO/scripts/loss_curves.sh" -d "$dir" -r -e "$model" -t 16 -o "$png") \
+        > "$WORK/$name.out" 2> "$WORK/$name.err" || rc=$?
+    injected=$(find "$REPO" "$WORK" -name INJECTED 2> /dev/null | head -n 1)
+    if [[ $rc -eq 0 && -z $injected && -s $png ]]; then
+        echo "ok   $name: a picture, and no INJECTED file anywhere"
+    else
+        fail "$name: rc $rc, injected '$injected', stderr: $(head -c 300 "$WORK/$name.err")"
+        [[ -z $injected ]] || rm -f "$injected"
+    fi
+}
+draw_from_caller code_in_label "$WORK/inject" "$code" "$WORK/inject.png"
+odd="$WORK/it's \"odd\" dir"
+draw_from_caller quotes_in_paths "$odd" d1 "$odd/pic 'quoted'.png"
+
+# ---- 8. -h, and an unknown flag
+rc=0
+bash scripts/loss_curves.sh -h > "$WORK/help.out" 2> "$WORK/help.err" || rc=$?
+[[ $rc -eq 0 && ! -s $WORK/help.err ]] && head -n 1 "$WORK/help.out" | grep -q '^usage: ' &&
+    echo "ok   -h: the usage on stdout, exit 0" || fail "-h: rc $rc, stdout $(head -n 1 "$WORK/help.out")"
+refused unknown_flag "unknown argument '--bogus' \(usage: .*loss_curves.sh \[-o PNG\]" --bogus
 
 [[ $failures -eq 0 ]] || { echo "FAIL test_loss_curves: $failures check(s) failed"; exit 1; }
 echo "PASS test_loss_curves"

@@ -1,5 +1,5 @@
 /*
-The state file (llmc/checkpoint.h, version 4): its header, the moments of a range
+The state file (llmc/checkpoint.h, version 5): its header, the moments of a range
 of the flat parameter vector (all of it at -z 0, a rank's shard at -z 1) and the
 optional section of the fp32 master weights of that range.
 
@@ -7,7 +7,7 @@ optional section of the fp32 master weights of that range.
        plus 4 bytes per parameter of the range for m, for v and, with the section,
        for the master weights (the formula written out here, not the reader's)
     2. round trip: the header's zero stage, range and section flag, run id, batch
-       bound, -tl bytes and tail checksum, the outlier detectors of -sl and -sg
+       bound, -tl bytes and tail checksum, -dm, -rp and -lm, the outlier detectors of -sl and -sg
        (every value of both windows, the count and index of a full one), an -e of
        4095 bytes, and every value of m, v and the master weights come back as
        written; a reader that does not want the master weights (NULL) still reads
@@ -16,7 +16,8 @@ optional section of the fp32 master weights of that range.
        reader's, a flipped bit in the master weights (their checksum), a master
        weight that is not finite, a file cut short, a range past the parameters,
        a detector whose index lies outside its window (sealed again: only the
-       field's check can find it), no batch bound
+       field's check can find it), no batch bound, a -lm of 2, a version 4 file
+       (written before -dm, -rp, -lm were recorded)
 */
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +52,9 @@ static TrainState header(uint64_t stage, uint64_t begin, uint64_t end) {
     s.data_batches = 3 * 70000;
     s.token_loss_bytes = 5000000000ULL; // past 2^32
     s.token_loss_tail = 0xfedcba9876543210ULL;
+    s.document_masking = 1;
+    s.restart_positions = 0;
+    s.loss_masks = 1;
     // the detectors: the loss's window full (count 128, index 37), the norm's filling
     for (int i = 0; i < 200; i++) { outlier_detector_update(&s.loss_outliers, 3.0 + 0.01 * i); }
     for (int i = 0; i < 50; i++) { outlier_detector_update(&s.grad_norm_outliers, 1.0 / (1 + i)); }
@@ -141,6 +145,9 @@ int main(void) {
           "run id %llx, batches %llu of at most %llu a step, -tl %llu bytes %llx", (unsigned long long)got.run_id,
           (unsigned long long)got.data_batches, (unsigned long long)got.micro_batches,
           (unsigned long long)got.token_loss_bytes, (unsigned long long)got.token_loss_tail);
+    CHECK(got.document_masking == 1 && got.restart_positions == 0 && got.loss_masks == 1,
+          "-dm %llu -rp %llu -lm %llu, written 1 0 1", (unsigned long long)got.document_masking,
+          (unsigned long long)got.restart_positions, (unsigned long long)got.loss_masks);
     const OutlierDetector *want[2] = {&s.loss_outliers, &s.grad_norm_outliers}, *have[2] = {&got.loss_outliers,
                                                                                             &got.grad_norm_outliers};
     CHECK(want[0]->count == 128 && want[0]->index == 72 && want[1]->count == 50, "the detectors written: %d %d %d",
@@ -156,7 +163,7 @@ int main(void) {
     }
     CHECK(strlen(got.init) == sizeof(got.init) - 1 && strcmp(got.init, s.init) == 0, "-e of %zu bytes came back as %zu",
           strlen(s.init), strlen(got.init));
-    printf("ok   round trip: header (run id, batch bound, -tl bytes and tail, both outlier windows, an -e of %zu "
+    printf("ok   round trip: header (run id, batch bound, -tl bytes and tail, -dm -rp -lm, both outlier windows, an -e of %zu "
            "bytes), moments, master weights (and the moments alone)\n", strlen(s.init));
 
     // 3. refused
@@ -191,6 +198,18 @@ int main(void) {
     odd.micro_batches = 0;
     state_write(damaged, &odd, m, v, NULL);
     expect_refused("no batch bound", read_into(damaged, &got, m2, v2, NULL, begin, end, why), why, "corrupt header");
+    odd = header(1, begin, end);
+    odd.loss_masks = 2;
+    state_write(damaged, &odd, m, v, NULL);
+    expect_refused("-lm 2", read_into(damaged, &got, m2, v2, NULL, begin, end, why), why, "corrupt header");
+    // version 4: the int at byte 4 (what the header checksum does not need: the version is read first)
+    state_write(damaged, &s, m, v, NULL);
+    FILE *fp = fopen(damaged, "r+b");
+    int four = 4;
+    CHECK(fp != NULL && fseek(fp, 4, SEEK_SET) == 0 && fwrite(&four, sizeof(int), 1, fp) == 1 && fclose(fp) == 0,
+          "cannot write the version of %s", damaged);
+    expect_refused("a version 4 file", read_into(damaged, &got, m2, v2, NULL, begin, end, why), why,
+                   "version 4, written before state files recorded -dm, -rp and -lm");
     unlink(plain);
     unlink(with_master);
     unlink(damaged);

@@ -26,11 +26,15 @@ typedef LossStats (*ForwardStep)(void *trainer, const int *inputs, const int *ta
 // The per-token losses of the last forward pass, (B, local T) on the host.
 typedef const float *(*ShardLosses)(void *trainer);
 
-// The mean loss over the first `batches` batches of the validation data.
-static float validation_loss(ForwardStep forward_step, void *trainer, DataLoader *val_loader, int batches) {
+// The validation before step `step`: the mean loss over the first val_batches
+// batches of the validation data, printed (master) and logged. When the loss
+// masks keep none of their targets there is no loss: the line says so, the log
+// holds NaN, and the run counts it for its end's summary.
+static void validate(ForwardStep forward_step, void *trainer, TrainRun *run, int master, int step) {
+    DataLoader *val_loader = &run->val_loader;
     dataloader_reset(val_loader);
     LossStats total = {0.0, 0.0};
-    for (int i = 0; i < batches; i++) {
+    for (int i = 0; i < run->val_batches; i++) {
         CpSharder sh;
         dataloader_next_batch(val_loader);
         LossStats s = forward_step(trainer, val_loader->inputs, val_loader->targets, val_loader->loss_mask, &sh);
@@ -38,7 +42,15 @@ static float validation_loss(ForwardStep forward_step, void *trainer, DataLoader
         total.loss_sum += s.loss_sum;
         total.valid_count += s.valid_count;
     }
-    return mean_loss(total);
+    if (total.valid_count == 0) {
+        run->no_target_vals++;
+        if (master) { printf("val loss none (no target: the loss masks keep none)\n"); }
+        logger_log_val(&run->logger, step, NAN);
+        return;
+    }
+    float val_loss = mean_loss(total);
+    if (master) { printf("val loss %.6f\n", val_loss); }
+    logger_log_val(&run->logger, step, val_loss);
 }
 
 // -h 1: llm.c's HellaSwag accuracy over the eval file. Every replica runs its share

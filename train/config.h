@@ -118,7 +118,7 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-yd", FLAG_INT, &cfg->resume_other_data, "-y 1 with other -i data than the checkpoint's: read it from its start (0/1)"},
         {"-s", FLAG_INT, &cfg->sample_every, "sample every N steps (0: never)"},
         {"-g", FLAG_INT, &cfg->gen_tokens, "tokens to generate per sample"},
-        {"-h", FLAG_INT, &cfg->hellaswag, "HellaSwag eval with validation (0/1; -h alone: this help)"},
+        {"-h", FLAG_INT, &cfg->hellaswag, "HellaSwag eval with validation (0/1; -h alone or --help: this help)"},
         {"-hf", FLAG_STRING, &cfg->hellaswag_path, "the eval file of -h 1 (llm.c's format)"},
         {"-a", FLAG_INT, &cfg->overfit_single_batch, "overfit one batch, the first of -j (0/1)"},
         {"-sh", FLAG_INT, &cfg->shuffle, "train data shuffled as llm.c shuffles it (0: in order; -a 1: in order)"},
@@ -235,7 +235,6 @@ static void print_usage(FILE *out, const char *program, const char *transports) 
         format_flag_value(&flags[i], 6, value, sizeof(value));
         fprintf(out, "  %-4s %-82s [%s]\n", flags[i].name, flags[i].help, value);
     }
-    fprintf(out, "  -h   alone (or --help): this help\n");
     fprintf(out, "-cl defaults to identity at -cp 1 and round_robin above. Run with mpirun -np N for N ranks.\n");
 }
 

@@ -165,13 +165,17 @@ static void format_duration(char *buf, size_t size, double seconds) {
     else { snprintf(buf, size, "%lds", s); }
 }
 
-// llm.c's progress line, plus the time left at the mean speed so far
-static void print_progress(int step, int steps, float loss, float grad_norm, float lr, double step_seconds,
-                           double tokens_per_step, double mean_step_seconds) {
-    char eta[32];
+// llm.c's progress line, plus the time left at the mean speed so far. A step
+// whose loss masks keep none of its targets (has_target 0) has no loss: its line
+// says so where the loss would be, rather than a 0 that reads as one.
+static void print_progress(int step, int steps, float loss, int has_target, float grad_norm, float lr,
+                           double step_seconds, double tokens_per_step, double mean_step_seconds) {
+    char eta[32], loss_text[64];
     format_duration(eta, sizeof(eta), mean_step_seconds * (steps - step - 1));
-    printf("step %4d/%d | loss %.6f | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | eta %s\n",
-           step + 1, steps, loss, grad_norm, lr, step_seconds * 1000.0, tokens_per_step / step_seconds, eta);
+    if (has_target) { snprintf(loss_text, sizeof(loss_text), "%.6f", loss); }
+    else { snprintf(loss_text, sizeof(loss_text), "none (no target: the loss masks keep none)"); }
+    printf("step %4d/%d | loss %s | norm %.4f | lr %.2e | %.2f ms | %.0f tok/s | eta %s\n",
+           step + 1, steps, loss_text, grad_norm, lr, step_seconds * 1000.0, tokens_per_step / step_seconds, eta);
     fflush(stdout);
 }
 

@@ -100,7 +100,7 @@ static void describe_data(char *buf, size_t size, uint64_t files, uint64_t token
 // Checks rank 0's state header (the checkpoint as written) against this run:
 // every field that is used must make sense for it. The model and -e: the weights
 // come from the checkpoint, so a run with another -e (another model or shape)
-// is refused. The data: the position is a token offset into the data the
+// is refused; so is one with other -dm, -rp or -lm. The data: the position is a token offset into the data the
 // checkpoint was written with; other data is refused unless -yd 1 (then the new
 // data is read from its start). Returns 0, or -1 with the reason in why; sets
 // *other_data when the data differ and -yd 1 allows it.
@@ -143,6 +143,19 @@ static int check_state_fits_run(const TrainState *s, const TrainRun *run, const 
     if (strcmp(s->init, cfg->init) != 0) {
         return problem(why, why_size, "was written by a run with -e %s, this run has -e %s: resume with the same "
                        "-e (the weights come from the checkpoint)", s->init, cfg->init);
+    }
+    // what a token sees (-dm), where it is (-rp) and which targets count (-lm): a
+    // run that changed them would continue another training than the checkpoint's
+    struct { const char *flag; uint64_t was; int now; const char *what; } same[] = {
+        {"-dm", s->document_masking, cfg->document_masking, "which tokens a token attends to"},
+        {"-rp", s->restart_positions, cfg->restart_positions, "the position of every token"},
+        {"-lm", s->loss_masks, cfg->loss_masks, "which targets count in the loss"}};
+    for (size_t i = 0; i < sizeof(same) / sizeof(same[0]); i++) {
+        if (same[i].was != (uint64_t)same[i].now) {
+            return problem(why, why_size, "was written by a run with %s %llu, this run has %s %d: resume with %s "
+                           "%llu (it changes %s)", same[i].flag, (unsigned long long)same[i].was, same[i].flag,
+                           same[i].now, same[i].flag, (unsigned long long)same[i].was, same[i].what);
+        }
     }
     const DataLoader *dl = &run->train_loader;
     if (s->data_fingerprint != dl->fingerprint || s->data_tokens != dl->total_tokens ||
@@ -427,6 +440,9 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     s.data_batches = dl->batches_read;
     s.data_shuffled = (uint64_t)dl->shuffle;
     s.zero_stage = (uint64_t)cfg->zero_stage;
+    s.document_masking = (uint64_t)cfg->document_masking;
+    s.restart_positions = (uint64_t)cfg->restart_positions;
+    s.loss_masks = (uint64_t)cfg->loss_masks;
     s.shard_begin = model->opt_begin;
     s.shard_end = model->opt_end;
     s.run_id = run->run_id;

@@ -65,6 +65,8 @@ typedef struct {
                             // of the weights exactly (zero_sync_parameters gathers them)
     double tokens_per_step;
     double total_step_seconds;
+    int no_target_steps;    // training steps whose loss masks kept no target (-lm 1)
+    int no_target_vals;     // validations whose loss masks kept no target
 } TrainRun;
 
 // A run id for this job: 64 random bits, drawn by rank 0 and taken by every rank.
@@ -302,10 +304,13 @@ static void check_step_finite(const TrainConfig *cfg, int step, float loss, floa
 
 // llm.c's -sl / -sg: both detectors see every step's loss and gradient norm (the
 // same on every rank), and the update is skipped when a z-score is above its
-// threshold. Returns 1 to skip.
-static int skip_update(TrainRun *run, const TrainConfig *cfg, int master, float loss, float grad_norm) {
-    double zloss = outlier_detector_update(&run->loss_outliers, loss);
-    double zgrad = outlier_detector_update(&run->grad_norm_outliers, grad_norm);
+// threshold. Returns 1 to skip. A step with no target (its loss masks keep none)
+// has neither a loss nor a gradient to judge: the detectors never see its zeros,
+// which would pull their means down and make the next real step look an outlier.
+static int skip_update(TrainRun *run, const TrainConfig *cfg, int master, const StepEnd *end) {
+    if (end->targets == 0) { return 0; }
+    double zloss = outlier_detector_update(&run->loss_outliers, end->loss);
+    double zgrad = outlier_detector_update(&run->grad_norm_outliers, end->grad_norm);
     if (isfinite(zloss) && cfg->skip_loss_z != 0.0f && zloss > cfg->skip_loss_z) {
         if (master) { printf("skipping update due to loss z-score of %f\n", zloss); }
         return 1;
@@ -317,15 +322,27 @@ static int skip_update(TrainRun *run, const TrainConfig *cfg, int master, float 
     return 0;
 }
 
-// After a training step: the progress line (master) and the log.
-static void train_run_end_step(TrainRun *run, int master, int step, float loss, float grad_norm, float lr,
-                               double seconds) {
+// After a training step: the progress line (master) and the log. A step with no
+// target (its loss masks keep none) has no loss: the log's is NaN, and the step
+// counts for the end's summary.
+static void train_run_end_step(TrainRun *run, int master, int step, const StepEnd *end, float lr, double seconds) {
     run->total_step_seconds += seconds;
+    int has_target = end->targets > 0;
     if (master) {
-        print_progress(step, run->steps, loss, grad_norm, lr, seconds, run->tokens_per_step,
+        print_progress(step, run->steps, end->loss, has_target, end->grad_norm, lr, seconds, run->tokens_per_step,
                        run->total_step_seconds / (step + 1));
     }
-    logger_log_train(&run->logger, step, loss, lr, grad_norm);
+    if (!has_target) { run->no_target_steps++; }
+    logger_log_train(&run->logger, step, has_target ? end->loss : NAN, lr, end->grad_norm);
+}
+
+// At the end of a run (master): how many of its training steps and validations
+// had no target at all, since their lines and log entries hold no loss.
+static void print_no_target_summary(const TrainRun *run, int master) {
+    if (!master || (run->no_target_steps == 0 && run->no_target_vals == 0)) { return; }
+    printf("no target: the loss masks kept none of the targets of %d of the %d training step(s) run and of %d "
+           "validation(s): these have no loss (\"none\" above, NaN in main.log)\n", run->no_target_steps,
+           run->steps - run->start_step, run->no_target_vals);
 }
 
 // Gathers the step's per-token losses to global order: the CP group's shards into

@@ -33,7 +33,7 @@ for part in "${PARTS[@]}"; do
         { echo "run.sh: unknown part '$part' (tests, trainer, mutations, gpu_call)" >&2; exit 2; }
 done
 for tool in clang++ g++ python3 mpicc mpirun; do
-    command -v "$tool" > /dev/null || { echo "run.sh: $tool is missing (bash scripts/install_deps.sh installs it)" >&2; exit 2; }
+    command -v "$tool" > /dev/null || { echo "run.sh: $tool is missing (bash scripts/install_deps.sh emu installs it)" >&2; exit 2; }
 done
 rm -rf "$WORK"
 mkdir -p "$WORK/src"

@@ -1,0 +1,60 @@
+# What the scripts share (sourced; `usage` set by the script, its first line the synopsis):
+#
+#   die MESSAGE           "error: MESSAGE" on stderr, exit 1
+#   usage_error MESSAGE   the same, with the synopsis: how to run the script
+#   no_arguments "$@"     a script that takes no argument: -h prints $usage (exit 0),
+#                         any other argument is refused with the synopsis
+#   getopts_error OPT OPTARG  what getopts (its optstring starting with ':') found
+#                         wrong: OPT ':' a flag without its value, else an unknown flag
+#   sourced_only USAGE "$@"   a file meant to be sourced, called at its top: when it
+#                         is run instead, -h prints USAGE (exit 0), else it says how
+#                         it is used (exit 1); sourced, it does nothing
+#   from_caller PATH      PATH as the caller meant it: a relative one from the
+#                         caller's directory ($caller, recorded before any cd)
+#   gnuplot_string TEXT   TEXT as one gnuplot string literal: single-quoted, where
+#                         gnuplot expands nothing (no backquote, macro or escape),
+#                         a quote doubled, a control character (a newline would end
+#                         the command) a space. A label is then text, never code.
+
+die() { echo "error: $*" >&2; exit 1; }
+
+usage_error() {
+    local newline=$'\n'
+    die "$1 (${usage%%"$newline"*}; -h explains each flag)"
+}
+
+no_arguments() {
+    [ $# -eq 0 ] && return 0
+    case $1 in -h|--help) echo "$usage"; exit 0 ;; esac
+    usage_error "unknown argument '$1': the script takes none"
+}
+
+getopts_error() {
+    [[ $1 == : ]] && usage_error "-$2 needs a value"
+    [[ $2 == - ]] && usage_error "unknown flag: long flags (--...) are not taken"
+    usage_error "unknown flag -$2"
+}
+
+sourced_only() {
+    [[ ${BASH_SOURCE[1]} == "$0" ]] || return 0
+    case ${2:-} in -h|--help) printf '%s\n  -h    this help\n' "$1"; exit 0 ;; esac
+    echo "error: ${BASH_SOURCE[1]} is sourced, not run (${1%%$'\n'*})" >&2
+    exit 1
+}
+
+from_caller() {
+    case $1 in
+    /*) printf '%s\n' "$1" ;;
+    *) printf '%s\n' "${caller:?from_caller needs the directory of the call}/$1" ;;
+    esac
+}
+
+gnuplot_string() {
+    local text q
+    q="'"
+    text=${1//[[:cntrl:]]/ }
+    text=${text//$q/$q$q}
+    printf '%s%s%s' "$q" "$text" "$q"
+}
+
+sourced_only "usage: source scripts/script_lib.sh (by the other scripts, once they set usage)" "$@"
