@@ -20,9 +20,10 @@ it runs: an empty "alive" message to every other rank at most every
 GPT2CP_TIMEOUT / 4 seconds. An expired wait names only the awaited ranks that
 have been silent (no alive message, no beacon) for GPT2CP_TIMEOUT / 2: at least
 one message missed. While every rank it awaits is still heard from, the stall
-lies further along, where the rank waiting on the stopped one will name it:
-this one keeps waiting (and a request that completes meanwhile ends its wait as
-usual). Only if none of them falls silent within another GPT2CP_TIMEOUT (ranks
+lies further along: it names any rank of the world that fell silent (a
+collective also waits for a rank that entered it and then stopped), and while
+none has, it keeps waiting (a request that completes meanwhile ends its wait as
+usual). Only if no rank falls silent within another GPT2CP_TIMEOUT (ranks
 that all run and wait for each other: a deadlock, or a rank held in a blocking
 call, which sends nothing) does it name every awaited rank, saying that they run.
 
@@ -244,24 +245,34 @@ static int comm_watchdog_poll(void) {
     return beacons;
 }
 
-// A wait without progress for GPT2CP_TIMEOUT and `expired_for` seconds more, for
-// the world ranks awaited[0..n) (NULL: any other rank of the world). Returns how
-// many ranks to name, in comm_named: the awaited ones silent for GPT2CP_TIMEOUT / 2;
-// none (0: wait on) while every one is heard from, until expired_for reaches
-// GPT2CP_TIMEOUT; then all of them, *running set.
-static int comm_stall_named(const int *awaited, int n, double expired_for, int *running) {
+// The ranks among awaited[0..n) (NULL: every rank of the world) silent for
+// GPT2CP_TIMEOUT / 2, into comm_named; how many.
+static int comm_silent_ranks(const int *awaited, int n, double now) {
     if (awaited == NULL) { n = comm_beacon_size; }
-    double now = comm_clock();
     int silent = 0;
     for (int i = 0; i < n; i++) {
         int peer = awaited != NULL ? awaited[i] : i;
-        if (peer == comm_beacon_rank) { continue; }
-        if (now - comm_heard_at[peer] >= comm_timeout / 2) { comm_named[silent++] = peer; }
+        if (peer != comm_beacon_rank && now - comm_heard_at[peer] >= comm_timeout / 2) { comm_named[silent++] = peer; }
     }
+    return silent;
+}
+
+// A wait without progress for GPT2CP_TIMEOUT and `expired_for` seconds more, for
+// the world ranks awaited[0..n) (NULL: any other rank of the world). Returns how
+// many ranks to name, in comm_named: the awaited ones silent for GPT2CP_TIMEOUT / 2;
+// when every one is heard from, any silent rank of the world (a stall's root: a
+// collective also waits for a rank that entered it and then stopped, and a rank
+// waits for one that waits in turn); none (0: wait on) while every rank is heard
+// from, until expired_for reaches GPT2CP_TIMEOUT; then all the awaited, *running set.
+static int comm_stall_named(const int *awaited, int n, double expired_for, int *running) {
+    double now = comm_clock();
     *running = 0;
+    int silent = comm_silent_ranks(awaited, n, now);
+    if (silent == 0) { silent = comm_silent_ranks(NULL, 0, now); }
     if (silent > 0) { return silent; }
     if (expired_for < comm_timeout) { return 0; }
     *running = 1;
+    if (awaited == NULL) { n = comm_beacon_size; }
     int named = 0;
     for (int i = 0; i < n; i++) {
         int peer = awaited != NULL ? awaited[i] : i;
