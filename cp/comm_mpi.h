@@ -29,9 +29,8 @@ Who did not answer:
     below n has not reached collective n. Those ranks are named (all of them, when
     none is missing: the ranks arrived and the exchange itself stalled). Empty
     messages carry no buffer, so the sends are released at once and never waited.
-  - of those, only the ones that fell silent (cp/comm_watchdog.h): a rank that waits
-    for a peer which is itself waiting leaves the naming to the rank nearest the
-    stopped one.
+  - of those, only the ones that fell silent, or else any silent rank of the job
+    (cp/comm_watchdog.h): never a peer that is itself waiting.
 */
 #ifndef CP_COMM_MPI_H
 #define CP_COMM_MPI_H
