@@ -78,6 +78,10 @@ run_trainer() {
         rc=0
         (
             if [[ -n $MEMORY_LIMIT_KIB ]]; then ulimit -v "$MEMORY_LIMIT_KIB"; fi
+            # each launch its own Open MPI session base: cases run at once, and one
+            # mpirun removing the shared base it emptied made another's start fail
+            # in orte_init ("orte_session_dir failed")
+            export OMPI_MCA_orte_tmpdir_base="${OMPI_MCA_orte_tmpdir_base:-/tmp/gpt2cp-mpi-$(id -u)}/$BASHPID"
             exec timeout 60 "${launcher[@]}" "$TRAINER" "$@"
         ) >"$out" 2>"$err" || rc=$?
         # Open MPI 4.1's mpirun itself now and then segfaults in its own finalize
