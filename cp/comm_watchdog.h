@@ -245,14 +245,14 @@ static int comm_watchdog_poll(void) {
     return beacons;
 }
 
-// The ranks among awaited[0..n) (NULL: every rank of the world) silent for
-// GPT2CP_TIMEOUT / 2, into comm_named; how many.
-static int comm_silent_ranks(const int *awaited, int n, double now) {
+// The ranks among awaited[0..n) (NULL: every rank of the world) not heard from for
+// `silence` seconds (a negative silence: all of them), into comm_named; how many.
+static int comm_silent_ranks(const int *awaited, int n, double now, double silence) {
     if (awaited == NULL) { n = comm_beacon_size; }
     int silent = 0;
     for (int i = 0; i < n; i++) {
         int peer = awaited != NULL ? awaited[i] : i;
-        if (peer != comm_beacon_rank && now - comm_heard_at[peer] >= comm_timeout / 2) { comm_named[silent++] = peer; }
+        if (peer != comm_beacon_rank && now - comm_heard_at[peer] >= silence) { comm_named[silent++] = peer; }
     }
     return silent;
 }
@@ -267,18 +267,11 @@ static int comm_silent_ranks(const int *awaited, int n, double now) {
 static int comm_stall_named(const int *awaited, int n, double expired_for, int *running) {
     double now = comm_clock();
     *running = 0;
-    int silent = comm_silent_ranks(awaited, n, now);
-    if (silent == 0) { silent = comm_silent_ranks(NULL, 0, now); }
-    if (silent > 0) { return silent; }
-    if (expired_for < comm_timeout) { return 0; }
+    int silent = comm_silent_ranks(awaited, n, now, comm_timeout / 2);
+    if (silent == 0) { silent = comm_silent_ranks(NULL, 0, now, comm_timeout / 2); }
+    if (silent > 0 || expired_for < comm_timeout) { return silent; }
     *running = 1;
-    if (awaited == NULL) { n = comm_beacon_size; }
-    int named = 0;
-    for (int i = 0; i < n; i++) {
-        int peer = awaited != NULL ? awaited[i] : i;
-        if (peer != comm_beacon_rank) { comm_named[named++] = peer; }
-    }
-    return named;
+    return comm_silent_ranks(awaited, n, now, -1.0);
 }
 
 // After MPI_Init: the messages' communicator and receives; installs note_progress.
