@@ -39,7 +39,8 @@ if the master-weights section follows the moments (else 0), [15] its checksum
 (else 0), [16] the run id, [17] the most batches any step of the run read (so [9]
 is at most step x [17]), [18] the bytes of the -tl file at the checkpoint and [19]
 the checksum of its last TOKEN_LOSS_TAIL_BYTES before that (rank 0's; 0 without
--tl), [20..30] 0, [31] the checksum of the whole header with itself 0; then the
+-tl), [20] the chunk size of the solver layout (0 for the other layouts), [21..30] 0,
+[31] the checksum of the whole header with itself 0; then the
 two outlier detectors of -sl and -sg (llmc/outlier_detector.h), loss then gradient
 norm, each uint64 count, uint64 index, double sum, double sum of squares, double
 window[128]; then the -e text (STATE_TEXT_BYTES, NUL-padded); then m and
@@ -109,6 +110,7 @@ typedef struct {
     uint64_t micro_batches;          // the most batches any step of the run read (-d)
     uint64_t token_loss_bytes;       // the -tl file's bytes at the checkpoint (rank 0's; 0 without -tl) ...
     uint64_t token_loss_tail;        // ... and the checksum of its last TOKEN_LOSS_TAIL_BYTES (token_loss_tail)
+    uint64_t layout_chunk;           // -cc of the solver layout (0: another layout)
     OutlierDetector loss_outliers, grad_norm_outliers; // -sl, -sg
     char init[STATE_TEXT_BYTES];     // the run's -e
 } TrainState;
@@ -377,14 +379,14 @@ static void state_int_fields(TrainState *s, int *fields[STATE_INT_FIELDS]) {
 }
 
 // the uint64 fields [0, 20) of a state, in file order
-#define STATE_U64_FIELDS 20
+#define STATE_U64_FIELDS 21
 static void state_u64_fields(TrainState *s, uint64_t *fields[STATE_U64_FIELDS]) {
     uint64_t *order[STATE_U64_FIELDS] = {&s->num_parameters, &s->data_shard, &s->data_position, &s->rng_state,
                                          &s->padded_len, &s->data_fingerprint, &s->data_tokens, &s->data_files,
                                          &s->moments_checksum, &s->data_batches, &s->data_shuffled, &s->zero_stage,
                                          &s->shard_begin, &s->shard_end, &s->has_master_weights,
                                          &s->master_checksum, &s->run_id, &s->micro_batches, &s->token_loss_bytes,
-                                         &s->token_loss_tail};
+                                         &s->token_loss_tail, &s->layout_chunk};
     memcpy(fields, order, sizeof(order));
 }
 

@@ -51,6 +51,7 @@ static TrainState header(uint64_t stage, uint64_t begin, uint64_t end) {
     s.data_batches = 3 * 70000;
     s.token_loss_bytes = 5000000000ULL; // past 2^32
     s.token_loss_tail = 0xfedcba9876543210ULL;
+    s.layout_chunk = 192; // the solver's -cc
     // the detectors: the loss's window full (count 128, index 37), the norm's filling
     for (int i = 0; i < 200; i++) { outlier_detector_update(&s.loss_outliers, 3.0 + 0.01 * i); }
     for (int i = 0; i < 50; i++) { outlier_detector_update(&s.grad_norm_outliers, 1.0 / (1 + i)); }
@@ -137,10 +138,12 @@ int main(void) {
     }
     CHECK(read_into(with_master, &got, m2, v2, NULL, begin, end, why) == 0, "master weights unwanted: %s", why);
     CHECK(got.run_id == s.run_id && got.micro_batches == s.micro_batches && got.data_batches == s.data_batches &&
-          got.token_loss_bytes == s.token_loss_bytes && got.token_loss_tail == s.token_loss_tail,
-          "run id %llx, batches %llu of at most %llu a step, -tl %llu bytes %llx", (unsigned long long)got.run_id,
-          (unsigned long long)got.data_batches, (unsigned long long)got.micro_batches,
-          (unsigned long long)got.token_loss_bytes, (unsigned long long)got.token_loss_tail);
+          got.token_loss_bytes == s.token_loss_bytes && got.token_loss_tail == s.token_loss_tail &&
+          got.layout_chunk == s.layout_chunk,
+          "run id %llx, batches %llu of at most %llu a step, -tl %llu bytes %llx, chunk %llu",
+          (unsigned long long)got.run_id, (unsigned long long)got.data_batches, (unsigned long long)got.micro_batches,
+          (unsigned long long)got.token_loss_bytes, (unsigned long long)got.token_loss_tail,
+          (unsigned long long)got.layout_chunk);
     const OutlierDetector *want[2] = {&s.loss_outliers, &s.grad_norm_outliers}, *have[2] = {&got.loss_outliers,
                                                                                             &got.grad_norm_outliers};
     CHECK(want[0]->count == 128 && want[0]->index == 72 && want[1]->count == 50, "the detectors written: %d %d %d",
