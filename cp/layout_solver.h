@@ -26,6 +26,11 @@ less to send for an exchange that sends K/V only to the ranks whose queries see 
 (16% to 41% fewer pairs on rows of short documents in test_solver_layout), for at
 most 1% of balance. Everything is integer arithmetic in a fixed order: the same
 data gives every rank the same layout.
+
+Cost: each rank runs it for each row of each batch on the host. The swaps try
+n^2 / 2 pairs of chunks a pass: at chunks of 64, 15 ms a row at T 65536, cp 8 with
+documents of up to 600 tokens, 0.1 s with documents of 1 to 4 tokens (one core,
+-O3), under a millisecond at T 16384 with documents of hundreds of tokens.
 */
 #ifndef CP_LAYOUT_SOLVER_H
 #define CP_LAYOUT_SOLVER_H
@@ -78,7 +83,7 @@ static long long cp_solver_greedy(const CpChunk *order, int n, int cp, int *owne
     return largest;
 }
 
-// Moves chunk c (documents [lo, hi]) from rank `from` to rank `to` in the count of
+// Moves a chunk of documents [lo, hi] from rank `from` to rank `to` in the count of
 // each document's chunks per rank; returns the change in (rank, document) pairs.
 // held: (documents, cp)
 static int cp_solver_move(int *held, int cp, int lo, int hi, int from, int to) {
