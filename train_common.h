@@ -49,7 +49,7 @@ static void train_run_start(TrainRun *run, GPT2 *model, const TrainConfig *cfg, 
     GPT2Config c = run_model_config(cfg, resume_step, source, sizeof(source));
     check_run_against_model(cfg, layout, mesh, c, source);
     // packed: the longest row of the data (packed_longest_row); the others pad T alone
-    int padded = layout == CP_LAYOUT_PACKED ? packed_longest_row(cfg) : cp_padded_len(layout, cfg->T, cfg->cp_size);
+    int padded = layout == CP_LAYOUT_PACKED ? packed_longest_row(cfg) : run_padded_len(cfg, layout);
     int local_T = padded / cfg->cp_size;
     MemoryEstimate memory = estimate_rank_memory(tm, cfg, c, local_T, mesh->dp_size,
                                                  (CpAttentionKind)cp_attention_from_name(cfg->attention));

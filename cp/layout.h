@@ -31,17 +31,49 @@ indices, so no other code ever asks which layout produced a shard.
                  padded documents, the batch's P the longest row (shorter rows end
                  in a pad region split the same way).
 
+    solver       MagiAttention's dispatch solver, with locality. Pad to a multiple
+                 of cp * chunk (-cc, whole 64-row tiles of the tiled attention),
+                 tokens in place (slot g is token g, pads at the end); cut the row
+                 into chunks of `chunk` tokens, each costing the masked area of its
+                 queries (cp/attention_area.h: causal, and only its document's keys
+                 with -dm 1); give every rank the same number of chunks, so that the
+                 token-local layers (matmuls, layernorms, the loss) stay balanced
+                 too, chosen greedily: the most expensive chunk first, each to the
+                 least-loaded rank that has room. This keeps the largest rank's area
+                 near the mean for any mask, where the fixed patterns balance one
+                 shape each (round_robin one causal document, packed each document
+                 by padding it to 2*cp, striped everything but with every tile
+                 mixed). What it adds to MagiAttention's, which balances area only
+                 and so spreads a document over every rank: with -dm 1, swaps of two
+                 chunks between two ranks that lower the number of (rank, document)
+                 pairs, as long as both ranks stay within CP_SOLVER_SLACK_PERCENT of
+                 the mean above the greedy's largest rank. A document's chunks then
+                 sit on few ranks, so an exchange that sends K/V only to the ranks
+                 whose queries see it has less to send, for at most 1% of balance.
+                 Every choice is made on integers in a fixed order (ties to the
+                 lower chunk and rank index), so every rank computes the same layout
+                 from the same data (cp/layout_solver.h: the rule step by step). A rank stores its chunks in increasing global
+                 order: each tile of its tokens is one contiguous range, which
+                 cp/block_mask.h skips or keeps whole. One long causal row balances
+                 exactly with an even number of chunks per rank (the greedy pairs
+                 early and late chunks, as round_robin does); an odd number leaves
+                 up to about one chunk's area of imbalance.
+
 Example, T = 10, cp = 2 -> P = 12 (striped: P = 10):
     round_robin  r0 = [0 1 2 9 10 11]   r1 = [3 4 5 6 7 8]
     contiguous   r0 = [0 1 2 3 4 5]     r1 = [6 7 8 9 10 11]
     striped      r0 = [0 2 4 6 8]       r1 = [1 3 5 7 9]
 Packed, documents [0, 6) and [6, 10) at cp 2: padded to 8 and 4, P = 12;
     r0 = [0 1 6 7 8 11]   r1 = [2 3 4 5 9 10]   (slots 6 and 7 are pad)
+Solver, one document of T = 256 at cp 2, chunk 64: chunks 0..3 of area 2080, 6176,
+10272, 14368 go 3 -> r0, 2 -> r1, 1 -> r1 (the least load), 0 -> r0 (the only room):
+    r0 = [0-63 192-255]   r1 = [64-191]   (16448 pairs each)
 */
 #ifndef CP_LAYOUT_H
 #define CP_LAYOUT_H
 
 #include <string.h>
+#include "layout_solver.h"
 
 typedef enum {
     CP_LAYOUT_IDENTITY = 0,
@@ -49,14 +81,15 @@ typedef enum {
     CP_LAYOUT_ROUND_ROBIN = 2,
     CP_LAYOUT_PACKED = 3,
     CP_LAYOUT_STRIPED = 4,
+    CP_LAYOUT_SOLVER = 5,
 } CpLayoutKind;
 
-static const char *cp_layout_names[] = {"identity", "contiguous", "round_robin", "packed", "striped"};
-#define CP_NUM_LAYOUTS 5
+static const char *cp_layout_names[] = {"identity", "contiguous", "round_robin", "packed", "striped", "solver"};
+#define CP_NUM_LAYOUTS 6
 
-// packed is the one layout that depends on the data (cp_row_layout); the others
-// are a function of (P, cp) (cp_local_indices)
-static int cp_layout_depends_on_data(CpLayoutKind kind) { return kind == CP_LAYOUT_PACKED; }
+// packed and solver depend on the data (cp_row_layout); the others are a function
+// of (P, cp) (cp_local_indices)
+static int cp_layout_depends_on_data(CpLayoutKind kind) { return kind == CP_LAYOUT_PACKED || kind == CP_LAYOUT_SOLVER; }
 
 // parse a -cl value; returns -1 when the name is unknown
 static int cp_layout_from_name(const char *name) {
@@ -69,9 +102,12 @@ static int cp_layout_from_name(const char *name) {
 // What each rank must be divisible into. identity pads nothing; striped pads to cp,
 // one stripe per rank; contiguous and round_robin pad to 2*cp so that every rank's
 // share splits into two equal halves (round_robin needs the two chunks; ring
-// attention's half-block skipping takes the halves of any length).
+// attention's half-block skipping takes the halves of any length); solver to whole
+// tiles on every rank (its chunks, a multiple of tiles, may pad more:
+// cp_solver_padded_len).
 static int cp_pad_multiple(CpLayoutKind kind, int cp) {
-    return kind == CP_LAYOUT_IDENTITY ? 1 : kind == CP_LAYOUT_STRIPED ? cp : 2 * cp;
+    return kind == CP_LAYOUT_IDENTITY ? 1 : kind == CP_LAYOUT_STRIPED ? cp
+           : kind == CP_LAYOUT_SOLVER ? CP_SOLVER_TILE * cp : 2 * cp;
 }
 
 static int cp_padded_len(CpLayoutKind kind, int T, int cp) {
@@ -131,14 +167,28 @@ static int cp_packed_row_len(const int *docs, int T, int cp) {
 
 // The layout of one row padded to P: the padded slots `rank` owns, in local order,
 // and for every padded slot the index in the original row (-1 for a pad slot).
-// Returns 0, or -1 when cp_local_indices refuses (P, cp, rank).
-// docs: (T) document ids, used by packed only   indices: (P / cp)   slot_original: (P)
-static int cp_row_layout(CpLayoutKind kind, const int *docs, int T, int P, int cp, int rank,
+// Returns 0, or -1 when the layout cannot split P (cp_local_indices' contract; the
+// solver: P a multiple of cp * chunk, chunk >= 1).
+// docs: (T) document ids where attention is masked to documents, NULL: none (packed
+// needs them; the solver weighs its chunks by them)   chunk: the solver's chunk size
+// indices: (P / cp)   slot_original: (P)
+static int cp_row_layout(CpLayoutKind kind, const int *docs, int T, int P, int cp, int chunk, int rank,
                          int *indices, int *slot_original) {
-    if (!cp_layout_depends_on_data(kind)) {
+    if (kind != CP_LAYOUT_PACKED) {
         for (int g = 0; g < P; g++) { slot_original[g] = g < T ? g : -1; }
-        return cp_local_indices(kind, P, cp, rank, indices);
     }
+    if (kind == CP_LAYOUT_SOLVER) {
+        if (chunk < 1 || cp < 1 || rank < 0 || rank >= cp || P < 0 || P % (cp * chunk) != 0) { return -1; }
+        int *owner = (int *)mallocCheck((size_t)(P / chunk + 1) * sizeof(int)); // (P / chunk)
+        cp_solver_owners(docs, T, P, cp, chunk, owner);
+        int count = 0;
+        for (int c = 0; c < P / chunk; c++) {
+            for (int i = 0; i < chunk && owner[c] == rank; i++) { indices[count++] = c * chunk + i; }
+        }
+        free(owner);
+        return 0;
+    }
+    if (!cp_layout_depends_on_data(kind)) { return cp_local_indices(kind, P, cp, rank, indices); }
     int count = 0, offset = 0;
     for (int start = 0, end; start < T; start = end) {
         end = cp_document_end(docs, T, start);

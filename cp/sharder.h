@@ -27,8 +27,8 @@ they add nothing to the loss or the gradients, get a position id inside
 [0, max_positions) so the position embedding lookup stays in range, and get
 document -1 of their own, so no real query ever sees a pad key and pad queries
 see only pad keys (attention spends almost nothing on rows whose loss is
-ignored). Under identity, contiguous, round_robin and striped the pad slots sit
-after every real token of the row (global index >= T); under packed each document
+ignored). Under identity, contiguous, round_robin, striped and solver the pad slots
+sit after every real token of the row (global index >= T); under packed each document
 is followed by its own pad slots, and the document ids keep them apart.
 
 The loss mask (the contract's loss_mask) is sharded with the targets: a target
@@ -102,7 +102,8 @@ typedef struct {
     int cp_rank, cp_size;
     int max_positions;   // the model's max_seq_len
     CpDocuments documents;
-    int min_padded_len;  // packed: pad every batch to at least this (0: to its longest row)
+    int min_padded_len;  // packed, solver: pad every batch to at least this (0: as the data needs)
+    int chunk;           // solver: the chunk size, a multiple of CP_SOLVER_TILE (0: CP_SOLVER_DEFAULT_CHUNK)
     int has_layout;      // set by the first cp_shard_batch
     ShardLayout layout;
     LocalBatch local;
@@ -140,6 +141,9 @@ static int cp_fail(CpSharder *sh, const char *fmt, ...) {
     return CP_ERROR;
 }
 
+// the solver's chunk size: the caller's, or the default
+static int cp_solver_chunk(const CpSharder *sh) { return sh->chunk ? sh->chunk : CP_SOLVER_DEFAULT_CHUNK; }
+
 // Whether (kind, cp, T) is a valid configuration: every rank must own a real token.
 static int cp_check_config(CpSharder *sh, int T) {
     if (sh->cp_size < 1) { return cp_fail(sh, "cp size %d must be at least 1", sh->cp_size); }
@@ -149,6 +153,14 @@ static int cp_check_config(CpSharder *sh, int T) {
     if (T < 1) { return cp_fail(sh, "sequence length %d must be at least 1", T); }
     if (T > sh->max_positions) {
         return cp_fail(sh, "sequence length %d exceeds the %d positions of the model", T, sh->max_positions);
+    }
+    if (sh->kind == CP_LAYOUT_SOLVER) {
+        // a rank may hold only pad chunks, which is harmless (as packed's pad)
+        if (cp_solver_chunk(sh) < CP_SOLVER_TILE || cp_solver_chunk(sh) % CP_SOLVER_TILE != 0) {
+            return cp_fail(sh, "layout solver: chunk size %d is not a positive multiple of the %d-row tiles",
+                           cp_solver_chunk(sh), CP_SOLVER_TILE);
+        }
+        return CP_OK;
     }
     if (cp_layout_depends_on_data(sh->kind)) {
         // data-dependent: a rank may hold only pad in some batch, which is harmless
@@ -189,12 +201,6 @@ static void cp_row_documents(const int *inputs, int T, int document_token, int *
     }
 }
 
-// The index in the row of the first token of each token's document.
-// docs: (T) from cp_row_documents   starts: (T)
-static void cp_row_document_starts(const int *docs, int T, int *starts) {
-    for (int t = 0; t < T; t++) { starts[t] = t > 0 && docs[t] == docs[t - 1] ? starts[t - 1] : t; }
-}
-
 // Applies the layout to the batch: records the ShardLayout and fills sh->local.
 // inputs, targets: (B, T)   loss_mask: (B, T) 1 where the target counts, 0 where it
 // is masked; NULL: every target counts
@@ -211,7 +217,10 @@ static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, 
         cp_row_document_starts(docs + (size_t)b * T, T, starts + (size_t)b * T);
     }
     int P = cp_padded_len(sh->kind, T, cp);
-    if (cp_layout_depends_on_data(sh->kind)) {
+    if (sh->kind == CP_LAYOUT_SOLVER) {
+        // whole chunks on every rank, and at least the caller's minimum (as packed's)
+        P = cp_solver_padded_len(T > sh->min_padded_len ? T : sh->min_padded_len, cp, cp_solver_chunk(sh));
+    } else if (cp_layout_depends_on_data(sh->kind)) {
         // every row is padded to the longest row's packed length, and the batch to
         // the caller's minimum: a trainer keeps its buffers' size that way, instead
         // of resizing them for every batch of a slightly different length
@@ -238,7 +247,8 @@ static int cp_shard_batch(CpSharder *sh, const int *inputs, const int *targets, 
     for (int b = 0; b < B; b++) {
         const int *row_docs = docs + (size_t)b * T;
         int *indices = lay->global_index + (size_t)b * Tl;
-        if (cp_row_layout(sh->kind, row_docs, T, P, cp, sh->cp_rank, indices, slot_original) != 0) {
+        const int *masked_docs = sh->documents.mask_attention ? row_docs : NULL;
+        if (cp_row_layout(sh->kind, masked_docs, T, P, cp, cp_solver_chunk(sh), sh->cp_rank, indices, slot_original) != 0) {
             free(slot_original);
             free(docs);
             free(starts);

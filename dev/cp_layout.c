@@ -7,6 +7,7 @@ attention work each rank does, for one (T, cp, layout). Optionally draws it as a
     ./cp_layout -t 1024 -cp 4 -cl contiguous -png docs/contiguous.png
     ./cp_layout -t 1024 -cp 4 -cl packed -i dev/data/austen/austen_train.bin -b 8 -dm 1
     ./cp_layout -t 1024 -cp 4 -cl striped
+    ./cp_layout -t 1024 -cp 4 -cl solver -cc 64 -i dev/data/austen/austen_train.bin -b 8 -dm 1
 
 Every number comes from the same cp/ code the trainers run: each rank's tokens from
 a CpSharder (cp_sharder_init + cp_shard_batch, as the trainer shards each step), the
@@ -30,7 +31,11 @@ Work of one rank, summed over the ring and the rows, in query-key pairs:
               counts their wasted rows
     useful    visible pairs of a real query: the work of cp 1; summed over the
               ranks it is T*(T+1)/2 per row for every cp and layout without
-              documents, the sum of n*(n+1)/2 over the row's documents with them
+              documents, the sum of n*(n+1)/2 over the row's documents with them.
+              It is the masked area of cp/attention_area.h, the cost the solver
+              layout balances: each rank's is also summed from that model and the
+              two must agree (else the tool stops), so the column shows every
+              layout's balance in the solver's own terms
 
 Output: one line per rank and footer lines, with fixed columns so that
 awk '$1 == "rank" {print $5}' picks the computed column of every rank:
@@ -49,6 +54,11 @@ rank (the next block comes from a neighbour that must have finished its own):
                                        longer a ring in lock step takes than work
                                        spread evenly (1.000: balanced at every step)
 A step where no rank has any work of a column counts as balanced there (1.000).
+
+With -dm 1 a line says how far each layout spreads the documents, what an exchange
+that sends K/V only to the ranks whose queries see it pays for:
+    # spread PAIRS (rank, document) pairs over DOCS documents: RANKS ranks per document
+(a rank that holds a real token of a document makes a pair; summed over the rows).
 
 With -m MODEL (dN, the trainers' -e presets: d12 is GPT-2 124M) it also prints what
 each attention algorithm sends per rank and layer at this padded length, B rows and
@@ -146,11 +156,15 @@ static void batch_free(Batch *batch) {
 // Shards the batch for every rank, as the trainer does each step. sh: (cp,)
 // sharders, freed by the caller. Returns CP_ERROR with the reason in sh[0].error
 // when (T, cp, layout) is not a valid configuration.
-static int shard_all_ranks(CpSharder *sh, CpLayoutKind kind, int cp, const Batch *batch) {
+// chunk: the solver's chunk size (0: its default).
+static int shard_all_ranks(CpSharder *sh, CpLayoutKind kind, int cp, int chunk, const Batch *batch) {
     int status = CP_OK;
     // max_positions = T keeps every position id in range
     CpDocuments documents = batch->document_token >= 0 ? cp_masked_documents(batch->document_token) : cp_no_documents();
-    for (int r = 0; r < cp; r++) { cp_sharder_init(&sh[r], kind, r, cp, batch->T, documents); }
+    for (int r = 0; r < cp; r++) {
+        cp_sharder_init(&sh[r], kind, r, cp, batch->T, documents);
+        sh[r].chunk = chunk;
+    }
     for (int r = 0; r < cp && status == CP_OK; r++) {
         status = cp_shard_batch(&sh[r], batch->inputs, batch->targets, NULL, batch->B, batch->T);
         if (status != CP_OK && r != 0) { memcpy(sh[0].error, sh[r].error, sizeof(sh[0].error)); }
@@ -241,6 +255,47 @@ static void ring_work(const CpSharder *sh, int cp, int tile, Work *work, Work *s
     free(ks);
 }
 
+// Each rank's masked area by the cost model (cp/attention_area.h) must be the useful
+// pairs ring_work counted one by one: the solver balances what this tool reports.
+// Prints the documents' spread over the ranks when attention is masked to them.
+static void check_area_and_spread(const CpSharder *sh, int cp, const Work *work, const Batch *batch) {
+    int B = batch->B, T = batch->T, Tl = sh[0].layout.local_len, masked = batch->document_token >= 0;
+    int *docs = (int *)mallocCheck((size_t)T * sizeof(int));
+    int *starts = (int *)mallocCheck((size_t)T * sizeof(int));
+    unsigned char *holds = (unsigned char *)mallocCheck((size_t)T * cp);
+    long long *area = (long long *)callocCheck((size_t)cp, sizeof(long long));
+    long long pairs = 0, documents = 0;
+    for (int b = 0; b < B; b++) {
+        cp_row_documents(batch->inputs + (size_t)b * T, T, batch->document_token, docs);
+        cp_row_document_starts(docs, T, starts);
+        memset(holds, 0, (size_t)T * cp);
+        for (int r = 0; r < cp; r++) {
+            for (int i = 0; i < Tl; i++) {
+                int o = sh[r].layout.original_index[(size_t)b * Tl + i];
+                if (o < 0) { continue; }
+                area[r] += query_area(o, masked ? starts[o] : 0);
+                holds[(size_t)docs[o] * cp + r] = 1;
+            }
+        }
+        documents += docs[T - 1] + 1;
+        for (size_t k = 0; k < (size_t)T * cp; k++) { pairs += holds[k]; }
+    }
+    for (int r = 0; r < cp; r++) {
+        if (area[r] != work[r].useful) {
+            fatal("cp/attention_area.h: rank %d's masked area is %lld, but it has %lld useful pairs", r, area[r],
+                  work[r].useful);
+        }
+    }
+    if (masked) {
+        printf("# spread %lld (rank, document) pairs over %lld documents: %.3f ranks per document\n", pairs,
+               documents, (double)pairs / documents);
+    }
+    free(docs);
+    free(starts);
+    free(holds);
+    free(area);
+}
+
 // ----------------------------------------------------------------------------
 // the table
 
@@ -293,8 +348,10 @@ static void print_table(const CpSharder *sh, int cp, int tile, const Work *work,
     char tiles[64];
     if (tile) { snprintf(tiles, sizeof(tiles), "tiles of %d rows", tile); }
     else { snprintf(tiles, sizeof(tiles), "%d sub-blocks per block", RING_SUBBLOCKS); }
-    printf("# cp_layout T %d cp %d layout %s: padded to P %d, %d tokens per rank, %s\n",
-           T, cp, cp_layout_names[sh[0].kind], P, Tl, tiles);
+    char chunks[32] = "";
+    if (sh[0].kind == CP_LAYOUT_SOLVER) { snprintf(chunks, sizeof(chunks), " (chunks of %d)", cp_solver_chunk(&sh[0])); }
+    printf("# cp_layout T %d cp %d layout %s%s: padded to P %d, %d tokens per rank, %s\n",
+           T, cp, cp_layout_names[sh[0].kind], chunks, P, Tl, tiles);
     if (data) { printf("# data: %s\n", data); }
     printf("# computed: pairs in tiles not skipped; visible: pairs the mask keeps (pad queries too); "
            "useful: visible pairs of real queries\n");
@@ -573,11 +630,12 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
 }
 
 static void print_usage(FILE *out) {
-    fprintf(out, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|striped|packed|identity [-i FILE [-b B] [-dm 0|1]]"
-                    " [-tile R] [-m dN [-cu U]] [-png FILE] [-h]\n"
+    fprintf(out, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|striped|packed|solver|identity [-cc N]"
+                    " [-i FILE [-b B] [-dm 0|1]] [-tile R] [-m dN [-cu U]] [-png FILE] [-h]\n"
                     "  -t    sequence length T (1..%d)\n"
                     "  -cp   context-parallel size (ranks in the ring, >= 1)\n"
                     "  -cl   layout (cp/layout.h); identity needs -cp 1, packed needs -dm 1\n"
+                    "  -cc   with -cl solver, its chunk size: a multiple of the %d-row tiles (default %d)\n"
                     "  -i    an llm.c token file: lay out its first B rows of T tokens (default: one row of\n"
                     "        one document)\n"
                     "  -b    rows read with -i (default 1; B * T <= %d)\n"
@@ -589,7 +647,8 @@ static void print_usage(FILE *out) {
                     "  -cu   with -m, the Ulysses degree of hybrid (default 2, or 1 where 2 does not divide cp)\n"
                     "  -png  also draw the attention matrix (summed over the rows) and the work per rank\n"
                     "        (needs gnuplot); never the -i file, written whole before it replaces one\n"
-                    "  -h    this help\n", MAX_T, MAX_BT, EOT_TOKEN, RING_SUBBLOCKS);
+                    "  -h    this help\n", MAX_T, CP_SOLVER_TILE, CP_SOLVER_DEFAULT_CHUNK, MAX_BT, EOT_TOKEN,
+                    RING_SUBBLOCKS);
 }
 
 // A bad command line: the usage and one error line on standard error, exit 1.
@@ -616,7 +675,7 @@ static int parse_int(const char *flag, const char *value) {
 
 int main(int argc, char **argv) {
     int T = 0, cp = 0, kind = -1, have_T = 0, have_cp = 0, B = 1, documents = 0, have_B = 0, have_dm = 0;
-    int depth = 0, U = 0, tile = 0;
+    int depth = 0, U = 0, tile = 0, chunk = 0;
     const char *png = NULL, *input = NULL;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
@@ -627,7 +686,7 @@ int main(int argc, char **argv) {
         int known = strcmp(flag, "-t") == 0 || strcmp(flag, "-cp") == 0 || strcmp(flag, "-cl") == 0
                     || strcmp(flag, "-png") == 0 || strcmp(flag, "-i") == 0 || strcmp(flag, "-b") == 0
                     || strcmp(flag, "-dm") == 0 || strcmp(flag, "-m") == 0 || strcmp(flag, "-cu") == 0
-                    || strcmp(flag, "-tile") == 0;
+                    || strcmp(flag, "-tile") == 0 || strcmp(flag, "-cc") == 0;
         if (!known) { usage_error("unknown flag '%s'", flag); }
         if (i + 1 >= argc) { usage_error("%s needs a value", flag); }
         const char *value = argv[++i];
@@ -646,6 +705,9 @@ int main(int argc, char **argv) {
             }
         }
         else if (strcmp(flag, "-cu") == 0) { U = parse_int(flag, value); }
+        else if (strcmp(flag, "-cc") == 0) {
+            if ((chunk = parse_int(flag, value)) < 1) { usage_error("-cc %d: a chunk has at least 1 token", chunk); }
+        }
         else if (strcmp(flag, "-tile") == 0) {
             if ((tile = parse_int(flag, value)) < 1) { usage_error("-tile %d: a tile has at least 1 row", tile); }
         }
@@ -659,6 +721,7 @@ int main(int argc, char **argv) {
     if (!input && (have_B || have_dm)) { usage_error("-b and -dm read data: they need -i"); }
     if (B < 1 || (long)B * T > MAX_BT) { usage_error("-b %d: B * T must be in 1..%d", B, MAX_BT); }
     if (documents != 0 && documents != 1) { usage_error("-dm %d: must be 0 or 1", documents); }
+    if (chunk != 0 && kind != CP_LAYOUT_SOLVER) { usage_error("-cc %d: the chunk size is for -cl solver", chunk); }
     if (U != 0 && depth == 0) { usage_error("-cu %d: the Ulysses degree is for the -m report", U); }
     if (U == 0) { U = cp % 2 == 0 ? 2 : 1; }
     if (U < 1 || (cp > 0 && cp % U != 0)) { usage_error("-cu %d must divide -cp %d (cp = U x R)", U, cp); }
@@ -680,7 +743,7 @@ int main(int argc, char **argv) {
     // the sharder's own checks decide which layouts are valid (identity at cp 1 only,
     // no rank without a real token, packed with documents), with the trainer's message
     CpSharder *sh = (CpSharder *)callocCheck((size_t)cp, sizeof(CpSharder));
-    if (shard_all_ranks(sh, (CpLayoutKind)kind, cp, &batch) != CP_OK) { usage_error("%s", sh[0].error); }
+    if (shard_all_ranks(sh, (CpLayoutKind)kind, cp, chunk, &batch) != CP_OK) { usage_error("%s", sh[0].error); }
 
     PairGrid grid = {0};
     if (png) {
@@ -699,12 +762,13 @@ int main(int argc, char **argv) {
     // the reference: one rank, the whole rows, the same documents
     CpSharder whole;
     Work cp1, cp1_step;
-    if (shard_all_ranks(&whole, CP_LAYOUT_IDENTITY, 1, &batch) != CP_OK) { fatal("%s", whole.error); }
+    if (shard_all_ranks(&whole, CP_LAYOUT_IDENTITY, 1, 0, &batch) != CP_OK) { fatal("%s", whole.error); }
     ring_work(&whole, 1, tile, &cp1, &cp1_step, NULL);
     cp_sharder_free(&whole);
 
     print_table(sh, cp, tile, work, &st, &cp1, input ? data : NULL);
     print_steps(step_work, cp);
+    check_area_and_spread(sh, cp, work, &batch);
     if (depth > 0) { print_comm(&sh[0], cp, U, depth); }
     fflush(stdout);
     if (png) {

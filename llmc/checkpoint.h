@@ -40,7 +40,9 @@ if the master-weights section follows the moments (else 0), [15] its checksum
 is at most step x [17]), [18] the bytes of the -tl file at the checkpoint and [19]
 the checksum of its last TOKEN_LOSS_TAIL_BYTES before that (rank 0's; 0 without
 -tl), [20] -dm, [21] -rp, [22] -lm (each 0 or 1: what a token sees, where it
-is, and which targets count; a resume must run with the same), [23..30] 0, [31] the checksum of the whole header with itself 0; then the
+is, and which targets count; a resume must run with the same), [23] the chunk size
+of the solver layout (0 for the other layouts), [24..30] 0, [31] the checksum of the
+whole header with itself 0; then the
 two outlier detectors of -sl and -sg (llmc/outlier_detector.h), loss then gradient
 norm, each uint64 count, uint64 index, double sum, double sum of squares, double
 window[128]; then the -e text (STATE_TEXT_BYTES, NUL-padded); then m and
@@ -113,6 +115,7 @@ typedef struct {
     uint64_t document_masking;       // -dm
     uint64_t restart_positions;      // -rp
     uint64_t loss_masks;             // -lm
+    uint64_t layout_chunk;           // -cc of the solver layout (0: another layout)
     OutlierDetector loss_outliers, grad_norm_outliers; // -sl, -sg
     char init[STATE_TEXT_BYTES];     // the run's -e
 } TrainState;
@@ -380,8 +383,8 @@ static void state_int_fields(TrainState *s, int *fields[STATE_INT_FIELDS]) {
     memcpy(fields, order, sizeof(order));
 }
 
-// the uint64 fields [0, 23) of a state, in file order
-#define STATE_U64_FIELDS 23
+// the uint64 fields [0, 24) of a state, in file order
+#define STATE_U64_FIELDS 24
 static void state_u64_fields(TrainState *s, uint64_t *fields[STATE_U64_FIELDS]) {
     uint64_t *order[STATE_U64_FIELDS] = {&s->num_parameters, &s->data_shard, &s->data_position, &s->rng_state,
                                          &s->padded_len, &s->data_fingerprint, &s->data_tokens, &s->data_files,
@@ -389,7 +392,7 @@ static void state_u64_fields(TrainState *s, uint64_t *fields[STATE_U64_FIELDS]) 
                                          &s->shard_begin, &s->shard_end, &s->has_master_weights,
                                          &s->master_checksum, &s->run_id, &s->micro_batches, &s->token_loss_bytes,
                                          &s->token_loss_tail, &s->document_masking, &s->restart_positions,
-                                         &s->loss_masks};
+                                         &s->loss_masks, &s->layout_chunk};
     memcpy(fields, order, sizeof(order));
 }
 

@@ -755,6 +755,12 @@ expect_error layout_bogus 2 "-cl 'bogus': unknown layout" \
     "${BASE[@]}" -cp 2 -cl bogus
 expect_error identity_at_cp2 2 "-cl identity needs -cp 1, got -cp 2" \
     "${BASE[@]}" -cp 2 -cl identity
+expect_error solver_chunk_not_tiles 2 "-cc 100: the solver's chunk size must be a positive multiple of the 64-row tiles" \
+    "${BASE[@]}" -cp 2 -cl solver -cc 100
+expect_error chunk_without_solver 2 "-cc 64: the chunk size applies to -cl solver only" \
+    "${BASE[@]}" -cp 2 -cl round_robin -cc 64
+expect_error solver_chunk_past_row 2 "-cl solver -cc 64: the chunk is longer than the row .-t 16.: give -t 64 or more" \
+    "${BASE[@]}" -cp 2 -cl solver
 expect_error packed_without_documents 2 "-cl packed splits documents: it needs -dm 1" \
     "${BASE[@]}" -cp 2 -cl packed
 expect_error document_masking_bogus 2 "-dm 2: document masking is 0 or 1" \

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# End to end: the CPU trainer at cp {2, 3, 4} x {contiguous, round_robin, striped}
-# reproduces the cp 1 (identity) run, step losses and gathered per-token losses (docs/DESIGN.md §5);
+# End to end: the CPU trainer at cp {2, 3, 4} x {contiguous, round_robin, striped,
+# solver}, and the all-gather attention over solver at cp 4, reproduces the cp 1 (identity) run, step losses and gathered per-token losses (docs/DESIGN.md §5);
 # dp 2 x cp {1, 2} reproduces one rank with the batch of both replicas; and a
 # checkpoint written with -x 0 loads back into the same run.
 #
@@ -30,17 +30,20 @@ train_b() {
     train "$name" "$np" -b "$b" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@"
 }
 
-# ---- cp 1 reference and the nine cp > 1 configurations, B = 2 (striped pads T 100
-# to 102 at cp 3, the others at every cp)
+# ---- cp 1 reference and the thirteen cp > 1 configurations, B = 2 (striped pads T 100
+# to 102 at cp 3, the others at every cp; solver to whole chunks of 64 on every rank,
+# 128, 192, 256: chunks in any order, ranks of pad alone)
 train_b ref_b2 1 2 -cp 1 -cl identity
 args=()
 for cp in 2 3 4; do
-    for layout in contiguous round_robin striped; do
+    for layout in contiguous round_robin striped solver; do
         name=cp${cp}_${layout}_b2
         train_b "$name" "$cp" 2 -cp "$cp" -cl "$layout"
         args+=("$name" "$WORK/$name/main.log" "$WORK/$name.tl")
     done
 done
+train_b cp4_solver_allgather_b2 4 2 -cp 4 -cl solver -ca allgather
+args+=(cp4_solver_allgather_b2 "$WORK/cp4_solver_allgather_b2/main.log" "$WORK/cp4_solver_allgather_b2.tl")
 echo
 echo "== B = 2, T = $T, $STEPS steps: cp > 1 against cp 1"
 "$COMPARE" $STEPS $((2 * T)) "$WORK/ref_b2/main.log" "$WORK/ref_b2.tl" "${args[@]}"

@@ -9,6 +9,8 @@
 #      (again bit for bit); -y 1 on a directory without a checkpoint starts afresh
 #   4. the packed layout with short documents resumes bit for bit too, at dp 1 and
 #      at dp 2 (each replica pads its own rows: a per-replica state field)
+#   4b. the solver layout (chunks chosen per batch from the documents) resumes bit
+#      for bit; resumed with another -cc it says that the shape changed
 #   5. resumed at another shape (cp 1, B 1), the -tl file keeps the rows of the 10
 #      steps before the checkpoint byte for byte and the new rows follow (of the
 #      new shape); so does a copy of the run's files (the -tl file is known by its
@@ -157,6 +159,24 @@ train Q2_resumed 4 "${PACKED2[@]}" -x 18 -y 1 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
 same_bytes "packed dp 2 main.log" "$WORK/P2/main.log" "$WORK/Q2/main.log"
 same_bytes "packed dp 2 -tl" "$WORK/P2.tl" "$WORK/Q2.tl"
 same_checkpoint_file "packed dp 2 model at step 18" same_model "$WORK/P2/model_00000018.bin" "$WORK/Q2/model_00000018.bin"
+
+# ---- 4b. the solver layout: T 128 in chunks of 64, 2 per rank, placed per batch by
+# the documents; the chunk size is in the state, and another one is another shape
+echo
+echo "== solver layout with documents: resume bit for bit"
+short_documents "$WORK/docs_solver.bin" $((20 * B * 128 + 1))
+SOLVER=(-cp 2 -cl solver -dm 1 -t 128 -i "$WORK/docs_solver.bin")
+train S 2 "${SOLVER[@]}" -x 20 -o "$WORK/S" -tl "$WORK/S.tl"
+train R_first 2 "${SOLVER[@]}" -x 10 -o "$WORK/R" -tl "$WORK/R.tl"
+cp -r "$WORK/R" "$WORK/R128"
+train R_resumed 2 "${SOLVER[@]}" -x 20 -y 1 -o "$WORK/R" -tl "$WORK/R.tl"
+same_bytes "solver main.log" "$WORK/S/main.log" "$WORK/R/main.log"
+same_bytes "solver -tl" "$WORK/S.tl" "$WORK/R.tl"
+same_checkpoint_file "solver model at step 20" same_model "$WORK/S/model_00000020.bin" "$WORK/R/model_00000020.bin"
+train R128_resumed 2 "${SOLVER[@]}" -cc 128 -x 12 -y 1 -o "$WORK/R128"
+grep -q "layout solver (chunks of 64), B 2, T 128, this run has 2 rank(s) at cp 2, layout solver (chunks of 128)" \
+    "$WORK/R128_resumed.out" && echo "ok   resumed with -cc 128: the note names both chunk sizes" ||
+    fail "resumed with -cc 128, no note of the other chunk size: $(grep -m1 '^note: the checkpoint' "$WORK/R128_resumed.out")"
 
 # ---- 5. -tl across a resume at another shape: the rows of earlier steps stay
 echo

@@ -4,7 +4,8 @@
 # per token (DESIGN 5 tolerances, checked by compare_runs), on a model of 4 heads
 # and B 2 rows of T 50 tokens, which every cp here pads (to 52, 56, 60). Two sets:
 # one document per row, contiguous, round_robin and striped; and documents (-dm 1)
-# on a token file cut into short documents, packed, round_robin and striped.
+# on a token file cut into short documents, packed, round_robin and striped; and
+# solver on those documents at T 256 (its chunks of 64 need T >= 64), 8 steps.
 #
 # The model is d1's random init (L 1, C 64) read as 4 heads of 16 channels (its
 # checkpoint with NH 4 in the header: the weights do not depend on NH), the
@@ -62,4 +63,17 @@ echo
 echo "== -dm 1, B = $B, T = $T, $STEPS steps: ulysses and hybrid against cp 1"
 "$COMPARE" $STEPS $((B * T)) "$WORK/ref_documents/main.log" "$WORK/ref_documents.tl" "${runs[@]}" ||
     fail "a run with documents does not match cp 1"
+
+# solver: 4 chunks of 64 per row, 2 per rank at cp 2, 1 at cp 4, in the order the
+# documents' areas decide; 8 steps (enough for the loss to move as compare_runs
+# asks), the documents' file read in shuffled epochs of its windows of B x 256
+runs=()
+run ref_solver 1 -cp 1 -t 256 -x 8
+runs=()
+run ulysses_cp2_solver 2 -cp 2 -cl solver -ca ulysses -t 256 -x 8
+run hybrid_2x2_solver 4 -cp 4 -cl solver -ca hybrid -cu 2 -t 256 -x 8
+echo
+echo "== -dm 1, B = $B, T = 256, 8 steps: solver under ulysses and hybrid against cp 1"
+"$COMPARE" 8 $((B * 256)) "$WORK/ref_solver/main.log" "$WORK/ref_solver.tl" "${runs[@]}" ||
+    fail "a solver run does not match cp 1"
 finish

@@ -11,7 +11,8 @@ the reference on its own copy in double, then shards them with the layout
 and backward (through the AttentionVerbs the trainers call) over a Comm of all
 ranks, gathers O, LSE, dQ, dK, dV back to global order (cp_gather_tokens, trim)
 and compares element by element, for layouts identity (np 1), contiguous,
-round_robin, striped and packed, T = 3, 7, 16, 37, 100 (most need padding), and with
+round_robin, striped, packed and solver (whole chunks of 64 in any order over the
+ranks), T = 3, 7, 16, 37, 100 (most need padding), and with
 document masking (an EOT token opens a new document, as in cp_row_documents).
 
 Tolerance against the reference |got - ref| <= 1e-5 + 1e-5 |ref|. Both run in
@@ -373,6 +374,14 @@ int main(int argc, char **argv) {
         for (int i = 0; i < num_T; i++) {
             if (kind == CP_LAYOUT_PACKED) {
                 // packed splits documents: it needs them, and its pad slots sit between them
+                if (Ts[i] >= 37) { run_case(comm, (CpLayoutKind)kind, Ts[i], 1); tested++; }
+                continue;
+            }
+            if (kind == CP_LAYOUT_SOLVER) {
+                // whole chunks of 64 in any order over the ranks (most of them pad at these T),
+                // with and without documents; its blocks are not the fixed layouts' halves
+                run_case(comm, (CpLayoutKind)kind, Ts[i], 0);
+                tested++;
                 if (Ts[i] >= 37) { run_case(comm, (CpLayoutKind)kind, Ts[i], 1); tested++; }
                 continue;
             }

@@ -83,7 +83,7 @@ static void row_coordinates(CpLayoutKind kind, int np, int rank, int Tl, int doc
         if (row == 1) { break; }
     }
     CHECK(T > 0, "packed row %d of P %d holds no document", row, P);
-    cp_row_layout(kind, docs, T, P, np, rank, index, slot_original);
+    cp_row_layout(kind, docs, T, P, np, CP_SOLVER_DEFAULT_CHUNK, rank, index, slot_original);
     for (int i = 0; i < Tl; i++) {
         int original = slot_original[index[i]];
         document[i] = original >= 0 ? docs[original] : -1;

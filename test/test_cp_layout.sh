@@ -5,7 +5,9 @@
 # balances T = 1024 at cp 4 better than contiguous. With real data (-i, documents
 # -dm 1): a packed case by hand, and on the Austen data the useful work summed over
 # the ranks equals the document-masked pairs counted in awk, and striped keeps every
-# ring step balanced where round_robin does not.
+# ring step balanced where round_robin does not. The solver layout: two cases by
+# hand, and on the Austen data its useful pairs within 1% of balanced and its
+# documents on fewer ranks than packed's and striped's.
 # Run from the repo root (CTest does); builds the tool with make.
 set -euo pipefail
 
@@ -330,6 +332,35 @@ expect "-t 10 -cp 2 -cl packed -i $tmp/doc2.bin -dm 1" \
     "imbalance - - - 1.077 1.353 1.484" \
     "total - - - 117 34 31" \
     "cp1 - - - 75 31 31"
+# T 256, cp 2, solver in chunks of 64 (the worked example of cp/layout.h): one
+# causal document, chunk c holds queries 64c..64c+63 of area sum(g + 1) = 2080,
+# 6176, 10272, 14368; the greedy gives chunk 3 to r0, 2 to r1, 1 to r1 (the less
+# loaded), 0 to r0 (the only room): r0 = [0-63 192-255], r1 = [64-191], 2080 +
+# 14368 = 6176 + 10272 = 16448 useful (= visible: no pad) each. Halves are the
+# chunks: r0 own step {0-63}x{0-63} MASKED, x{192-255} SKIP, {192-255}x{0-63}
+# FULL, x{192-255} MASKED = 3 x 4096; r0 meets r1's {64-127} {128-191}: only
+# {192-255} sees them, FULL twice = 2 x 4096 -> 20480; r1 own: MASKED, SKIP,
+# FULL, MASKED = 3 x 4096, r0's blocks: {64-127} and {128-191} see {0-63} FULL,
+# {192-255} SKIP = 2 x 4096 -> 20480. cp1: halves of 128, 3 x 16384 computed,
+# 256 x 257 / 2 = 32896 visible
+expect "-t 256 -cp 2 -cl solver" \
+    "rank 0 128 0 20480 16448 16448 0-63 192-255" \
+    "rank 1 128 0 20480 16448 16448 64-191" \
+    "max - - - 20480 16448 16448" \
+    "mean - - - 20480.0 16448.0 16448.0" \
+    "imbalance - - - 1.000 1.000 1.000" \
+    "total - - - 40960 32896 32896" \
+    "cp1 - - - 49152 32896 32896"
+# chunks of 128 at T 256, cp 2: one chunk each, 128 x 129 / 2 = 8256 and 32896 - 8256
+# = 24640 useful: the most expensive chunk on rank 0
+expect "-t 256 -cp 2 -cl solver -cc 128" \
+    "rank 0 128 0 28672 24640 24640 128-255" \
+    "rank 1 128 0 12288 8256 8256 0-127" \
+    "max - - - 28672 24640 24640" \
+    "mean - - - 20480.0 16448.0 16448.0" \
+    "imbalance - - - 1.400 1.498 1.498" \
+    "total - - - 40960 32896 32896" \
+    "cp1 - - - 49152 32896 32896"
 # the same file without document masking is one causal row: the numbers of the
 # dummy row of T 10 (above), whatever the tokens are
 [ "$(table -t 10 -cp 2 -cl round_robin -i "$tmp/doc2.bin" -dm 0)" = "$(table -t 10 -cp 2 -cl round_robin)" ] \
@@ -350,7 +381,7 @@ for T in 257 1024; do
               len++ } }
         END { total += len * (len + 1) / 2; printf "%d\n", total }')
     for cp in 2 3 4; do
-        for cl in contiguous round_robin striped packed; do
+        for cl in contiguous round_robin striped packed solver; do
             "$tool" -t "$T" -cp "$cp" -cl "$cl" -i "$austen" -b "$B" -dm 1 > "$tmp/out" \
                 || fail "-i austen -t $T -cp $cp -cl $cl failed"
             awk -v B="$B" -v T="$T" -v cp="$cp" -v pairs="$pairs" '
@@ -378,6 +409,21 @@ awk -v s="$st" -v r="$rr" 'BEGIN { exit !(s < 1.01 && r > s) }' ||
     fail "Austen T 1024 cp 4 -dm 1: the ring's visible imbalance is $st for striped, $rr for round_robin"
 echo "Austen T 1024 cp 4 -dm 1, the ring in lock step, visible pairs: striped $st, round_robin $rr"
 
+# The solver balances the useful pairs (its cost) on the same data: within 1% of
+# the mean over 8 rows of T 1024 at cp 4 with -dm 1, better than round_robin, and
+# it keeps documents on fewer ranks than packed and striped, which put every
+# document on every rank
+useful_imbalance() { table -t 1024 -cp 4 -cl "$1" -i "$austen" -b 8 -dm 1 | awk '$1 == "imbalance" { print $7 }'; }
+spread() { "$tool" -t 1024 -cp 4 -cl "$1" -i "$austen" -b 8 -dm 1 | awk '$2 == "spread" { print $3 }'; }
+sv=$(useful_imbalance solver) rr=$(useful_imbalance round_robin)
+awk -v s="$sv" -v r="$rr" 'BEGIN { exit !(s <= 1.01 && s < r) }' ||
+    fail "Austen T 1024 cp 4 -dm 1: the useful imbalance is $sv for solver, $rr for round_robin"
+sv_spread=$(spread solver) pk_spread=$(spread packed) st_spread=$(spread striped)
+[ -n "$sv_spread" ] && [ "$sv_spread" -lt "$pk_spread" ] && [ "$sv_spread" -lt "$st_spread" ] ||
+    fail "Austen T 1024 cp 4 -dm 1: (rank, document) pairs: solver $sv_spread, packed $pk_spread, striped $st_spread"
+echo "Austen T 1024 cp 4 -dm 1: useful imbalance solver $sv, round_robin $rr; (rank, document) pairs solver" \
+    "$sv_spread, packed $pk_spread, striped $st_spread"
+
 # ----------------------------------------------------------------------------
 # Bad flags: the usage, then exactly one error line, and a non-zero exit.
 bad_flags() {
@@ -402,6 +448,8 @@ bad_flags "they need -i" -t 8 -cp 2 -cl contiguous -b 2
 bad_flags "layout packed needs documents" -t 8 -cp 2 -cl packed
 bad_flags "layout packed needs documents" -t 10 -cp 2 -cl packed -i "$tmp/doc2.bin" -dm 0
 bad_flags "must be 0 or 1" -t 10 -cp 2 -cl packed -i "$tmp/doc2.bin" -dm 2
+bad_flags "chunk size 100 is not a positive multiple of the 64-row tiles" -t 256 -cp 2 -cl solver -cc 100
+bad_flags "-cc 64: the chunk size is for -cl solver" -t 256 -cp 2 -cl striped -cc 64
 
 # ----------------------------------------------------------------------------
 # -png: without gnuplot on the PATH a clear error and no file; with gnuplot (when

@@ -52,7 +52,7 @@ static int oracle_owner(CpLayoutKind kind, int P, int cp, int g) {
         return chunk < cp ? chunk : 2 * cp - 1 - chunk;
     }
     case CP_LAYOUT_STRIPED: return g % cp; // token i to rank i mod cp
-    case CP_LAYOUT_PACKED: break; // not a function of (P, cp)
+    case CP_LAYOUT_PACKED: case CP_LAYOUT_SOLVER: break; // not a function of (P, cp)
     }
     return -1;
 }

@@ -55,6 +55,7 @@ static TrainState header(uint64_t stage, uint64_t begin, uint64_t end) {
     s.document_masking = 1;
     s.restart_positions = 0;
     s.loss_masks = 1;
+    s.layout_chunk = 192; // the solver's -cc
     // the detectors: the loss's window full (count 128, index 37), the norm's filling
     for (int i = 0; i < 200; i++) { outlier_detector_update(&s.loss_outliers, 3.0 + 0.01 * i); }
     for (int i = 0; i < 50; i++) { outlier_detector_update(&s.grad_norm_outliers, 1.0 / (1 + i)); }
@@ -141,10 +142,12 @@ int main(void) {
     }
     CHECK(read_into(with_master, &got, m2, v2, NULL, begin, end, why) == 0, "master weights unwanted: %s", why);
     CHECK(got.run_id == s.run_id && got.micro_batches == s.micro_batches && got.data_batches == s.data_batches &&
-          got.token_loss_bytes == s.token_loss_bytes && got.token_loss_tail == s.token_loss_tail,
-          "run id %llx, batches %llu of at most %llu a step, -tl %llu bytes %llx", (unsigned long long)got.run_id,
-          (unsigned long long)got.data_batches, (unsigned long long)got.micro_batches,
-          (unsigned long long)got.token_loss_bytes, (unsigned long long)got.token_loss_tail);
+          got.token_loss_bytes == s.token_loss_bytes && got.token_loss_tail == s.token_loss_tail &&
+          got.layout_chunk == s.layout_chunk,
+          "run id %llx, batches %llu of at most %llu a step, -tl %llu bytes %llx, chunk %llu",
+          (unsigned long long)got.run_id, (unsigned long long)got.data_batches, (unsigned long long)got.micro_batches,
+          (unsigned long long)got.token_loss_bytes, (unsigned long long)got.token_loss_tail,
+          (unsigned long long)got.layout_chunk);
     CHECK(got.document_masking == 1 && got.restart_positions == 0 && got.loss_masks == 1,
           "-dm %llu -rp %llu -lm %llu, written 1 0 1", (unsigned long long)got.document_masking,
           (unsigned long long)got.restart_positions, (unsigned long long)got.loss_masks);

@@ -68,6 +68,7 @@ typedef struct {
     const char *fs_path;        // -pf, -pp
     int cp_size;                // -cp
     const char *layout;         // -cl
+    int chunk;                  // -cc (-cl solver; 0: not given)
     int document_masking;       // -dm
     int restart_positions;      // -rp
     int loss_masks;             // -lm
@@ -137,7 +138,8 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-pf", FLAG_STRING, &cfg->fs_path, "llm.c's -pi fs directory (unused under mpi, as in llm.c)"},
         {"-pp", FLAG_STRING, &cfg->fs_path, "the same as -pf (the name llm.c's usage prints)"},
         {"-cp", FLAG_INT, &cfg->cp_size, "context-parallel size (dp = world / cp)"},
-        {"-cl", FLAG_STRING, &cfg->layout, "CP layout: identity | contiguous | round_robin | striped | packed (needs -dm 1)"},
+        {"-cl", FLAG_STRING, &cfg->layout, "CP layout: identity | contiguous | round_robin | striped | packed (needs -dm 1) | solver"},
+        {"-cc", FLAG_INT, &cfg->chunk, "-cl solver: chunk size in tokens, a multiple of the 64-row tiles (default 64)"},
         {"-dm", FLAG_INT, &cfg->document_masking, "document masking: tokens attend within their document, EOT opens one (0/1)"},
         {"-rp", FLAG_INT, &cfg->restart_positions, "position ids restart at 0 at each document, EOT opens one (0/1)"},
         {"-lm", FLAG_INT, &cfg->loss_masks, "loss masks: NAME.mask beside each token file NAME.bin of -i, -j (0/1)"},
@@ -202,6 +204,7 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->fs_path = "";
     cfg->cp_size = 1;
     cfg->layout = NULL; // identity at cp 1, round_robin above
+    cfg->chunk = 0; // CP_SOLVER_DEFAULT_CHUNK with -cl solver
     cfg->document_masking = 0;
     cfg->restart_positions = 0;
     cfg->loss_masks = 0;
@@ -406,8 +409,20 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     if (cfg->layout == NULL) { cfg->layout = cfg->cp_size == 1 ? "identity" : "round_robin"; }
     int kind = cp_layout_from_name(cfg->layout);
     if (kind < 0) {
-        fatal_everywhere("-cl '%s': unknown layout (identity | contiguous | round_robin | striped | packed)",
+        fatal_everywhere("-cl '%s': unknown layout (identity | contiguous | round_robin | striped | packed | solver)",
                          cfg->layout);
+    }
+    if (kind != CP_LAYOUT_SOLVER && cfg->chunk != 0) {
+        fatal_everywhere("-cc %d: the chunk size applies to -cl solver only (-cl %s)", cfg->chunk, cfg->layout);
+    }
+    if (kind == CP_LAYOUT_SOLVER && cfg->chunk == 0) { cfg->chunk = CP_SOLVER_DEFAULT_CHUNK; }
+    if (kind == CP_LAYOUT_SOLVER && (cfg->chunk < CP_SOLVER_TILE || cfg->chunk % CP_SOLVER_TILE != 0)) {
+        fatal_everywhere("-cc %d: the solver's chunk size must be a positive multiple of the %d-row tiles",
+                         cfg->chunk, CP_SOLVER_TILE);
+    }
+    if (kind == CP_LAYOUT_SOLVER && cfg->chunk > cfg->T) {
+        fatal_everywhere("-cl solver -cc %d: the chunk is longer than the row (-t %d): give -t %d or more",
+                         cfg->chunk, cfg->T, cfg->chunk);
     }
     if (kind == CP_LAYOUT_IDENTITY && cfg->cp_size != 1) {
         fatal_everywhere("-cl identity needs -cp 1, got -cp %d", cfg->cp_size);

@@ -62,6 +62,7 @@ static void check_run_against_model(const TrainConfig *cfg, CpLayoutKind layout,
     validate_against_model(cfg, c, source);
     CpSharder probe;
     cp_sharder_init(&probe, layout, mesh->cp_rank, mesh->cp_size, c.max_seq_len, run_documents(cfg));
+    probe.chunk = cfg->chunk;
     if (cp_check_config(&probe, cfg->T) != CP_OK) { fatal_everywhere("%s", probe.error); }
 }
 

@@ -71,8 +71,9 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     printf("| %-21s | %-50d |\n", "world", f->world_size);
     printf("| %-21s | %-50d |\n", "cp", cfg->cp_size);
     printf("| %-21s | %-50d |\n", "dp", f->dp_size);
-    char layout[128];
-    snprintf(layout, sizeof(layout), "%s%s, attention %s", cfg->layout,
+    char layout[128], chunks[32] = "";
+    if (cfg->chunk) { snprintf(chunks, sizeof(chunks), " (chunks of %d)", cfg->chunk); }
+    snprintf(layout, sizeof(layout), "%s%s%s, attention %s", cfg->layout, chunks,
              cfg->document_masking ? " (document masking)" : "", cfg->attention);
     printf("| %-21s | %-50s |\n", "layout", layout);
     printf("| %-21s | %-50s |\n", "positions", cfg->restart_positions ? "from each document's start (-rp 1)" : "in the row");

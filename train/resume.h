@@ -86,9 +86,12 @@ static int find_resume_step(const TrainConfig *cfg) {
 }
 
 // the mesh and batch shape a state file records, as text for notes
-static void describe_shape(char *buf, size_t size, int world, int cp, int layout, int B, int T) {
-    snprintf(buf, size, "%d rank(s) at cp %d, layout %s, B %d, T %d", world, cp,
-             layout >= 0 && layout < CP_NUM_LAYOUTS ? cp_layout_names[layout] : "?", B, T);
+// (chunk: the solver's chunk size, 0 for the other layouts)
+static void describe_shape(char *buf, size_t size, int world, int cp, int layout, int chunk, int B, int T) {
+    char chunks[32] = "";
+    if (chunk) { snprintf(chunks, sizeof(chunks), " (chunks of %d)", chunk); }
+    snprintf(buf, size, "%d rank(s) at cp %d, layout %s%s, B %d, T %d", world, cp,
+             layout >= 0 && layout < CP_NUM_LAYOUTS ? cp_layout_names[layout] : "?", chunks, B, T);
 }
 
 // the -i data a state records, or a run reads, as text for messages
@@ -121,7 +124,14 @@ static int check_state_fits_run(const TrainState *s, const TrainRun *run, const 
     }
     if (s->layout >= CP_NUM_LAYOUTS) { return problem(why, why_size, "layout %d is not one of this trainer's", s->layout); }
     CpLayoutKind kind = (CpLayoutKind)s->layout;
-    uint64_t least = (uint64_t)cp_padded_len(kind, s->T, s->cp_size);
+    if (kind == CP_LAYOUT_SOLVER ? s->layout_chunk < CP_SOLVER_TILE || s->layout_chunk > (uint64_t)s->T ||
+                                       s->layout_chunk % CP_SOLVER_TILE != 0
+                                 : s->layout_chunk != 0) {
+        return problem(why, why_size, "chunk size %llu is impossible for layout %s at T %d",
+                       (unsigned long long)s->layout_chunk, cp_layout_names[kind], s->T);
+    }
+    uint64_t least = kind == CP_LAYOUT_SOLVER ? (uint64_t)cp_solver_padded_len(s->T, s->cp_size, (int)s->layout_chunk)
+                                              : (uint64_t)cp_padded_len(kind, s->T, s->cp_size);
     if (s->padded_len < least || s->padded_len % (uint64_t)cp_pad_multiple(kind, s->cp_size) != 0 ||
         (kind != CP_LAYOUT_PACKED && s->padded_len != least)) {
         return problem(why, why_size, "padded row length %llu is impossible for T %d at cp %d, layout %s",
@@ -275,7 +285,7 @@ static void check_moments_agree(const GPT2 *model) {
 // Restores the training state of checkpoint `step` (its weights came with the
 // model file): the AdamW moments into model, the train loader's position and the
 // sampling RNG into run. Every rank reads its own state file, unless the checkpoint
-// was written at -z 0 in another shape (world size, cp, layout, B or T): then every
+// was written at -z 0 in another shape (world size, cp, layout and chunk, B or T): then every
 // rank reads rank 0's. That holds because the moments are the same on every rank
 // (gradients are summed over all ranks) and the data position is a token offset.
 // A -z 1 checkpoint holds one shard per rank: each rank reads its own (the world
@@ -299,7 +309,8 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         status = check_state_fits_run(&s, run, cfg, mesh->world_size, step, &other_data, why, sizeof(why));
     }
     int same_shape = status == 0 && s.world_size == mesh->world_size && s.cp_size == mesh->cp_size &&
-                     s.layout == (int)run->layout && s.B == cfg->B && s.T == cfg->T;
+                     s.layout == (int)run->layout && s.layout_chunk == (uint64_t)cfg->chunk && s.B == cfg->B &&
+                     s.T == cfg->T;
     int own_file = same_shape || (status == 0 && s.zero_stage == 1);
     TrainState writer = s; // rank 0's header: the shape the checkpoint was written in
     if (status == 0) {
@@ -353,8 +364,9 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
     }
     if (!same_shape) {
         char was[256], now[256];
-        describe_shape(was, sizeof(was), writer.world_size, writer.cp_size, writer.layout, writer.B, writer.T);
-        describe_shape(now, sizeof(now), mesh->world_size, mesh->cp_size, (int)run->layout, cfg->B, cfg->T);
+        describe_shape(was, sizeof(was), writer.world_size, writer.cp_size, writer.layout, (int)writer.layout_chunk, writer.B,
+                       writer.T);
+        describe_shape(now, sizeof(now), mesh->world_size, mesh->cp_size, (int)run->layout, cfg->chunk, cfg->B, cfg->T);
         printf("note: the checkpoint was written by %s, this run has %s: the weights, the optimizer state "
                "(%s) and the data position carry over; the losses will follow the original run closely, not bit "
                "for bit\n", was, now, own_file ? "each rank's own -z 1 shard" : "rank 0's, the same on every rank");
@@ -434,6 +446,7 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     s.data_position = dl->shuffle ? 0 : dl->position;
     s.rng_state = run->sample_rng.state;
     s.padded_len = (uint64_t)run->padded_T;
+    s.layout_chunk = (uint64_t)cfg->chunk;
     s.data_fingerprint = run->train_loader.fingerprint;
     s.data_tokens = run->train_loader.total_tokens;
     s.data_files = run->train_loader.files.gl_pathc;

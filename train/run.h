@@ -178,6 +178,13 @@ static int epoch_steps(const TrainConfig *cfg, const DataLoader *train, int64_t 
     return (int)steps;
 }
 
+// The padded row length a run starts with: the layout's for T (packed: its least,
+// grown by the data; solver: whole chunks of -cc on every rank).
+static int run_padded_len(const TrainConfig *cfg, CpLayoutKind layout) {
+    if (layout == CP_LAYOUT_SOLVER) { return cp_solver_padded_len(cfg->T, cfg->cp_size, cfg->chunk); }
+    return cp_padded_len(layout, cfg->T, cfg->cp_size);
+}
+
 // Opens the data of a run checked by check_run_against_model, and its outputs
 // when it starts afresh (resume_step -1; a resumed run opens them once its
 // checkpoint has been checked: train_run_resume).
@@ -188,7 +195,7 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     run->run_id = new_run_id();
     run->resumed = resume_step >= 0;
     run->start_step = run->resumed ? resume_step : 0;
-    run->padded_T = cp_padded_len(layout, cfg->T, cfg->cp_size);
+    run->padded_T = run_padded_len(cfg, layout);
     run->local_T = run->padded_T / cfg->cp_size;
     // -a 1 overfits the first batch of the validation data, read in order, as llm.c
     // does; the training data is shuffled as llm.c shuffles it unless -sh 0, the
@@ -236,12 +243,13 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
 // NULL for none) for this rank into sh, the step's sharder (built here, freed by
 // the caller); ends the job if the layout cannot.
 // The packed layout's length depends on the data: a batch is padded to at least
-// the longest one so far, so the buffers sized by run->local_T grow now and then
+// the longest one so far (the solver's is the same for every batch), so the buffers sized by run->local_T grow now and then
 // but never shrink and regrow.
 static void shard_rows(CpSharder *sh, const int *inputs, const int *targets, const unsigned char *loss_mask,
                        TrainRun *run, const TrainConfig *cfg, const Mesh *m, int max_seq_len) {
     cp_sharder_init(sh, run->layout, m->cp_rank, m->cp_size, max_seq_len, run_documents(cfg));
     sh->min_padded_len = run->padded_T;
+    sh->chunk = cfg->chunk;
     if (cp_shard_batch(sh, inputs, targets, loss_mask, cfg->B, cfg->T) != CP_OK) {
         fatal_everywhere("%s", sh->error);
     }

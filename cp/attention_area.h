@@ -1,0 +1,40 @@
+/*
+The work of attention: its masked area, the query-key pairs the mask keeps for
+real queries. This is the one cost model of the layouts: the solver layout
+(cp/layout.h) balances it over the ranks, and dev/cp_layout reports it per rank
+(and checks it against its own count of the visible pairs, pair by pair).
+
+cp/block_mask.h's rule, visible(q, k) = index_k <= index_q and document_k ==
+document_q, with pads a document of their own, gives every real query of a row
+kept in place (token i at index i) the keys from its document's first token to
+itself:
+
+    area(i) = i - start(i) + 1        start(i): the first token of i's document
+                                      (0 when attention is not masked to documents)
+
+and a pad query nothing worth counting: what it sees is thrown away (its target
+is ignored), so a layout gains nothing by balancing it. A span's area is the sum
+over its real queries; with one causal document the row's area is T (T + 1) / 2.
+*/
+#ifndef CP_ATTENTION_AREA_H
+#define CP_ATTENTION_AREA_H
+
+// The index in the row of the first token of each token's document: start(i).
+// docs: (T) document ids   starts: (T)
+static void cp_row_document_starts(const int *docs, int T, int *starts) {
+    for (int t = 0; t < T; t++) { starts[t] = t > 0 && docs[t] == docs[t - 1] ? starts[t - 1] : t; }
+}
+
+// the keys the real query at index `index` of its row sees, its document starting at doc_start
+static long long query_area(int index, int doc_start) { return (long long)index - doc_start + 1; }
+
+// The area of the queries [start, end) of a row of T real tokens kept in place
+// (slots from T on are pad and cost nothing).
+// doc_starts: (T) from cp_row_document_starts, NULL: one document
+static long long span_area(const int *doc_starts, int T, int start, int end) {
+    long long area = 0;
+    for (int i = start; i < end && i < T; i++) { area += query_area(i, doc_starts ? doc_starts[i] : 0); }
+    return area;
+}
+
+#endif // CP_ATTENTION_AREA_H
