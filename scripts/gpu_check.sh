@@ -106,7 +106,7 @@ compared() {
 NCCL_CT=$([[ $HAVE_NCCL -eq 1 ]] && echo nccl || echo mpi)
 REF=$PREP/ref
 DOCS=(-dm 1 -sh 0 -i "$REF/short_documents.bin")
-V5=(-e "$REF/bf16_models/exact_v5.bin" -i "$REF/bf16_models/tokens.bin")
+V5=(-e "$REF/bf16_models/exact_v5.bin" -i "$REF/bf16_models/tokens.bin" "${BF16_MODEL_SHAPE[@]}")
 compared "gpu_cp1_$NCCL_CT" 1 FP32 cpu_cp1 -cp 1 -ct "$NCCL_CT"
 for cp in 2 4; do
     for layout in contiguous round_robin; do

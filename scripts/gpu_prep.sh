@@ -40,6 +40,7 @@ TIME_SCALE=1                                           # the steps' timeouts and
 CHECK=(-e d2 -b 4 -t 256 -x 20 -f 0 -l 1e-3 -v 0 -s 0)   # every training of the check
 CHECK_STEPS=20
 CHECK_TOKENS=1024                                      # B x T: the per-token losses of a step
+BF16_MODEL_SHAPE=(-b 16 -t 64)                         # the bf16 test models hold 64 positions: CHECK_TOKENS a step
 RING_RANKS="1 2 3 4"                                   # test_gpu_attention_algorithms
 SANITIZED=(-t 256 -b 1 -nh 2 -hs 64 -r 1)              # bench_attention_gpu under compute-sanitizer
 ATTENTION_LENGTHS="1024 4096 16384"                    # the benchmark's
@@ -59,6 +60,7 @@ TIME_SCALE=40                                          # an emulated step runs f
 CHECK=(-e "$PREP/ref/d1_2heads.bin" -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0)
 CHECK_STEPS=2
 CHECK_TOKENS=64
+BF16_MODEL_SHAPE=(-b 1 -t 64)
 RING_RANKS=""                                          # run.sh tests runs them at 1 to 4 ranks already
 SANITIZED=(-t 64 -b 1 -nh 2 -hs 32 -r 1)
 ATTENTION_LENGTHS="64"
@@ -96,7 +98,7 @@ reference() {
 }
 reference cpu_cp1
 reference cpu_docs_cp1 -dm 1 -sh 0 -i "$PREP/ref/short_documents.bin"
-reference cpu_v3 -e "$PREP/ref/bf16_models/exact_v3.bin" -i "$PREP/ref/bf16_models/tokens.bin"
+reference cpu_v3 -e "$PREP/ref/bf16_models/exact_v3.bin" -i "$PREP/ref/bf16_models/tokens.bin" "${BF16_MODEL_SHAPE[@]}"
 rm -f "$PREP"/ref/*/model_*.bin "$PREP"/ref/*/state_*.bin "$PREP"/ref/*/DONE_*
 
 # ---- the GPU binaries and the MPI bundle (the GPU machine's only)
