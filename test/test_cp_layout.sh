@@ -510,4 +510,40 @@ for algorithm in ring allgather ulysses hybrid; do
         fail "$algorithm: cp_layout -m says '$fb $fm $bb $bm $sb $sm', the running code sent '$got' (bytes, messages: forward, backward, step)"
     echo "comm $algorithm: forward $fb bytes in $fm messages, backward $bb in $bm (counted on the running code)"
 done
+# group-cast's line counts the batch's plan (the largest rank's column by column),
+# by hand on two batches at T 1024, cp 4, contiguous (Tl 256), C 768 of d12; a
+# token's K|V is 2 C fp32 = 6144 bytes:
+#  - one causal document: rank r needs every token of the ranks before it, so rank
+#    s sends its 256 tokens to the 3 - s ranks after it (rank 0: 3 x 256) and, in
+#    the backward, those again and the dK|dV of the s x 256 it received: 3 x 256
+#    for every rank. Messages: one per peer with a nonzero count, 3 either way.
+#  - documents of 50 tokens (an EOT at 0, 50, 100, ...) with -dm 1: rank r needs of
+#    rank r-1 only the head of the document that crosses their boundary r x 256,
+#    (r x 256) mod 50 tokens; rank r sends n(r+1) and gets back n(r+1), receives n(r).
+#    Both at most the ring's, the documents far below it.
+token_bytes=$((2 * 768 * 4))
+"$tool" -t 1024 -cp 4 -cl contiguous -m d12 > "$tmp/comm_one"
+read -r fb fm bb bm < <(awk '$2 == "comm" && $3 == "groupcast" { print $5, $6, $8, $9 }' "$tmp/comm_one")
+[ "$fb $fm $bb $bm" = "$((3 * 256 * token_bytes)) 3 $((3 * 256 * token_bytes)) 3" ] ||
+    fail "groupcast, one document at cp 4 contiguous: '$fb $fm $bb $bm', expected forward and backward $((3 * 256 * token_bytes)) bytes in 3 messages"
+ring_fb=$(awk '$2 == "comm" && $3 == "ring" { print $5 }' "$tmp/comm_one")
+[ "$fb" -le "$ring_fb" ] || fail "groupcast sends $fb bytes forward on one document, more than the ring's $ring_fb"
+docs=()
+for ((t = 0; t <= 1024; t++)); do docs+=($((t % 50 == 0 ? EOT : 7))); done
+write_tokens "$tmp/docs50.bin" "${docs[@]}"
+"$tool" -t 1024 -cp 4 -cl contiguous -i "$tmp/docs50.bin" -b 1 -dm 1 -m d12 > "$tmp/comm_docs"
+read -r dfb dbb < <(awk '$2 == "comm" && $3 == "groupcast" { print $5, $8 }' "$tmp/comm_docs")
+head_of() { echo $(($1 * 256 % 50)); } # the tokens of rank r-1 that rank r needs: n(r)
+max_fwd=0 max_bwd=0
+for r in 0 1 2 3; do
+    sends=$([ $r -lt 3 ] && head_of $((r + 1)) || echo 0)
+    gets=$([ $r -gt 0 ] && head_of $r || echo 0)
+    if ((sends > max_fwd)); then max_fwd=$sends; fi
+    if ((sends + gets > max_bwd)); then max_bwd=$((sends + gets)); fi
+done
+[ "$dfb $dbb" = "$((max_fwd * token_bytes)) $((max_bwd * token_bytes))" ] ||
+    fail "groupcast, documents of 50 at cp 4 contiguous: forward $dfb backward $dbb bytes, expected $((max_fwd * token_bytes)) $((max_bwd * token_bytes))"
+ring_dfb=$(awk '$2 == "comm" && $3 == "ring" { print $5 }' "$tmp/comm_docs")
+[ "$dfb" -lt "$ring_dfb" ] || fail "groupcast sends $dfb bytes forward with documents, not less than the ring's $ring_dfb"
+echo "comm groupcast: one document $fb bytes forward (the ring $ring_fb), documents of 50 tokens $dfb (the ring $ring_dfb), as computed by hand"
 echo "OK: hand-computed cases, $checked configurations, real data with documents, bad flags, png, communication"
