@@ -7,6 +7,7 @@
 #     MPI transport, -r 0/1/2 bit for bit, documents (packed, all-gather), Ulysses
 #   - over NCCL (emulated over MPI, a device per rank): the ring, the all-gather,
 #     Ulysses and the hybrid at np 2 and 4, against the same CPU runs
+#   - the solver layout with documents: the ring over MPI and NCCL, the all-gather
 #   - a peer stopped in each kind of NCCL operation: the watchdog ends the job
 #     (GPT2CP_TIMEOUT) naming the operation
 #   - cudaGetDeviceCount failing: the trainer says why, on every rank
@@ -72,6 +73,35 @@ nccl nccl_allgather_cp4 4 cpu_docs -i "$WORK/docs.bin" -sh 0 -dm 1 -cp 4 -cl rou
 nccl nccl_ulysses_cp2 2 cpu_ulysses -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 2 -cl packed -ca ulysses
 nccl nccl_hybrid_cp4 4 cpu_ulysses -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 4 -cl round_robin \
     -ca hybrid -cu 2
+# The solver layout (-cl solver): chunks of 64 placed per batch by the masked area of
+# their queries and the documents' locality, on a row of 256 tokens (4 chunks) with an
+# EOT every few to few dozen tokens and -dm 1, against the CPU twin at cp 1: the ring
+# over the staged MPI transport at cp 2, over NCCL the ring at cp 4 (a chunk a rank)
+# and the all-gather at cp 2
+python3 - "$WORK/solver_docs.bin" dev/data/austen/austen_val.bin <<'PY'
+import struct, sys
+from array import array
+path, source = sys.argv[1:3]
+with open(source, 'rb') as f:
+    f.read(1024)
+    tokens = array('H'); tokens.frombytes(f.read())
+n, t = 1024, 2
+while t < n:
+    tokens[t] = 50256
+    t += 3 + (t * 11) % 41
+tokens = tokens[:n]
+with open(path, 'wb') as f:
+    f.write(struct.pack('<256i', 20240520, 1, n, *[0] * 253)); f.write(tokens.tobytes())
+PY
+SOLVER=(-t 256 -i "$WORK/solver_docs.bin" -sh 0 -dm 1)
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" "${SOLVER[@]}" -o "$WORK/cpu_solver" -tl "$WORK/cpu_solver.tl" \
+    > "$WORK/cpu_solver.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" "${SOLVER[@]}" -cp 2 -cl solver -cc 64 -ct mpi -o "$WORK/gpu_solver" \
+    -tl "$WORK/gpu_solver.tl" > "$WORK/gpu_solver.out"
+printf "solver, ring over MPI, cp 2: "
+compare cpu_solver gpu_solver | tail -n 1
+nccl nccl_solver_ring_cp4 4 cpu_solver "${SOLVER[@]}" -cp 4 -cl solver -cc 64
+nccl nccl_solver_allgather_cp2 2 cpu_solver "${SOLVER[@]}" -cp 2 -cl solver -cc 64 -ca allgather
 # A peer that stops (SIGSTOP, EMU_NCCL_STOP) as its device posts an NCCL operation:
 # the other rank waits in that operation, its watchdog sees no progress for
 # GPT2CP_TIMEOUT seconds and ends the job, naming the operation (the peer stopped
