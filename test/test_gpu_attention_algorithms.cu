@@ -69,8 +69,9 @@ Tolerances, relative 2-norm error:
       product in the wrong precision, gives errors of order 1.
 
 Also the transport: all_reduce_sum (float, double), all_gather, reduce_scatter_sum
-(float, double), all_to_all and broadcast on device memory against the values
-they must produce; and where every rank of the node has a GPU of its own, the same
+(float, double), all_to_all, broadcast and all_to_all_v (parts of other sizes,
+zero among them, at shuffled offsets with gaps that must stay untouched, two in
+flight at once) on device memory against the values they must produce; and where every rank of the node has a GPU of its own, the same
 over NCCL (cp/comm_nccl.cuh), with the ring and all-gather attention over it.
 With no GPU the binary exits 77 (skipped) on every rank.
 */
@@ -461,6 +462,95 @@ static void check_striped_tiles(Comm *host_comm, Comm *dev_comm) {
     cp_sharder_free(&sh);
 }
 
+// all_to_all_v: the floats rank `from` sends rank `to` in exchange `round`: 0 to
+// `largest`, about a third of them 0, none to itself; element i is
+// from * 10000 + to * 1000 + i
+static size_t a2av_count(int from, int to, int round, size_t largest) {
+    if (from == to) { return 0; }
+    unsigned h = (unsigned)(from * 7919 + to * 104729 + round * 1299709);
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return h % 3 == 0 ? 0 : (size_t)(h >> 4) % (largest + 1);
+}
+
+#define A2AV_MAX_RANKS 8
+typedef struct {
+    size_t send_bytes[A2AV_MAX_RANKS], send_offset[A2AV_MAX_RANKS];
+    size_t recv_bytes[A2AV_MAX_RANKS], recv_offset[A2AV_MAX_RANKS];
+    size_t recv_floats;
+    float *d_send, *d_recv;
+    void *exchange;
+} A2avCase;
+
+// parts in the order (k + shift) mod n backwards, 3 floats of gap before each and at
+// the end (so that an offset taken for another lands wrong, and a float written
+// outside its part overwrites a gap); returns the buffer's floats
+static size_t a2av_layout(int n, const size_t *floats, int shift, size_t *offset_bytes) {
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        int part = n - 1 - (k + shift) % n;
+        at += 3;
+        offset_bytes[part] = at * sizeof(float);
+        at += floats[part];
+    }
+    return at + 3;
+}
+
+static void a2av_start(Comm *comm, A2avCase *x, int round, size_t largest) {
+    int n = comm->size, me = comm->rank;
+    size_t send_floats[A2AV_MAX_RANKS], recv_floats[A2AV_MAX_RANKS];
+    for (int p = 0; p < n; p++) {
+        send_floats[p] = a2av_count(me, p, round, largest);
+        recv_floats[p] = a2av_count(p, me, round, largest);
+        x->send_bytes[p] = send_floats[p] * sizeof(float);
+        x->recv_bytes[p] = recv_floats[p] * sizeof(float);
+    }
+    size_t sn = a2av_layout(n, send_floats, round, x->send_offset);
+    x->recv_floats = a2av_layout(n, recv_floats, round + 1, x->recv_offset);
+    float *send = (float *)mallocCheck(sn * sizeof(float));
+    for (size_t i = 0; i < sn; i++) { send[i] = -1.0f; }
+    for (int p = 0; p < n; p++) {
+        float *part = send + x->send_offset[p] / sizeof(float);
+        for (size_t i = 0; i < send_floats[p]; i++) { part[i] = (float)(me * 10000 + p * 1000 + (int)i); }
+    }
+    x->d_send = device_copy(send, sn);
+    x->d_recv = (float *)cudaMallocCheck(x->recv_floats * sizeof(float));
+    poison_device(x->d_recv, x->recv_floats * sizeof(float));
+    x->exchange = comm->all_to_all_v_start(comm, x->d_send, x->send_bytes, x->send_offset, x->d_recv, x->recv_bytes,
+                                           x->recv_offset);
+    free(send);
+}
+
+// the parts where they belong, every gap still poisoned (NaN bits)
+static void a2av_finish(Comm *comm, A2avCase *x, int round) {
+    int n = comm->size, me = comm->rank;
+    comm->all_to_all_v_wait(comm, x->exchange);
+    float *got = host_copy(x->d_recv, x->recv_floats);
+    unsigned char *in_part = (unsigned char *)callocCheck(x->recv_floats, 1);
+    int wrong = 0;
+    for (int p = 0; p < n; p++) {
+        size_t at = x->recv_offset[p] / sizeof(float);
+        for (size_t i = 0; i < x->recv_bytes[p] / sizeof(float); i++) {
+            wrong += got[at + i] != (float)(p * 10000 + me * 1000 + (int)i);
+            in_part[at + i] = 1;
+        }
+    }
+    int outside = 0;
+    for (size_t i = 0; i < x->recv_floats; i++) {
+        uint32_t bits;
+        memcpy(&bits, &got[i], sizeof(bits));
+        outside += !in_part[i] && bits != 0xffffffffu;
+    }
+    CHECK(wrong == 0 && outside == 0, "transport all_to_all_v exchange %d: %d float(s) of the parts wrong, %d written "
+          "outside every part", round, wrong, outside);
+    printf("ok   rank %d  transport all_to_all_v exchange %d: %zu float(s) received exactly\n", fatal_rank, round,
+           x->recv_floats);
+    free(got);
+    free(in_part);
+    cudaCheck(cudaFree(x->d_send)); cudaCheck(cudaFree(x->d_recv));
+}
+
 // The collectives of the device transport against what they must produce.
 static void test_transport(Comm *comm) {
     int r = comm->rank, n = comm->size;
@@ -540,6 +630,15 @@ static void test_transport(Comm *comm) {
     check_rel_device("transport all_to_all", d_got, wanted, part * n, 0.0);
     cudaCheck(cudaFree(d_sent)); cudaCheck(cudaFree(d_got));
     free(sent); free(wanted);
+
+    // all_to_all_v: parts of other sizes between each pair (zero among them), two
+    // exchanges in flight at once, the second larger, waited in reverse order
+    CHECK(n <= A2AV_MAX_RANKS, "the all_to_all_v check runs on at most %d ranks", A2AV_MAX_RANKS);
+    A2avCase first, second;
+    a2av_start(comm, &first, 0, 300);
+    a2av_start(comm, &second, 1, 3000);
+    a2av_finish(comm, &second, 1);
+    a2av_finish(comm, &first, 0);
 
     // two ring exchanges back to back, the second larger: rank r sends r * 10000 + i
     // and receives rank r-1's. Both use the first free slot, whose staging buffers
