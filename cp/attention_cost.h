@@ -82,7 +82,7 @@ static AttentionCost groupcast_cost(const GroupcastPlan *p, int C) {
 }
 
 // U: the Ulysses degree of kind hybrid (ulysses takes cp, the others 1)
-// (groupcast: see groupcast_cost; here nothing)
+// (groupcast's depends on the batch: groupcast_cost)
 static AttentionCost attention_cost(CpAttentionKind kind, int cp, int U, int B, int Tl, int C, int NH) {
     AttentionCost a = {0, 0, 0, 0, 0, 0};
     switch (kind) {
@@ -99,6 +99,8 @@ static AttentionCost attention_cost(CpAttentionKind kind, int cp, int U, int B, 
         ulysses_cost(&a, U, B, Tl, C, NH);
         ring_cost(&a, cp / U, B, U * Tl, C / U);
         break;
+    case CP_ATTENTION_GROUPCAST:
+        fatal("attention_cost: group-cast's bytes depend on the batch; count them with groupcast_cost of its plan");
     }
     return a;
 }

@@ -65,7 +65,13 @@ each attention algorithm sends per rank and layer at this padded length, B rows 
 the model's C and NH (cp/attention_cost.h; -cu U: the Ulysses degree of hybrid,
 default 2 where it divides cp), as lines starting with "# comm":
     # comm ALGORITHM forward BYTES MESSAGES backward BYTES MESSAGES step BYTES MESSAGES
-an algorithm that does not fit (heads not divisible) says why instead.
+an algorithm that does not fit (heads not divisible) says why instead. Group-cast's
+depend on the batch and differ per rank: each rank's plan (cp/groupcast_plan.h) is
+built from the ranks' shards, as the trainer's bind does, and counted by
+groupcast_cost (exactly the K|V its peers' queries see); its line gives the mean
+bytes over the ranks (rounded down) and the largest rank's messages, then the
+largest rank's bytes:
+    # comm groupcast forward BYTES MESSAGES backward BYTES MESSAGES step BYTES MESSAGES largest BYTES BYTES
 
 The counts touch every pair: O(B T^2) time, so T is capped at MAX_T and B * T at
 MAX_BT.
@@ -606,6 +612,40 @@ static void draw_png(ToolOutputs *outs, const CpSharder *sh, int cp, int tile, c
 // ----------------------------------------------------------------------------
 // CLI
 
+// Group-cast's messages under the batch, from every rank's plan of the ranks'
+// shards: the mean bytes over the ranks (rounded down) with the largest rank's
+// messages, and in *most the largest rank's count of each column.
+static AttentionCost groupcast_batch_cost(const CpSharder *sh, int cp, int C, AttentionCost *most_out) {
+    int B = sh[0].layout.B, Tl = sh[0].layout.local_len;
+    size_t bt = (size_t)B * Tl;
+    AttentionCost most = {0, 0, 0, 0, 0, 0}, sum = {0, 0, 0, 0, 0, 0};
+    GroupcastPlan p;
+    groupcast_plan_init(&p, cp, 0, B, Tl);
+    for (int r = 0; r < cp; r++) {
+        memcpy(p.coords + (size_t)r * 2 * bt, sh[r].layout.global_index, bt * sizeof(int));
+        memcpy(p.coords + (size_t)r * 2 * bt + bt, sh[r].layout.document, bt * sizeof(int));
+    }
+    for (int r = 0; r < cp; r++) {
+        p.rank = r;
+        groupcast_plan_build(&p);
+        AttentionCost a = groupcast_cost(&p, C);
+        sum.forward_bytes += a.forward_bytes;
+        sum.backward_bytes += a.backward_bytes;
+        if (a.forward_bytes > most.forward_bytes) { most.forward_bytes = a.forward_bytes; }
+        if (a.forward_messages > most.forward_messages) { most.forward_messages = a.forward_messages; }
+        if (a.backward_bytes > most.backward_bytes) { most.backward_bytes = a.backward_bytes; }
+        if (a.backward_messages > most.backward_messages) { most.backward_messages = a.backward_messages; }
+        most.step_bytes = a.step_bytes;
+        most.step_messages = a.step_messages;
+    }
+    groupcast_plan_free(&p);
+    *most_out = most;
+    AttentionCost mean = most;
+    mean.forward_bytes = sum.forward_bytes / cp;
+    mean.backward_bytes = sum.backward_bytes / cp;
+    return mean;
+}
+
 // The "# comm" lines: each algorithm's messages at the layout's padded length.
 static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
     GPT2Config c = {0};
@@ -614,7 +654,7 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
     if (gpt2_config_from_descriptor(descriptor, &c, why, sizeof(why)) != 1) { fatal("-m d%d: %s", depth, why); }
     int B = sh->layout.B, Tl = sh->layout.local_len;
     printf("# comm model d%d: C %d, NH %d; B %d, %d tokens per rank; hybrid U %d x R %d; per rank and layer, "
-           "bytes and messages sent\n", depth, c.channels, c.num_heads, B, Tl, U, cp / U);
+           "bytes and messages sent (groupcast: the mean bytes, the largest rank's messages)\n", depth, c.channels, c.num_heads, B, Tl, U, cp / U);
     for (int k = 0; k < CP_NUM_ATTENTIONS; k++) {
         int degree = k == CP_ATTENTION_ULYSSES ? cp : k == CP_ATTENTION_HYBRID ? U : 1;
         if (c.num_heads % degree != 0) {
@@ -622,10 +662,15 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
                    c.num_heads, degree);
             continue;
         }
-        AttentionCost a = attention_cost((CpAttentionKind)k, cp, U, B, Tl, c.channels, c.num_heads);
-        printf("# comm %-9s forward %12zu %3ld backward %12zu %3ld step %9zu %3ld\n", cp_attention_names[k],
+        AttentionCost most;
+        AttentionCost a = k == CP_ATTENTION_GROUPCAST ? groupcast_batch_cost(sh, cp, c.channels, &most)
+                                                      : attention_cost((CpAttentionKind)k, cp, U, B, Tl, c.channels,
+                                                                       c.num_heads);
+        printf("# comm %-9s forward %12zu %3ld backward %12zu %3ld step %9zu %3ld", cp_attention_names[k],
                a.forward_bytes, a.forward_messages, a.backward_bytes, a.backward_messages, a.step_bytes,
                a.step_messages);
+        if (k == CP_ATTENTION_GROUPCAST) { printf(" largest %zu %zu", most.forward_bytes, most.backward_bytes); }
+        printf("\n");
     }
 }
 
@@ -769,7 +814,7 @@ int main(int argc, char **argv) {
     print_table(sh, cp, tile, work, &st, &cp1, input ? data : NULL);
     print_steps(step_work, cp);
     check_area_and_spread(sh, cp, work, &batch);
-    if (depth > 0) { print_comm(&sh[0], cp, U, depth); }
+    if (depth > 0) { print_comm(sh, cp, U, depth); }
     fflush(stdout);
     if (png) {
         draw_png(&outs, sh, cp, tile, work, &st, &grid);

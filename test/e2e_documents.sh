@@ -2,7 +2,8 @@
 # End to end, documents and attention algorithms: with document masking (-dm 1) a
 # token attends only to its own document (an EOT token opens one). On a token
 # file cut into short documents, the packed layout at cp 2, 3, 4, contiguous,
-# round_robin, striped and solver with -dm 1, and the all-gather attention (-ca allgather) reproduce
+# round_robin, striped and solver with -dm 1, and the all-gather (-ca allgather) and
+# group-cast (-ca groupcast, whose messages the documents shrink) attentions reproduce
 # the single-rank run with document masking, per step and per token (docs/DESIGN.md §5
 # tolerances, checked by compare_runs). The masking must be live: the -dm 0 run
 # on the same data gives other per-token losses.
@@ -46,8 +47,10 @@ run solver_cp2 2 -cp 2 -cl solver -dm 1
 run solver_cp4 4 -cp 4 -cl solver -dm 1
 run allgather_solver_cp2 2 -cp 2 -cl solver -dm 1 -ca allgather
 run allgather_solver_cp4 4 -cp 4 -cl solver -dm 1 -ca allgather
+run groupcast_solver_cp3 3 -cp 3 -cl solver -dm 1 -ca groupcast -co 2
+run groupcast_packed_cp4 4 -cp 4 -cl packed -dm 1 -ca groupcast
 echo
-echo "== -dm 1, B = $B, T = $T, $STEPS steps: packed, contiguous, round_robin, striped, solver, all-gather against cp 1"
+echo "== -dm 1, B = $B, T = $T, $STEPS steps: packed, contiguous, round_robin, striped, solver, all-gather, group-cast against cp 1"
 "$COMPARE" $STEPS $((B * T)) "$WORK/ref/main.log" "$WORK/ref.tl" "${runs[@]}" || fail "a run does not match cp 1"
 
 # the masking is live: without it the first step's per-token losses differ
