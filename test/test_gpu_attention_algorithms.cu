@@ -79,6 +79,8 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #include "cp/allgather_attention.h"
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
+#include "cp/groupcast_attention.cuh"
+#include "cp/groupcast_attention.h"
 #ifndef NO_NCCL
 #include "cp/comm_nccl.cuh"
 #endif
@@ -418,6 +420,21 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
                     &ag_gpu.queries, qkv, dout, B * Tl, C, NH);
     allgather_attention_cuda_free(&ag_gpu);
     allgather_attention_free(&ag);
+    // group-cast in as many stages as there are peers (the most exchanges in flight)
+    int S = groupcast_max_stages(dev_comm->size);
+    GroupcastAttention gc;
+    groupcast_attention_init(&gc, host_comm, S, B, Tl, C, NH);
+    groupcast_attention_bind(&gc, &sh.layout);
+    GroupcastAttentionCuda gc_gpu;
+    groupcast_attention_cuda_init(&gc_gpu, dev_comm, host_comm, S, B, Tl, C, NH);
+    groupcast_attention_cuda_bind(&gc_gpu, &sh.layout);
+    CHECK(gc_gpu.bytes == groupcast_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH),
+          "%s: group-cast allocated %zu device bytes, groupcast_attention_cuda_bytes counts %zu", label, gc_gpu.bytes,
+          groupcast_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH));
+    check_algorithm(label, "groupcast", groupcast_attention_verbs(&gc), groupcast_attention_cuda_verbs(&gc_gpu),
+                    &gc_gpu.queries, qkv, dout, B * Tl, C, NH);
+    groupcast_attention_cuda_free(&gc_gpu);
+    groupcast_attention_free(&gc);
 
     cp_sharder_free(&sh);
     free(inputs); free(targets); free(qkv); free(dout);

@@ -7,7 +7,8 @@
 #     MPI transport, -r 0/1/2 bit for bit, documents (packed, all-gather), Ulysses
 #   - over NCCL (emulated over MPI, a device per rank): the ring, the all-gather,
 #     Ulysses and the hybrid at np 2 and 4, against the same CPU runs
-#   - the solver layout with documents: the ring over MPI and NCCL, the all-gather
+#   - the solver layout with documents: the ring over MPI and NCCL, the all-gather;
+#     group-cast over MPI and NCCL at cp 2 and 4, in 1 to 3 stages
 #   - a peer stopped in each kind of NCCL operation: the watchdog ends the job
 #     (GPT2CP_TIMEOUT) naming the operation
 #   - cudaGetDeviceCount failing: the trainer says why, on every rank
@@ -102,6 +103,18 @@ printf "solver, ring over MPI, cp 2: "
 compare cpu_solver gpu_solver | tail -n 1
 nccl nccl_solver_ring_cp4 4 cpu_solver "${SOLVER[@]}" -cp 4 -cl solver -cc 64
 nccl nccl_solver_allgather_cp2 2 cpu_solver "${SOLVER[@]}" -cp 2 -cl solver -cc 64 -ca allgather
+# Group-cast (-ca groupcast: each K/V token only to the ranks whose queries see it, in
+# -co stages) on the same data: over MPI and NCCL at cp 2 (one stage) and cp 4 (2 and
+# 3 stages: exchanges in flight while blocks are attended), the solver layout and
+# round_robin, against the same CPU run
+for run in "mpi 2 solver 1" "mpi 4 solver 2" "nccl 2 solver 1" "nccl 4 round_robin 3"; do
+    read -r ct cp layout stages <<< "$run"
+    name=groupcast_${ct}_cp${cp}_${layout}_co$stages
+    "${MPIRUN[@]}" -np "$cp" "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" "${SOLVER[@]}" -cp "$cp" -cl "$layout" -ca groupcast \
+        -co "$stages" -ct "$ct" -o "$WORK/$name" -tl "$WORK/$name.tl" > "$WORK/$name.out"
+    printf "%s: " "$name"
+    compare cpu_solver "$name" | tail -n 1
+done
 # A peer that stops (SIGSTOP, EMU_NCCL_STOP) as its device posts an NCCL operation:
 # the other rank waits in that operation, its watchdog sees no progress for
 # GPT2CP_TIMEOUT seconds and ends the job, naming the operation (the peer stopped
@@ -129,6 +142,7 @@ stopped all_reduce all_reduce_sum 1            # the step's count of valid targe
 stopped send "ring exchange" 1                 # the first K/V block around the ring
 stopped reduce_scatter reduce_scatter_sum 1 -ca allgather # dK, dV home from the all-gather
 stopped send all_to_all 1 -e "$WORK/d1_2heads.bin" -ca ulysses
+stopped send all_to_all_v 1 -ca groupcast       # rank 0's only sender of K/V: named
 # cudaGetDeviceCount failing (46: the devices busy or unavailable) is said as what it
 # is, by every rank, not as "no CUDA device found"
 set +e
