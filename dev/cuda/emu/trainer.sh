@@ -59,6 +59,25 @@ put_i32 "$WORK/d1_2heads.bin" 20 2
 compare cpu_ulysses gpu_ulysses
 # NCCL: each emulated rank a device of its own (EMU_DEVICES=4, run.sh), as on a node
 # of four GPUs; every algorithm at np 2 and 4 against the CPU runs above
+# eot_text PATH N FIRST STEP MULT MOD: a token file of the Austen text's first N
+# tokens with an EOT at FIRST and then after every STEP + (t * MULT) % MOD tokens
+# (documents of varied length)
+eot_text() {
+    python3 - "$@" dev/data/austen/austen_val.bin <<'PY'
+import struct, sys
+from array import array
+path, (n, t, step, mult, mod), source = sys.argv[1], map(int, sys.argv[2:7]), sys.argv[7]
+with open(source, 'rb') as f:
+    f.read(1024)
+    tokens = array('H'); tokens.frombytes(f.read())
+while t < n:
+    tokens[t] = 50256
+    t += step + (t * mult) % mod
+tokens = tokens[:n]
+with open(path, 'wb') as f:
+    f.write(struct.pack('<256i', 20240520, 1, n, *[0] * 253)); f.write(tokens.tobytes())
+PY
+}
 nccl() {
     local name=$1 np=$2 reference=$3
     shift 3
@@ -79,21 +98,7 @@ nccl nccl_hybrid_cp4 4 cpu_ulysses -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" 
 # EOT every few to few dozen tokens and -dm 1, against the CPU twin at cp 1: the ring
 # over the staged MPI transport at cp 2, over NCCL the ring at cp 4 (a chunk a rank)
 # and the all-gather at cp 2
-python3 - "$WORK/solver_docs.bin" dev/data/austen/austen_val.bin <<'PY'
-import struct, sys
-from array import array
-path, source = sys.argv[1:3]
-with open(source, 'rb') as f:
-    f.read(1024)
-    tokens = array('H'); tokens.frombytes(f.read())
-n, t = 1024, 2
-while t < n:
-    tokens[t] = 50256
-    t += 3 + (t * 11) % 41
-tokens = tokens[:n]
-with open(path, 'wb') as f:
-    f.write(struct.pack('<256i', 20240520, 1, n, *[0] * 253)); f.write(tokens.tobytes())
-PY
+eot_text "$WORK/solver_docs.bin" 1024 2 3 11 41
 SOLVER=(-t 256 -i "$WORK/solver_docs.bin" -sh 0 -dm 1)
 "${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" "${SOLVER[@]}" -o "$WORK/cpu_solver" -tl "$WORK/cpu_solver.tl" \
     > "$WORK/cpu_solver.out"
@@ -245,20 +250,10 @@ echo "BF16 checkpoints: version 5 model files, resume at step 1 bit for bit; the
 # runs of targets: per-step losses and per-token losses on the learned targets within
 # 1e-4, NaN on exactly the masked ones; and with -d, two micro-batches holding
 # different numbers of learned targets against the CPU twin's one batch of both rows
-python3 - "$WORK/sharder.bin" dev/data/austen/austen_val.bin <<'PY'
+eot_text "$WORK/sharder.bin" 400 3 5 7 13
+python3 - "$WORK/sharder.bin" <<'PY'
 import struct, sys
-from array import array
-path, source = sys.argv[1:3]
-with open(source, 'rb') as f:
-    f.read(1024)
-    tokens = array('H'); tokens.frombytes(f.read())
-n, t = 400, 3
-while t < n:
-    tokens[t] = 50256
-    t += 5 + (t * 7) % 13
-tokens = tokens[:n]
-with open(path, 'wb') as f:
-    f.write(struct.pack('<256i', 20240520, 1, n, *[0] * 253)); f.write(tokens.tobytes())
+path, n = sys.argv[1], 400
 mask = bytes(0 if (j // 6) % 3 == 1 else 1 for j in range(n))
 with open(path[:-4] + '.mask', 'wb') as f:
     f.write(struct.pack('<256i', 20240613, 1, n, *[0] * 253)); f.write(mask)
