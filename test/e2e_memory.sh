@@ -12,7 +12,7 @@
 #      a multiple of 8, so rows grow to about 1.7 x T (the estimate reads the data's
 #      longest row; T / cp alone left such runs at 1.5-1.8 x the estimate)
 #   3. cp 1 with a sample of 256 tokens (rank 0's own activations)
-#   4. -z 1 at np 2, and -ca ulysses at cp 4
+#   4. -z 1 at np 2, -ca ulysses at cp 4, and -ca groupcast at cp 4 in 3 stages
 # Skipped under the sanitizers: their shadow memory is no part of the program's.
 #
 #   bash test/e2e_memory.sh      (env: see test/lib/e2e_lib.sh)
@@ -52,4 +52,6 @@ train zero1 2 -e d2 -b 1 -t 512 -cp 1 -z 1 -s 0
 check zero1
 train ulysses 4 -e d4 -b 1 -t 512 -cp 4 -ca ulysses -s 0
 check ulysses
+train groupcast 4 -e d2 -b 1 -t 1024 -cp 4 -ca groupcast -co 3 -s 0
+check groupcast
 finish

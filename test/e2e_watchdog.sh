@@ -12,7 +12,9 @@
 #      themselves, and must not name them); rank 2 of cp 2 x dp 3 (a middle
 #      group: stalls spread both ways); rank 1 of cp 2
 #      writing a checkpoint every step (the checkpoint's barriers); rank 1 of a
-#      Ulysses run (its waits are mostly all-to-alls)
+#      Ulysses run (its waits are mostly all-to-alls); rank 1 of a group-cast run
+#      at cp 3 in 2 stages (the stop lands in an all-to-all-v exchange, where a
+#      rank may wait on a peer that waits itself, or in the gradient all-reduce)
 #   1b. every verb of the MPI transport (test_comm_mpi stop VERB: rank 1 stops itself
 #      just before it, rank 0 enters it): GPT2CP_TIMEOUT=1 ends the job within
 #      1 + 20 s naming rank 1 and the verb
@@ -70,6 +72,8 @@ rm -rf "$WORK/stop_checkpointing"
 stop_rank 2 2 1 stop_checkpointing -n 1
 # Ulysses: the all-to-alls (d2: 2 heads for cp 2)
 stop_rank 2 2 1 stop_ulysses -e d2 -ca ulysses
+# group-cast: all-to-all-v exchanges in 2 stages
+stop_rank 3 3 1 stop_groupcast -ca groupcast -co 2
 
 # every verb of the transport, the peer stopped just before it
 echo
