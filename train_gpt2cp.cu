@@ -6,8 +6,8 @@ train_gpt2cp: context-parallel GPT-2 training on NVIDIA GPUs (CUDA, cuBLAS, NCCL
 
 The CPU twin (train_gpt2cp_cpu.c) with the model on the GPU: the same mesh of
 dp = N / cp replicas, the same sharder, data, schedule, logs and outputs
-(train_common.h), the same attention algorithms of -ca (ring, all-gather, Ulysses
-and their hybrid: cp/attention.cuh mirrors cp/attention.h). Per step:
+(train_common.h), the same attention algorithms of -ca (ring, all-gather, Ulysses,
+their hybrid and group-cast: cp/attention.cuh mirrors cp/attention.h). Per step:
 
     1. every rank of a replica reads the replica's window of B x (T+1) tokens
     2. the sharder keeps this rank's share of each row (host), which goes to the GPU
@@ -60,7 +60,7 @@ typedef struct {
     Comm *world;   // every rank, device memory: parameters, gradients and the loss
     Comm *cp;      // this replica's CP group, device memory: the ring
     Comm *self;    // this rank alone, device memory: sampling runs unsharded
-    Comm *cp_host; // the CP group on host memory: the -tl gather (cp_gather_tokens)
+    Comm *cp_host; // the CP group on host memory: the -tl gather (cp_gather_tokens), group-cast's plan
     Comm *dp_host; // the DP group on host memory: the replicas' -tl rows
     Comm *ulysses; // this rank's Ulysses group (cp/mesh.h), device memory, and on host memory
     Comm *ulysses_host;
@@ -269,10 +269,6 @@ int main(int argc, char **argv) {
         return help ? 0 : 1; // a rank not asked for the help was asked to train, and did not
     }
     CpLayoutKind layout = validate_train_config(&cfg);
-    // the GPU group-cast is not here yet: the CPU trainer runs it
-    if (cp_attention_from_name(cfg.attention) == CP_ATTENTION_GROUPCAST) {
-        fatal_everywhere("-ca groupcast: not in the GPU trainer yet; train_gpt2cp_cpu runs it");
-    }
     if (strcmp(cfg.transport, "nccl") != 0 && strcmp(cfg.transport, "mpi") != 0) {
         fatal_everywhere("-ct '%s': unknown transport (nccl | mpi)", cfg.transport);
     }
@@ -309,8 +305,8 @@ int main(int argc, char **argv) {
     activations_cuda_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
     check_memory_counted(&memory, &model, &acts);
     CpAttentionCuda attention;
-    CpAttentionCommsCuda comms = {ranks.cp, ranks.ulysses, ranks.ulysses_host, ranks.ring};
-    cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.B,
+    CpAttentionCommsCuda comms = {ranks.cp, ranks.cp_host, ranks.ulysses, ranks.ulysses_host, ranks.ring};
+    cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.stages, cfg.B,
                            run.local_T, c.channels, c.num_heads);
     Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, {NULL, NULL}, NULL};
     step_loss_cuda_init(&tr.step_loss);

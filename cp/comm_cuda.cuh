@@ -61,10 +61,11 @@ static void comm_streams_compute_after(CommStreams *s, cudaEvent_t event) {
 }
 
 // ----------------------------------------------------------------------------
-// ring exchanges in flight
+// exchanges in flight: ring steps and all-to-all-v's
 
 // Ring attention has at most two exchanges in flight (backward: the next K/V block
-// and the accumulator of the current one); a few more slots cost nothing.
+// and the accumulator of the current one), group-cast attention as many as its
+// stages overlap; a few more slots cost nothing.
 #define COMM_CUDA_SLOTS 4
 
 typedef struct {
@@ -80,6 +81,9 @@ typedef struct {
     void *host_exchange; // the host transport's handle, NULL for a one-rank copy
     void *recv_buf;      // device destination of host_recv
     size_t bytes;
+    // an all-to-all-v's parts (the caller's arrays, untouched until its wait); NULL
+    // for a ring step
+    const size_t *send_bytes, *send_offset, *recv_bytes, *recv_offset;
 } CommExchange;
 
 static void comm_exchanges_init(CommExchange *slots) {
@@ -105,6 +109,7 @@ static CommExchange *comm_exchange_acquire(CommExchange *slots) {
         if (!slots[i].busy) {
             slots[i].busy = 1;
             slots[i].host_exchange = NULL;
+            slots[i].send_bytes = slots[i].send_offset = slots[i].recv_bytes = slots[i].recv_offset = NULL;
             return &slots[i];
         }
     }

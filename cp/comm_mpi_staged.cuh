@@ -6,7 +6,8 @@ runs the host transport's verb (cp/comm_mpi.h, with its progress watchdog) on it
 and copies the result back, ordered against the compute stream with events
 (cp/comm_cuda.cuh).
 
-A ring step never blocks the host at its start. ring_start queues the copy to
+A ring step, and an all-to-all-v (staged the same way, part by part), never
+blocks the host at its start. ring_start queues the copy to
 pinned memory (after the compute queued so far: the buffers' last writers) and
 records an event behind it, then returns: the host goes on queueing the current
 block's attention. MPI may read the pinned buffer only once the copy has landed,
@@ -74,10 +75,37 @@ static void comm_staged_hand_over(CommMpiStaged *impl, const CommExchange *until
         // MPI writes host_recv next. The slot's previous copy back out of it is done:
         // it ran on the transport's stream before this exchange's copy to host_send,
         // which the host has just seen land
-        ex->host_exchange = impl->host->ring_start(impl->host, ex->host_send, ex->host_recv, ex->bytes);
+        if (ex->recv_bytes == NULL) {
+            ex->host_exchange = impl->host->ring_start(impl->host, ex->host_send, ex->host_recv, ex->bytes);
+        } else {
+            ex->host_exchange = impl->host->all_to_all_v_start(impl->host, ex->host_send, ex->send_bytes,
+                                                               ex->send_offset, ex->host_recv, ex->recv_bytes,
+                                                               ex->recv_offset);
+        }
         ex->posted = 1;
         impl->handed++;
     }
+}
+
+// both staging buffers of a slot to at least `bytes`, once its last copy back has run
+static void comm_staged_slot_reserve(CommExchange *ex, size_t bytes) {
+    if (bytes <= ex->capacity) { return; }
+    cudaCheck(cudaEventSynchronize(ex->done));
+    size_t send_capacity = ex->capacity;
+    pinned_reserve(&ex->host_send, &send_capacity, bytes);
+    pinned_reserve(&ex->host_recv, &ex->capacity, bytes);
+}
+
+// The exchange is started once its copy to host_send is queued: it waits its turn to
+// go to MPI (comm_staged_hand_over)
+static void *comm_staged_queued(CommMpiStaged *impl, CommExchange *ex, void *recv_buf, size_t bytes) {
+    cudaCheck(cudaEventRecord(ex->copied, impl->streams.stream));
+    ex->recv_buf = recv_buf;
+    ex->bytes = bytes;
+    ex->seq = impl->started++;
+    ex->posted = 0;
+    comm_staged_hand_over(impl, NULL);
+    return ex;
 }
 
 static void *comm_staged_ring_start(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes) {
@@ -90,21 +118,46 @@ static void *comm_staged_ring_start(Comm *comm, const void *send_buf, void *recv
         cudaCheck(cudaEventRecord(ex->done, s->stream));
         return ex;
     }
-    if (bytes > ex->capacity) {
-        // both buffers grow together, once the slot's last copy back has run
-        cudaCheck(cudaEventSynchronize(ex->done));
-        size_t send_capacity = ex->capacity;
-        pinned_reserve(&ex->host_send, &send_capacity, bytes);
-        pinned_reserve(&ex->host_recv, &ex->capacity, bytes);
-    }
+    comm_staged_slot_reserve(ex, bytes);
     cudaCheck(cudaMemcpyAsync(ex->host_send, send_buf, bytes, cudaMemcpyDeviceToHost, s->stream));
-    cudaCheck(cudaEventRecord(ex->copied, s->stream));
-    ex->recv_buf = recv_buf;
-    ex->bytes = bytes;
-    ex->seq = impl->started++;
-    ex->posted = 0;
-    comm_staged_hand_over(impl, NULL);
-    return ex;
+    return comm_staged_queued(impl, ex, recv_buf, bytes);
+}
+
+// the bytes a buffer of parts spans: the end of its last part
+static size_t comm_parts_extent(const size_t *bytes, const size_t *offset, int n) {
+    size_t end = 0;
+    for (int i = 0; i < n; i++) {
+        if (bytes[i] > 0 && offset[i] + bytes[i] > end) { end = offset[i] + bytes[i]; }
+    }
+    return end;
+}
+
+// An all-to-all-v staged as a ring step is: the parts to send copied to host_send at
+// their own offsets (nothing between them is read), the host transport's
+// all-to-all-v once they have landed, and the parts received copied back to theirs
+// (so that what lies between them on the device, this rank's own part, is untouched)
+static void *comm_staged_all_to_all_v_start(Comm *comm, const void *send_buf, const size_t *send_bytes,
+                                            const size_t *send_offset, void *recv_buf, const size_t *recv_bytes,
+                                            const size_t *recv_offset) {
+    CommMpiStaged *impl = comm_staged_impl(comm);
+    CommStreams *s = &impl->streams;
+    CommExchange *ex = comm_exchange_acquire(impl->slots);
+    comm_streams_after_compute(s);
+    if (comm->size == 1) { // the own rank's counts are 0: nothing moves
+        cudaCheck(cudaEventRecord(ex->done, s->stream));
+        return ex;
+    }
+    size_t send_extent = comm_parts_extent(send_bytes, send_offset, comm->size);
+    size_t recv_extent = comm_parts_extent(recv_bytes, recv_offset, comm->size);
+    comm_staged_slot_reserve(ex, send_extent > recv_extent ? send_extent : recv_extent);
+    for (int peer = 0; peer < comm->size; peer++) {
+        if (send_bytes[peer] == 0) { continue; }
+        cudaCheck(cudaMemcpyAsync((char *)ex->host_send + send_offset[peer], (const char *)send_buf + send_offset[peer],
+                                  send_bytes[peer], cudaMemcpyDeviceToHost, s->stream));
+    }
+    ex->send_bytes = send_bytes; ex->send_offset = send_offset;
+    ex->recv_bytes = recv_bytes; ex->recv_offset = recv_offset;
+    return comm_staged_queued(impl, ex, recv_buf, recv_extent);
 }
 
 static void comm_staged_ring_wait(Comm *comm, void *exchange) {
@@ -113,9 +166,19 @@ static void comm_staged_ring_wait(Comm *comm, void *exchange) {
     CommExchange *ex = (CommExchange *)exchange;
     if (comm->size > 1) {
         comm_staged_hand_over(impl, ex);
-        impl->host->ring_wait(impl->host, ex->host_exchange);
+        if (ex->recv_bytes == NULL) {
+            impl->host->ring_wait(impl->host, ex->host_exchange);
+            cudaCheck(cudaMemcpyAsync(ex->recv_buf, ex->host_recv, ex->bytes, cudaMemcpyHostToDevice, s->stream));
+        } else {
+            impl->host->all_to_all_v_wait(impl->host, ex->host_exchange);
+            for (int peer = 0; peer < comm->size; peer++) {
+                if (ex->recv_bytes[peer] == 0) { continue; }
+                cudaCheck(cudaMemcpyAsync((char *)ex->recv_buf + ex->recv_offset[peer],
+                                          (const char *)ex->host_recv + ex->recv_offset[peer], ex->recv_bytes[peer],
+                                          cudaMemcpyHostToDevice, s->stream));
+            }
+        }
         ex->host_exchange = NULL;
-        cudaCheck(cudaMemcpyAsync(ex->recv_buf, ex->host_recv, ex->bytes, cudaMemcpyHostToDevice, s->stream));
         cudaCheck(cudaEventRecord(ex->done, s->stream));
     }
     comm_exchange_finish(s, ex);
@@ -222,6 +285,8 @@ static Comm *comm_mpi_staged_create(MPI_Comm mc, cudaStream_t compute) {
     comm->impl = impl;
     comm->ring_start = comm_staged_ring_start;
     comm->ring_wait = comm_staged_ring_wait;
+    comm->all_to_all_v_start = comm_staged_all_to_all_v_start;
+    comm->all_to_all_v_wait = comm_staged_ring_wait;
     comm->all_reduce_sum = comm_staged_all_reduce_sum;
     comm->all_gather = comm_staged_all_gather;
     comm->reduce_scatter_sum = comm_staged_reduce_scatter_sum;

@@ -8,7 +8,8 @@ same code works within a node and across nodes.
 
 Every operation runs on the transport's own stream, ordered against the compute
 stream with events (cp/comm_cuda.cuh). A ring step is one ncclGroupStart/End
-holding the send to rank+1 and the receive from rank-1, so neither blocks the other.
+holding the send to rank+1 and the receive from rank-1, so neither blocks the other;
+an all-to-all-v is one group of the sends and receives whose counts are not zero.
 
 No hang when a peer fails or stops: NCCL work whose peer died, stopped, or whose
 network broke never completes, and the host waiting for the compute stream
@@ -23,8 +24,10 @@ outstanding one queued; a beacon of a rank that works alone restarts it too.
 GPT2CP_TIMEOUT seconds without progress (cp/comm_watchdog.h),
 or an asynchronous error, abort the communicators and end the job with the
 reason: a wait covering a whole long backward pass is fine as long as its ring
-steps keep passing. A ring step names the rank it receives from; a collective
-cannot tell which rank is missing (the host's arrival is not the GPU's), and says so.
+steps keep passing. A ring step names the rank it receives from, and so does an
+all-to-all-v that receives from one rank; a collective (or an all-to-all-v from
+several) cannot tell which rank is missing (the host's arrival is not the GPU's),
+and says so.
 */
 #ifndef CP_COMM_NCCL_CUH
 #define CP_COMM_NCCL_CUH
@@ -142,7 +145,7 @@ static void comm_nccl_watch_remove(ncclComm_t nccl) {
 
 typedef struct {
     Comm *host;       // the same group over MPI on host memory: creation and the barrier
-    int prev_world;   // the world rank of rank-1, the ring's sender
+    int *world_ranks; // (size) each group rank's world rank: the peer a milestone names
     ncclComm_t nccl;
     CommStreams streams;
     CommExchange slots[COMM_CUDA_SLOTS];
@@ -172,7 +175,7 @@ static void *comm_nccl_ring_start(Comm *comm, const void *send_buf, void *recv_b
         ncclCheck(ncclSend(send_buf, bytes, ncclChar, next, impl->nccl, impl->streams.stream));
         ncclCheck(ncclRecv(recv_buf, bytes, ncclChar, prev, impl->nccl, impl->streams.stream));
         ncclCheck(ncclGroupEnd());
-        comm_nccl_milestone(impl->streams.stream, "ring exchange", impl->prev_world);
+        comm_nccl_milestone(impl->streams.stream, "ring exchange", impl->world_ranks[prev]);
     }
     cudaCheck(cudaEventRecord(ex->done, impl->streams.stream));
     return ex;
@@ -180,6 +183,41 @@ static void *comm_nccl_ring_start(Comm *comm, const void *send_buf, void *recv_b
 
 static void comm_nccl_ring_wait(Comm *comm, void *exchange) {
     comm_exchange_finish(&comm_nccl_impl(comm)->streams, (CommExchange *)exchange);
+}
+
+// One group of a send per peer with bytes for it and a receive per peer with bytes
+// from it (both sides agree: rank i's send_bytes[j] is rank j's recv_bytes[i]), posted
+// on the transport's stream and waited for as a ring step is. Its milestone names the
+// sender when there is one (as the ring's does), and any silent rank when there are
+// several (as a collective's does); with none it records no milestone.
+static void *comm_nccl_all_to_all_v_start(Comm *comm, const void *send_buf, const size_t *send_bytes,
+                                          const size_t *send_offset, void *recv_buf, const size_t *recv_bytes,
+                                          const size_t *recv_offset) {
+    CommNccl *impl = comm_nccl_impl(comm);
+    CommExchange *ex = comm_exchange_acquire(impl->slots);
+    comm_streams_after_compute(&impl->streams);
+    int senders = 0, sender = -1, messages = 0;
+    ncclCheck(ncclGroupStart());
+    for (int peer = 0; peer < comm->size; peer++) {
+        if (send_bytes[peer] > 0) {
+            ncclCheck(ncclSend((const char *)send_buf + send_offset[peer], send_bytes[peer], ncclChar, peer,
+                               impl->nccl, impl->streams.stream));
+            messages++;
+        }
+        if (recv_bytes[peer] > 0) {
+            ncclCheck(ncclRecv((char *)recv_buf + recv_offset[peer], recv_bytes[peer], ncclChar, peer, impl->nccl,
+                               impl->streams.stream));
+            senders++;
+            sender = peer;
+            messages++;
+        }
+    }
+    ncclCheck(ncclGroupEnd());
+    if (messages > 0) {
+        comm_nccl_milestone(impl->streams.stream, "all_to_all_v", senders == 1 ? impl->world_ranks[sender] : -1);
+    }
+    cudaCheck(cudaEventRecord(ex->done, impl->streams.stream));
+    return ex;
 }
 
 static void comm_nccl_all_reduce_sum(Comm *comm, void *buf, size_t count, CommType type) {
@@ -246,6 +284,7 @@ static void comm_nccl_destroy(Comm *comm) {
     comm_nccl_watch_remove(impl->nccl);
     ncclCheck(ncclCommDestroy(impl->nccl));
     impl->host->destroy(impl->host);
+    free(impl->world_ranks);
     free(impl);
     free(comm);
 }
@@ -259,7 +298,8 @@ static Comm *comm_nccl_create(MPI_Comm mc, cudaStream_t compute) {
     impl->host = comm_mpi_create(mc);
     comm->rank = impl->host->rank;
     comm->size = impl->host->size;
-    impl->prev_world = comm_world_rank(mc, (comm->rank - 1 + comm->size) % comm->size);
+    impl->world_ranks = (int *)mallocCheck(comm->size * sizeof(int));
+    for (int r = 0; r < comm->size; r++) { impl->world_ranks[r] = comm_world_rank(mc, r); }
     ncclUniqueId id;
     if (comm->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
     impl->host->broadcast(impl->host, &id, sizeof(id), 0);
@@ -270,6 +310,8 @@ static Comm *comm_nccl_create(MPI_Comm mc, cudaStream_t compute) {
     comm->impl = impl;
     comm->ring_start = comm_nccl_ring_start;
     comm->ring_wait = comm_nccl_ring_wait;
+    comm->all_to_all_v_start = comm_nccl_all_to_all_v_start;
+    comm->all_to_all_v_wait = comm_nccl_ring_wait;
     comm->all_reduce_sum = comm_nccl_all_reduce_sum;
     comm->all_gather = comm_nccl_all_gather;
     comm->reduce_scatter_sum = comm_nccl_reduce_scatter_sum;

@@ -112,17 +112,16 @@ __global__ static void tile_visibility_kernel(unsigned char *vis, const SubBlock
     vis[idx] = (unsigned char)v;
 }
 
-// The batch's coordinates from the sharder's layout (host): uploaded, gathered from
-// every rank of the group (a collective: every rank calls it), tiled.
-static void attention_layout_cuda_prepare(AttentionLayoutCuda *al, Comm *comm, const ShardLayout *lay) {
-    int B = al->B, T = al->T;
-    if (lay == NULL || lay->B != B || lay->local_len != T) {
-        fatal("attention: the layout does not match the buffers (B %d, T %d)", B, T);
+// the layout (host) fits the buffers, or the run ends saying so
+static void attention_layout_cuda_check(const AttentionLayoutCuda *al, const ShardLayout *lay) {
+    if (lay == NULL || lay->B != al->B || lay->local_len != al->T) {
+        fatal("attention: the layout does not match the buffers (B %d, T %d)", al->B, al->T);
     }
-    size_t n = (size_t)B * T;
-    cuda_upload(al->own_coords, lay->global_index, n * sizeof(int));
-    cuda_upload(al->own_coords + n, lay->document, n * sizeof(int));
-    comm->all_gather(comm, al->own_coords, al->coords, 2 * n * sizeof(int));
+}
+
+// The tiles' ranges and visibility from every rank's coordinates in al->coords.
+static void attention_layout_cuda_tile(AttentionLayoutCuda *al) {
+    int B = al->B, T = al->T;
     size_t spans = (size_t)al->cp * B * al->tiles;
     tile_spans_kernel<<<grid_for(spans, 128), 128, 0, cuda_ctx.stream>>>(al->spans, al->coords, al->cp, B, T,
                                                                          al->tile, al->tiles);
@@ -131,6 +130,17 @@ static void attention_layout_cuda_prepare(AttentionLayoutCuda *al, Comm *comm, c
     tile_visibility_kernel<<<grid_for(pairs, 256), 256, 0, cuda_ctx.stream>>>(al->vis, al->spans, al->rank, al->cp,
                                                                               B, al->tile, al->tiles);
     cudaCheckLaunch();
+}
+
+// The batch's coordinates from the sharder's layout (host): uploaded, gathered from
+// every rank of the group (a collective: every rank calls it), tiled.
+static void attention_layout_cuda_prepare(AttentionLayoutCuda *al, Comm *comm, const ShardLayout *lay) {
+    attention_layout_cuda_check(al, lay);
+    size_t n = (size_t)al->B * al->T;
+    cuda_upload(al->own_coords, lay->global_index, n * sizeof(int));
+    cuda_upload(al->own_coords + n, lay->document, n * sizeof(int));
+    comm->all_gather(comm, al->own_coords, al->coords, 2 * n * sizeof(int));
+    attention_layout_cuda_tile(al);
 }
 
 // shared index[R], document[R] <- the coordinates of tokens [row0, row0 + R) (0 past T)

@@ -8,15 +8,16 @@
 #   1. the toolchain and the binaries (scripts/gpu_toolchain.sh): gpu_prep's, built
 #      here only where they do not start
 #   2. the GPU tests of both builds (FP32, BF16): every kernel and the whole model
-#      against the CPU headers; ring, all-gather, Ulysses and hybrid attention
-#      against their CPU twins on RING_RANKS ranks sharing the GPU
+#      against the CPU headers; ring, all-gather, Ulysses, hybrid and group-cast
+#      attention against their CPU twins on RING_RANKS ranks sharing the GPU
 #   3. compute-sanitizer's racecheck, synccheck and memcheck over one attention
 #      forward and backward of each build (bench_attention_gpu, SANITIZED sizes)
 #   4. the FP32 trainer against the CPU twin's runs that gpu_prep made (CHECK sizes:
 #      d2, B 4, T 256, 20 steps, -f 0): cp 1 over NCCL, cp 2 and 4 x {contiguous,
 #      round_robin} (-ct mpi, ranks sharing the GPU), Ulysses at cp 1 and 2, the
 #      hybrid U 2 x R 2; with document masking (-dm 1, short documents) the packed
-#      layout, the all-gather, Ulysses and the hybrid; a resume (half the steps,
+#      layout, the all-gather, Ulysses and the hybrid, and group-cast over the
+#      solver layout in 2 stages at cp 4; a resume (half the steps,
 #      then -y 1) that must repeat the uninterrupted run's main.log
 #   5. the BF16 build against the FP32 build, run for run: cp 1, 2 round_robin, 4
 #      contiguous, per step within BF16_TOLERANCE (0.05)
@@ -124,6 +125,7 @@ compared gpu_docs_cp4_packed_allgather 4 FP32 cpu_docs_cp1 -cp 4 -cl packed "${D
 compared gpu_docs_cp4_rr_allgather 4 FP32 cpu_docs_cp1 -cp 4 -cl round_robin "${DOCS[@]}" -ca allgather -ct mpi
 compared gpu_docs_cp2_packed_ulysses 2 FP32 cpu_docs_cp1 -cp 2 -cl packed "${DOCS[@]}" -ca ulysses -ct mpi
 compared gpu_docs_cp4_packed_hybrid 4 FP32 cpu_docs_cp1 -cp 4 -cl packed "${DOCS[@]}" -ca hybrid -cu 2 -ct mpi
+compared gpu_docs_cp4_solver_groupcast 4 FP32 cpu_docs_cp1 -cp 4 -cl solver "${DOCS[@]}" -ca groupcast -co 2 -ct mpi
 # the BF16 build against the FP32 build, run for run
 compared "bf16_cp1_$NCCL_CT" 1 BF16 "gpu_cp1_$NCCL_CT" -cp 1 -ct "$NCCL_CT"
 compared bf16_cp2_round_robin_mpi 2 BF16 gpu_cp2_round_robin_mpi -cp 2 -cl round_robin -ct mpi

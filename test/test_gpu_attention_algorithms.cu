@@ -69,8 +69,9 @@ Tolerances, relative 2-norm error:
       product in the wrong precision, gives errors of order 1.
 
 Also the transport: all_reduce_sum (float, double), all_gather, reduce_scatter_sum
-(float, double), all_to_all and broadcast on device memory against the values
-they must produce; and where every rank of the node has a GPU of its own, the same
+(float, double), all_to_all, broadcast and all_to_all_v (parts of other sizes,
+zero among them, at shuffled offsets with gaps that must stay untouched, two in
+flight at once) on device memory against the values they must produce; and where every rank of the node has a GPU of its own, the same
 over NCCL (cp/comm_nccl.cuh), with the ring and all-gather attention over it.
 With no GPU the binary exits 77 (skipped) on every rank.
 */
@@ -78,6 +79,8 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #include "cp/allgather_attention.h"
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
+#include "cp/groupcast_attention.cuh"
+#include "cp/groupcast_attention.h"
 #ifndef NO_NCCL
 #include "cp/comm_nccl.cuh"
 #endif
@@ -417,6 +420,21 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
                     &ag_gpu.queries, qkv, dout, B * Tl, C, NH);
     allgather_attention_cuda_free(&ag_gpu);
     allgather_attention_free(&ag);
+    // group-cast in as many stages as there are peers (the most exchanges in flight)
+    int S = groupcast_max_stages(dev_comm->size);
+    GroupcastAttention gc;
+    groupcast_attention_init(&gc, host_comm, S, B, Tl, C, NH);
+    groupcast_attention_bind(&gc, &sh.layout);
+    GroupcastAttentionCuda gc_gpu;
+    groupcast_attention_cuda_init(&gc_gpu, dev_comm, host_comm, S, B, Tl, C, NH);
+    groupcast_attention_cuda_bind(&gc_gpu, &sh.layout);
+    CHECK(gc_gpu.bytes == groupcast_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH),
+          "%s: group-cast allocated %zu device bytes, groupcast_attention_cuda_bytes counts %zu", label, gc_gpu.bytes,
+          groupcast_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH));
+    check_algorithm(label, "groupcast", groupcast_attention_verbs(&gc), groupcast_attention_cuda_verbs(&gc_gpu),
+                    &gc_gpu.queries, qkv, dout, B * Tl, C, NH);
+    groupcast_attention_cuda_free(&gc_gpu);
+    groupcast_attention_free(&gc);
 
     cp_sharder_free(&sh);
     free(inputs); free(targets); free(qkv); free(dout);
@@ -459,6 +477,91 @@ static void check_striped_tiles(Comm *host_comm, Comm *dev_comm) {
     free(tokens);
     ring_attention_cuda_free(&ring);
     cp_sharder_free(&sh);
+}
+
+// all_to_all_v: the floats rank `from` sends rank `to` in exchange `round`: 0 to
+// `largest`, a third of the pairs 0 (one of the two at 2 ranks, in round 1), none to
+// itself; element i is from * 10000 + to * 1000 + i
+static size_t a2av_count(int from, int to, int round, size_t largest) {
+    if (from == to || (from + 2 * to + round) % 3 == 0) { return 0; }
+    return (size_t)((from + 1) * 7919 + (to + 1) * 104729 + round * 31) % (largest + 1);
+}
+
+#define A2AV_MAX_RANKS 8
+typedef struct {
+    size_t send_bytes[A2AV_MAX_RANKS], send_offset[A2AV_MAX_RANKS];
+    size_t recv_bytes[A2AV_MAX_RANKS], recv_offset[A2AV_MAX_RANKS];
+    size_t recv_floats;
+    float *d_send, *d_recv;
+    void *exchange;
+} A2avCase;
+
+// parts in the order (k + shift) mod n backwards, 3 floats of gap before each and at
+// the end (so that an offset taken for another lands wrong, and a float written
+// outside its part overwrites a gap); returns the buffer's floats
+static size_t a2av_layout(int n, const size_t *floats, int shift, size_t *offset_bytes) {
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        int part = n - 1 - (k + shift) % n;
+        at += 3;
+        offset_bytes[part] = at * sizeof(float);
+        at += floats[part];
+    }
+    return at + 3;
+}
+
+static void a2av_start(Comm *comm, A2avCase *x, int round, size_t largest) {
+    int n = comm->size, me = comm->rank;
+    size_t send_floats[A2AV_MAX_RANKS], recv_floats[A2AV_MAX_RANKS];
+    for (int p = 0; p < n; p++) {
+        send_floats[p] = a2av_count(me, p, round, largest);
+        recv_floats[p] = a2av_count(p, me, round, largest);
+        x->send_bytes[p] = send_floats[p] * sizeof(float);
+        x->recv_bytes[p] = recv_floats[p] * sizeof(float);
+    }
+    size_t sn = a2av_layout(n, send_floats, round, x->send_offset);
+    x->recv_floats = a2av_layout(n, recv_floats, round + 1, x->recv_offset);
+    float *send = (float *)mallocCheck(sn * sizeof(float));
+    for (size_t i = 0; i < sn; i++) { send[i] = -1.0f; }
+    for (int p = 0; p < n; p++) {
+        float *part = send + x->send_offset[p] / sizeof(float);
+        for (size_t i = 0; i < send_floats[p]; i++) { part[i] = (float)(me * 10000 + p * 1000 + (int)i); }
+    }
+    x->d_send = device_copy(send, sn);
+    x->d_recv = (float *)cudaMallocCheck(x->recv_floats * sizeof(float));
+    poison_device(x->d_recv, x->recv_floats * sizeof(float));
+    x->exchange = comm->all_to_all_v_start(comm, x->d_send, x->send_bytes, x->send_offset, x->d_recv, x->recv_bytes,
+                                           x->recv_offset);
+    free(send);
+}
+
+// the parts where they belong, every gap still poisoned (NaN bits)
+static void a2av_finish(Comm *comm, A2avCase *x, int round) {
+    int n = comm->size, me = comm->rank;
+    comm->all_to_all_v_wait(comm, x->exchange);
+    float *got = host_copy(x->d_recv, x->recv_floats);
+    unsigned char *in_part = (unsigned char *)callocCheck(x->recv_floats, 1);
+    int wrong = 0;
+    for (int p = 0; p < n; p++) {
+        size_t at = x->recv_offset[p] / sizeof(float);
+        for (size_t i = 0; i < x->recv_bytes[p] / sizeof(float); i++) {
+            wrong += got[at + i] != (float)(p * 10000 + me * 1000 + (int)i);
+            in_part[at + i] = 1;
+        }
+    }
+    int outside = 0;
+    for (size_t i = 0; i < x->recv_floats; i++) {
+        uint32_t bits;
+        memcpy(&bits, &got[i], sizeof(bits));
+        outside += !in_part[i] && bits != 0xffffffffu;
+    }
+    CHECK(wrong == 0 && outside == 0, "transport all_to_all_v exchange %d: %d float(s) of the parts wrong, %d written "
+          "outside every part", round, wrong, outside);
+    printf("ok   rank %d  transport all_to_all_v exchange %d: every part in place, no gap written (%zu floats)\n",
+           fatal_rank, round, x->recv_floats);
+    free(got);
+    free(in_part);
+    cudaCheck(cudaFree(x->d_send)); cudaCheck(cudaFree(x->d_recv));
 }
 
 // The collectives of the device transport against what they must produce.
@@ -540,6 +643,15 @@ static void test_transport(Comm *comm) {
     check_rel_device("transport all_to_all", d_got, wanted, part * n, 0.0);
     cudaCheck(cudaFree(d_sent)); cudaCheck(cudaFree(d_got));
     free(sent); free(wanted);
+
+    // all_to_all_v: parts of other sizes between each pair (zero among them), two
+    // exchanges in flight at once, the second larger, waited in reverse order
+    CHECK(n <= A2AV_MAX_RANKS, "the all_to_all_v check runs on at most %d ranks", A2AV_MAX_RANKS);
+    A2avCase first, second;
+    a2av_start(comm, &first, 0, 300);
+    a2av_start(comm, &second, 1, 3000);
+    a2av_finish(comm, &second, 1);
+    a2av_finish(comm, &first, 0);
 
     // two ring exchanges back to back, the second larger: rank r sends r * 10000 + i
     // and receives rank r-1's. Both use the first free slot, whose staging buffers

@@ -7,6 +7,8 @@
 #     MPI transport, -r 0/1/2 bit for bit, documents (packed, all-gather), Ulysses
 #   - over NCCL (emulated over MPI, a device per rank): the ring, the all-gather,
 #     Ulysses and the hybrid at np 2 and 4, against the same CPU runs
+#   - the solver layout with documents: the ring over MPI and NCCL, the all-gather;
+#     group-cast over MPI and NCCL at cp 2 and 4, in 1 to 3 stages
 #   - a peer stopped in each kind of NCCL operation: the watchdog ends the job
 #     (GPT2CP_TIMEOUT) naming the operation
 #   - cudaGetDeviceCount failing: the trainer says why, on every rank
@@ -57,6 +59,25 @@ put_i32 "$WORK/d1_2heads.bin" 20 2
 compare cpu_ulysses gpu_ulysses
 # NCCL: each emulated rank a device of its own (EMU_DEVICES=4, run.sh), as on a node
 # of four GPUs; every algorithm at np 2 and 4 against the CPU runs above
+# eot_text PATH N FIRST STEP MULT MOD: a token file of the Austen text's first N
+# tokens with an EOT at FIRST and then after every STEP + (t * MULT) % MOD tokens
+# (documents of varied length)
+eot_text() {
+    python3 - "$@" dev/data/austen/austen_val.bin <<'PY'
+import struct, sys
+from array import array
+path, (n, t, step, mult, mod), source = sys.argv[1], map(int, sys.argv[2:7]), sys.argv[7]
+with open(source, 'rb') as f:
+    f.read(1024)
+    tokens = array('H'); tokens.frombytes(f.read())
+while t < n:
+    tokens[t] = 50256
+    t += step + (t * mult) % mod
+tokens = tokens[:n]
+with open(path, 'wb') as f:
+    f.write(struct.pack('<256i', 20240520, 1, n, *[0] * 253)); f.write(tokens.tobytes())
+PY
+}
 nccl() {
     local name=$1 np=$2 reference=$3
     shift 3
@@ -72,6 +93,33 @@ nccl nccl_allgather_cp4 4 cpu_docs -i "$WORK/docs.bin" -sh 0 -dm 1 -cp 4 -cl rou
 nccl nccl_ulysses_cp2 2 cpu_ulysses -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 2 -cl packed -ca ulysses
 nccl nccl_hybrid_cp4 4 cpu_ulysses -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 4 -cl round_robin \
     -ca hybrid -cu 2
+# The solver layout (-cl solver): chunks of 64 placed per batch by the masked area of
+# their queries and the documents' locality, on a row of 256 tokens (4 chunks) with an
+# EOT every few to few dozen tokens and -dm 1, against the CPU twin at cp 1: the ring
+# over the staged MPI transport at cp 2, over NCCL the ring at cp 4 (a chunk a rank)
+# and the all-gather at cp 2
+eot_text "$WORK/solver_docs.bin" 1024 2 3 11 41
+SOLVER=(-t 256 -i "$WORK/solver_docs.bin" -sh 0 -dm 1)
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" "${SOLVER[@]}" -o "$WORK/cpu_solver" -tl "$WORK/cpu_solver.tl" \
+    > "$WORK/cpu_solver.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" "${SOLVER[@]}" -cp 2 -cl solver -cc 64 -ct mpi -o "$WORK/gpu_solver" \
+    -tl "$WORK/gpu_solver.tl" > "$WORK/gpu_solver.out"
+printf "solver, ring over MPI, cp 2: "
+compare cpu_solver gpu_solver | tail -n 1
+nccl nccl_solver_ring_cp4 4 cpu_solver "${SOLVER[@]}" -cp 4 -cl solver -cc 64
+nccl nccl_solver_allgather_cp2 2 cpu_solver "${SOLVER[@]}" -cp 2 -cl solver -cc 64 -ca allgather
+# Group-cast (-ca groupcast: each K/V token only to the ranks whose queries see it, in
+# -co stages) on the same data: over MPI and NCCL at cp 2 (one stage) and cp 4 (2 and
+# 3 stages: exchanges in flight while blocks are attended), the solver layout and
+# round_robin, against the same CPU run
+for run in "mpi 2 solver 1" "mpi 4 solver 2" "nccl 2 solver 1" "nccl 4 round_robin 3"; do
+    read -r ct cp layout stages <<< "$run"
+    name=groupcast_${ct}_cp${cp}_${layout}_co$stages
+    "${MPIRUN[@]}" -np "$cp" "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" "${SOLVER[@]}" -cp "$cp" -cl "$layout" -ca groupcast \
+        -co "$stages" -ct "$ct" -o "$WORK/$name" -tl "$WORK/$name.tl" > "$WORK/$name.out"
+    printf "%s: " "$name"
+    compare cpu_solver "$name" | tail -n 1
+done
 # A peer that stops (SIGSTOP, EMU_NCCL_STOP) as its device posts an NCCL operation:
 # the other rank waits in that operation, its watchdog sees no progress for
 # GPT2CP_TIMEOUT seconds and ends the job, naming the operation (the peer stopped
@@ -99,6 +147,7 @@ stopped all_reduce all_reduce_sum 1            # the step's count of valid targe
 stopped send "ring exchange" 1                 # the first K/V block around the ring
 stopped reduce_scatter reduce_scatter_sum 1 -ca allgather # dK, dV home from the all-gather
 stopped send all_to_all 1 -e "$WORK/d1_2heads.bin" -ca ulysses
+stopped send all_to_all_v 1 -ca groupcast       # rank 0's only sender of K/V: named
 # cudaGetDeviceCount failing (46: the devices busy or unavailable) is said as what it
 # is, by every rank, not as "no CUDA device found"
 set +e
@@ -201,20 +250,10 @@ echo "BF16 checkpoints: version 5 model files, resume at step 1 bit for bit; the
 # runs of targets: per-step losses and per-token losses on the learned targets within
 # 1e-4, NaN on exactly the masked ones; and with -d, two micro-batches holding
 # different numbers of learned targets against the CPU twin's one batch of both rows
-python3 - "$WORK/sharder.bin" dev/data/austen/austen_val.bin <<'PY'
+eot_text "$WORK/sharder.bin" 400 3 5 7 13
+python3 - "$WORK/sharder.bin" <<'PY'
 import struct, sys
-from array import array
-path, source = sys.argv[1:3]
-with open(source, 'rb') as f:
-    f.read(1024)
-    tokens = array('H'); tokens.frombytes(f.read())
-n, t = 400, 3
-while t < n:
-    tokens[t] = 50256
-    t += 5 + (t * 7) % 13
-tokens = tokens[:n]
-with open(path, 'wb') as f:
-    f.write(struct.pack('<256i', 20240520, 1, n, *[0] * 253)); f.write(tokens.tobytes())
+path, n = sys.argv[1], 400
 mask = bytes(0 if (j // 6) % 3 == 1 else 1 for j in range(n))
 with open(path[:-4] + '.mask', 'wb') as f:
     f.write(struct.pack('<256i', 20240613, 1, n, *[0] * 253)); f.write(mask)
