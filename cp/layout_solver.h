@@ -5,8 +5,13 @@ documents.
 
     1. Pad the row to a multiple of cp * chunk and cut it into n chunks of `chunk`
        tokens (a multiple of the 64-row tiles); every rank will own n / cp of them.
-    2. Cost: a chunk's masked area, the query-key pairs its real queries see
-       (cp/attention_area.h; pads cost nothing).
+    2. Cost: the pairs the tiled kernels compute for the chunk's queries, its
+       masked area in whole 64 x 64 tiles (cp/attention_area.h's tile_area: a
+       tile of queries meets every key tile from its first query's document
+       start to itself). Not the exact area: on short documents a chunk's work
+       is mostly its masked diagonal tile, which the area leaves out, and a
+       solver balancing the area left the largest rank 6% above the mean in
+       tiles (documents of 300 tokens at T 4096, cp 4; dev/bench/layouts.sh).
     3. Balance (MagiAttention's dispatch solver): the chunks by decreasing cost
        (equal costs in row order), each to the least-loaded rank that still has
        room (equal loads: the lowest rank). Decreasing order is the classic
@@ -19,11 +24,11 @@ documents.
        plus CP_SOLVER_SLACK_PERCENT of the mean; repeat until a pass swaps nothing.
        Swaps keep every rank's chunk count; each lowers the count, so it ends.
 
-Why the swaps: balancing area alone spreads each document over every rank (its
+Why the swaps: balancing work alone spreads each document over every rank (its
 expensive last chunk to one rank, its cheaper first chunks to the others), so every
 rank needs K/V from every other for that document. Fewer ranks per document is
 less to send for an exchange that sends K/V only to the ranks whose queries see it
-(16% to 41% fewer pairs on rows of short documents in test_solver_layout), for at
+(23% to 40% fewer pairs on rows of short documents in test_solver_layout), for at
 most 1% of balance. Everything is integer arithmetic in a fixed order: the same
 data gives every rank the same layout.
 
@@ -51,7 +56,7 @@ static int cp_solver_padded_len(int T, int cp, int chunk) {
 }
 
 typedef struct {
-    long long cost; // the masked area of the chunk's queries
+    long long cost; // the pairs the tiled kernels compute for the chunk's queries
     int index;      // the chunk's place in the row
 } CpChunk;
 
@@ -131,7 +136,7 @@ static void cp_solver_localise(const long long *cost, const int *doc_lo, const i
 }
 
 // The solver's assignment of a row padded to P (a multiple of cp * chunk): the rank
-// that owns each chunk, as the header says: the greedy on area, then (documents
+// that owns each chunk, as the header says: the greedy on tile area, then (documents
 // masked only: one causal document has nothing to keep together) the swaps of
 // locality within CP_SOLVER_SLACK_PERCENT of the mean above the greedy's largest
 // load. docs: (T) document ids where attention is masked to documents (ids from 0,
@@ -145,7 +150,7 @@ static void cp_solver_owners(const int *docs, int T, int P, int cp, int chunk, i
     long long *cost = (long long *)mallocCheck((size_t)n * sizeof(long long));
     long long total = 0;
     for (int c = 0; c < n; c++) {
-        cost[c] = span_area(starts, T, c * chunk, (c + 1) * chunk);
+        cost[c] = span_tile_area(starts, T, c * chunk, (c + 1) * chunk, CP_SOLVER_TILE);
         order[c].cost = cost[c];
         order[c].index = c;
         total += cost[c];

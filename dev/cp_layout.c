@@ -34,8 +34,9 @@ Work of one rank, summed over the ring and the rows, in query-key pairs:
               documents, the sum of n*(n+1)/2 over the row's documents with them.
               It is the masked area of cp/attention_area.h, the cost the solver
               layout balances: each rank's is also summed from that model and the
-              two must agree (else the tool stops), so the column shows every
-              layout's balance in the solver's own terms
+              two must agree (else the tool stops). The solver balances the
+              computed pairs in tiles of 64 (the same model's tile area): with
+              -cl solver -tile 64 each rank's computed column must equal it too
 
 Output: one line per rank and footer lines, with fixed columns so that
 awk '$1 == "rank" {print $5}' picks the computed column of every rank:
@@ -256,14 +257,18 @@ static void ring_work(const CpSharder *sh, int cp, int tile, Work *work, Work *s
 }
 
 // Each rank's masked area by the cost model (cp/attention_area.h) must be the useful
-// pairs ring_work counted one by one: the solver balances what this tool reports.
-// Prints the documents' spread over the ranks when attention is masked to them.
-static void check_area_and_spread(const CpSharder *sh, int cp, const Work *work, const Batch *batch) {
+// pairs ring_work counted one by one, and with the solver in its own tiles (tile:
+// as ring_work's) its tile area the computed pairs: the solver balances what this
+// tool reports. Prints the documents' spread over the ranks when attention is
+// masked to them.
+static void check_area_and_spread(const CpSharder *sh, int cp, int tile, const Work *work, const Batch *batch) {
     int B = batch->B, T = batch->T, Tl = sh[0].layout.local_len, masked = batch->document_token >= 0;
     int *docs = (int *)mallocCheck((size_t)T * sizeof(int));
     int *starts = (int *)mallocCheck((size_t)T * sizeof(int));
     unsigned char *holds = (unsigned char *)mallocCheck((size_t)T * cp);
     long long *area = (long long *)callocCheck((size_t)cp, sizeof(long long));
+    long long *tiles = (long long *)callocCheck((size_t)cp, sizeof(long long));
+    int solver_tiles = sh[0].kind == CP_LAYOUT_SOLVER && tile == CP_SOLVER_TILE;
     long long pairs = 0, documents = 0;
     for (int b = 0; b < B; b++) {
         cp_row_documents(batch->inputs + (size_t)b * T, T, batch->document_token, docs);
@@ -276,6 +281,10 @@ static void check_area_and_spread(const CpSharder *sh, int cp, const Work *work,
                 area[r] += query_area(o, masked ? starts[o] : 0);
                 holds[(size_t)docs[o] * cp + r] = 1;
             }
+            for (int i = 0; solver_tiles && i < Tl; i += tile) {
+                int g = sh[r].layout.global_index[(size_t)b * Tl + i]; // the solver keeps tokens in place
+                tiles[r] += span_tile_area(masked ? starts : NULL, T, g, g + tile, tile);
+            }
         }
         documents += docs[T - 1] + 1;
         for (size_t k = 0; k < (size_t)T * cp; k++) { pairs += holds[k]; }
@@ -284,6 +293,10 @@ static void check_area_and_spread(const CpSharder *sh, int cp, const Work *work,
         if (area[r] != work[r].useful) {
             fatal("cp/attention_area.h: rank %d's masked area is %lld, but it has %lld useful pairs", r, area[r],
                   work[r].useful);
+        }
+        if (solver_tiles && tiles[r] != work[r].computed) {
+            fatal("cp/attention_area.h: rank %d's tile area is %lld, but it computes %lld pairs in tiles of %d", r,
+                  tiles[r], work[r].computed, tile);
         }
     }
     if (masked) {
@@ -294,6 +307,7 @@ static void check_area_and_spread(const CpSharder *sh, int cp, const Work *work,
     free(starts);
     free(holds);
     free(area);
+    free(tiles);
 }
 
 // ----------------------------------------------------------------------------
@@ -768,7 +782,7 @@ int main(int argc, char **argv) {
 
     print_table(sh, cp, tile, work, &st, &cp1, input ? data : NULL);
     print_steps(step_work, cp);
-    check_area_and_spread(sh, cp, work, &batch);
+    check_area_and_spread(sh, cp, tile, work, &batch);
     if (depth > 0) { print_comm(&sh[0], cp, U, depth); }
     fflush(stdout);
     if (png) {
