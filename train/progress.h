@@ -13,7 +13,9 @@ and the peak memory per rank at the end.
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "../cp/attention_cost.h"
 #include "../cp/comm_mpi.h"
+#include "../cp/layout_balance.h"
 #include "../cp/mesh.h"
 #include "../llmc/gpt2.h"
 #include "config.h"
@@ -31,6 +33,8 @@ typedef struct {
     int start_step;        // 0, or the step of the checkpoint resumed from
     int val_batches;
     const MemoryEstimate *memory; // the estimated peak per rank
+    CpLayoutBalance balance;      // the layout's on the data's first batch
+    AttentionCost sent;           // the attention's messages per rank and layer on that batch
 } StartupFacts;
 
 // "{0,1} {2,3}": the CP ranks of each of `groups` groups of `size`, member(m, g, i)
@@ -94,6 +98,12 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
         snprintf(row, sizeof(row), "rings, R %d", m->ring_size);
         printf("| %-21s | %-50s |\n", row, groups);
     }
+    char balance[64], sent[64];
+    snprintf(balance, sizeof(balance), "max/mean: area %.3f, tiles of %d %.3f", f->balance.area, CP_SOLVER_TILE,
+             f->balance.tiles);
+    printf("| %-21s | %-50s |\n", "balance, first batch", balance);
+    snprintf(sent, sizeof(sent), "fwd %zu B, bwd %zu B per rank", f->sent.forward_bytes, f->sent.backward_bytes);
+    printf("| %-21s | %-50s |\n", "attention sent/layer", sent);
     printf("| %-21s | %-50s |\n", "transport", f->transport);
     char padded[128];
     if (strcmp(cfg->layout, "packed") == 0) {
