@@ -46,9 +46,10 @@ indices, so no other code ever asks which layout produced a shard.
                  by padding it to 2*cp, striped everything but with every tile
                  mixed). What it adds to MagiAttention's, which balances area only
                  and so spreads a document over every rank: with -dm 1, swaps of two
-                 chunks between two ranks that lower the number of (rank, document)
-                 pairs, as long as both ranks stay within CP_SOLVER_SLACK_PERCENT of
-                 the mean above the greedy's largest rank. A document's chunks then
+                 chunks between two ranks that even the exact area as well, then
+                 swaps that lower the number of (rank, document) pairs, as long as
+                 both ranks stay within CP_SOLVER_SLACK_PERCENT of the mean above
+                 the largest rank. A document's chunks then
                  sit on few ranks, so an exchange that sends K/V only to the ranks
                  whose queries see it has less to send, for at most 1% of balance.
                  Every choice is made on integers in a fixed order (ties to the

@@ -20,7 +20,8 @@ Checked against computations written here, not cp/'s:
     round_robin (both exactly);
   - locality: on rows of many short documents, fewer (rank, document) pairs than
     the balance-only greedy (MagiAttention's rule, written here, on the same tile
-    areas), at a largest load within the slack of that greedy's;
+    areas), at a largest load in tiles, and a largest area, within the slack of
+    that greedy's;
   - the sharder: chunk sizes that are not whole tiles refused with a message
     naming them, and its local tokens those of cp_row_layout.
 */
@@ -289,6 +290,16 @@ static void test_locality(void) {
                   greedy_pairs);
             CHECK(max_of(load, cp) <= max_of(greedy_load, cp) + slack, "%s: largest rank %lld, balance only %lld",
                   what, max_of(load, cp), max_of(greedy_load, cp));
+            // the area: evened within the tiles' slack, so no worse than the greedy's plus the slack
+            long long area[8], greedy_area[8], area_total = 0;
+            brute_loads(brute_chunk_area, docs, T, P, cp, chunk, owner, area);
+            brute_loads(brute_chunk_area, docs, T, P, cp, chunk, greedy, greedy_area);
+            for (int r = 0; r < cp; r++) { area_total += area[r]; }
+            double mean_area = (double)area_total / cp;
+            printf("%s: largest area over the mean %.3f (balance only: %.3f)\n", what, max_of(area, cp) / mean_area,
+                   max_of(greedy_area, cp) / mean_area);
+            CHECK(max_of(area, cp) <= max_of(greedy_area, cp) + mean_area * CP_SOLVER_SLACK_PERCENT / 100.0,
+                  "%s: largest area %lld, balance only %lld", what, max_of(area, cp), max_of(greedy_area, cp));
         }
     }
     free(docs);
