@@ -269,6 +269,10 @@ int main(int argc, char **argv) {
         return help ? 0 : 1; // a rank not asked for the help was asked to train, and did not
     }
     CpLayoutKind layout = validate_train_config(&cfg);
+    // the GPU group-cast is not here yet: the CPU trainer runs it
+    if (cp_attention_from_name(cfg.attention) == CP_ATTENTION_GROUPCAST) {
+        fatal_everywhere("-ca groupcast: not in the GPU trainer yet; train_gpt2cp_cpu runs it");
+    }
     if (strcmp(cfg.transport, "nccl") != 0 && strcmp(cfg.transport, "mpi") != 0) {
         fatal_everywhere("-ct '%s': unknown transport (nccl | mpi)", cfg.transport);
     }

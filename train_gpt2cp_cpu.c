@@ -210,7 +210,8 @@ int main(int argc, char **argv) {
     activations_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
     CpAttention attention;
     CpAttentionComms comms = {ranks.cp, ranks.ulysses, ranks.ring};
-    cp_attention_init(&attention, (CpAttentionKind)kind, comms, cfg.B, run.local_T, c.channels, c.num_heads);
+    cp_attention_init(&attention, (CpAttentionKind)kind, comms, cfg.stages, cfg.B, run.local_T, c.channels,
+                      c.num_heads);
     Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, {{0.0, 0.0}, 0.0}};
 
     for (int step = run.start_step; step <= run.steps; step++) {

@@ -21,6 +21,12 @@ Per rank, B rows of Tl = P / cp local tokens, C channels, NH heads; a K/V block
                 (U = cp; the messages do not grow with cp's ring steps: 2 (U-1) each way)
     hybrid      the all-to-all of ulysses over U ranks, plus the ring over R = cp / U
                 ranks of blocks of U Tl tokens and C / U channels
+    groupcast   depends on the batch, not on the sizes alone: groupcast_cost counts
+                one rank's under its plan (cp/groupcast_plan.h): forward the K|V of
+                the tokens its peers need (2C floats each, one message per peer
+                that needs any), backward the same again and the partial dK|dV of
+                the tokens it received back to their owners; per bind the
+                coordinates' all-gather, cp-1 parts of 2 B Tl ints
 */
 #ifndef CP_ATTENTION_COST_H
 #define CP_ATTENTION_COST_H
@@ -28,6 +34,7 @@ Per rank, B rows of Tl = P / cp local tokens, C channels, NH heads; a K/V block
 #include <stddef.h>
 #include "attention_block.h"
 #include "attention_kind.h"
+#include "groupcast_plan.h"
 
 typedef struct {
     size_t forward_bytes, backward_bytes; // bytes that leave the rank, per layer
@@ -57,7 +64,25 @@ static void ulysses_cost(AttentionCost *a, int U, int B, int Tl, int C, int NH) 
     a->step_messages += U - 1;
 }
 
+// one rank's group-cast messages under its plan of a batch
+static AttentionCost groupcast_cost(const GroupcastPlan *p, int C) {
+    AttentionCost a = {0, 0, 0, 0, 0, 0};
+    if (p->cp == 1) { return a; }
+    size_t token = 2 * (size_t)C * sizeof(float);
+    for (int peer = 0; peer < p->cp; peer++) {
+        size_t sent = (size_t)p->send_count[peer] * token, received = (size_t)p->recv_count[peer] * token;
+        a.forward_bytes += sent;
+        a.forward_messages += sent > 0;
+        a.backward_bytes += sent + received;
+        a.backward_messages += (sent > 0) + (received > 0);
+    }
+    a.step_bytes = (size_t)(p->cp - 1) * 2 * p->B * p->T * sizeof(int);
+    a.step_messages = p->cp - 1;
+    return a;
+}
+
 // U: the Ulysses degree of kind hybrid (ulysses takes cp, the others 1)
+// (groupcast's depends on the batch: groupcast_cost)
 static AttentionCost attention_cost(CpAttentionKind kind, int cp, int U, int B, int Tl, int C, int NH) {
     AttentionCost a = {0, 0, 0, 0, 0, 0};
     switch (kind) {
@@ -74,6 +99,8 @@ static AttentionCost attention_cost(CpAttentionKind kind, int cp, int U, int B, 
         ulysses_cost(&a, U, B, Tl, C, NH);
         ring_cost(&a, cp / U, B, U * Tl, C / U);
         break;
+    case CP_ATTENTION_GROUPCAST:
+        fatal("attention_cost: group-cast's bytes depend on the batch; count them with groupcast_cost of its plan");
     }
     return a;
 }

@@ -10,6 +10,10 @@ The transport: a small closed set of verbs with open implementations.
     all_to_all               a buffer of size parts: part j goes to rank j, and
                              part i of the result came from rank i (a transpose of
                              the parts over the ranks)
+    all_to_all_v_start /     the all-to-all of parts of any size (zero included:
+    all_to_all_v_wait        no message then), without blocking: group-cast
+                             attention sends each K/V token only to the ranks
+                             whose queries see it (cp/groupcast_attention.h)
     broadcast                root's buffer to every rank
     barrier
 
@@ -53,6 +57,15 @@ struct Comm {
     // of send_buf goes to rank j, part i of recv_buf comes from rank i (its part for
     // this rank). Ulysses attention trades heads for tokens with it.
     void (*all_to_all)(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank);
+    // Posts one all-to-all-v without blocking: send_bytes[j] bytes at send_buf + send_offset[j]
+    // go to rank j, and recv_bytes[i] bytes from rank i land at recv_buf + recv_offset[i]
+    // (arrays of comm->size entries). A zero count posts no message: a peer that needs
+    // nothing gets none. The own rank's entries must be 0 (the caller copies its own part).
+    // Returns a handle for all_to_all_v_wait; buffers and arrays stay untouched until then.
+    // Several may be in flight (posted in the same order on every rank, waited in any).
+    void *(*all_to_all_v_start)(Comm *comm, const void *send_buf, const size_t *send_bytes, const size_t *send_offset,
+                                void *recv_buf, const size_t *recv_bytes, const size_t *recv_offset);
+    void (*all_to_all_v_wait)(Comm *comm, void *exchange);
     void (*broadcast)(Comm *comm, void *buf, size_t bytes, int root);
     void (*barrier)(Comm *comm);
     void (*destroy)(Comm *comm);

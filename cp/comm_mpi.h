@@ -22,6 +22,10 @@ lowers the limit, for the tests of the pieces: test/test_comm_mpi.c, test/e2e_ze
 Who did not answer:
   - a ring exchange: the rank it receives from (rank-1) while the receive is
     pending, else the rank it sends to (rank+1);
+  - an all-to-all-v (point to point, like the ring: one Isend or Irecv per piece
+    and peer with a nonzero count, none for a zero count): the peers whose
+    messages have not all come while any is pending, else the peers that have
+    not taken all of ours;
   - a collective: each rank, on entering collective number n of a Comm, posts an
     empty message to every other rank of it on a side communicator (a duplicate,
     so nothing else can match them). Every rank keeps one receive posted per peer
@@ -62,11 +66,18 @@ typedef struct {
     MPI_Request *requests; // (size + op_capacity)
     int *completed;        // (size + op_capacity) MPI_Testsome's indices
     int ops, op_capacity;  // the verb's requests now, and room for them
+    // a point-to-point exchange's requests (ring, all-to-all-v): the peer of each
+    // (op_capacity), the first `op_receives` of them receives
+    int *op_peers;
+    int op_receives;
 } CommMPI;
 
+// A point-to-point exchange in flight (ring_start, all_to_all_v_start): its
+// receives first, then its sends, and the peer of each.
 typedef struct {
-    int count;             // receives (from rank-1) first, then as many sends (to rank+1)
+    int count, receives;
     MPI_Request *requests; // (count)
+    int *peers;            // (count)
 } CommMPIExchange;
 
 static MPI_Datatype comm_mpi_type(CommType type) {
@@ -93,7 +104,10 @@ static MPI_Request *comm_mpi_ops(CommMPI *impl, int size, int n) {
     if (n > impl->op_capacity) {
         impl->requests = (MPI_Request *)realloc(impl->requests, (size_t)(size + n) * sizeof(MPI_Request));
         impl->completed = (int *)realloc(impl->completed, (size_t)(size + n) * sizeof(int));
-        if (impl->requests == NULL || impl->completed == NULL) { fatal("out of memory for MPI requests"); }
+        impl->op_peers = (int *)realloc(impl->op_peers, (size_t)n * sizeof(int));
+        if (impl->requests == NULL || impl->completed == NULL || impl->op_peers == NULL) {
+            fatal("out of memory for MPI requests");
+        }
         impl->op_capacity = n;
     }
     impl->ops = n;
@@ -171,45 +185,118 @@ static void comm_mpi_wait(Comm *comm, CommMPIAwaited awaited, const char *verb) 
     }
 }
 
-// One ring step, in pieces of at most max_bytes: every piece's receive and send
-// are posted at once (one tag: MPI delivers messages between two ranks in order).
-static void *comm_mpi_ring_start(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes) {
+// The pieces of at most max_bytes that `bytes` go in (a zero count: none)
+static int comm_mpi_pieces(const CommMPI *impl, size_t bytes) {
+    size_t piece = comm_mpi_piece_count(impl, 1);
+    return (int)((bytes + piece - 1) / piece);
+}
+
+// An exchange with room for `count` requests, of which the first `receives` receives.
+static CommMPIExchange *comm_mpi_exchange(int count, int receives) {
+    CommMPIExchange *ex = (CommMPIExchange *)mallocCheck(sizeof(CommMPIExchange));
+    ex->count = count;
+    ex->receives = receives;
+    ex->requests = (MPI_Request *)mallocCheck((size_t)count * sizeof(MPI_Request));
+    ex->peers = (int *)mallocCheck((size_t)count * sizeof(int));
+    return ex;
+}
+
+// Posts `bytes` of buf to or from peer in pieces of at most max_bytes (one tag: MPI
+// delivers the messages between two ranks in the order posted), as the exchange's
+// requests from *at on. receive: MPI_Irecv, else MPI_Isend.
+static void comm_mpi_post(Comm *comm, CommMPIExchange *ex, int *at, int receive, int peer, const void *buf,
+                          size_t bytes) {
     CommMPI *impl = comm_mpi_impl(comm);
     size_t piece = comm_mpi_piece_count(impl, 1);
-    int pieces = bytes == 0 ? 1 : (int)((bytes + piece - 1) / piece);
-    CommMPIExchange *ex = (CommMPIExchange *)mallocCheck(sizeof(CommMPIExchange));
-    ex->count = 2 * pieces;
-    ex->requests = (MPI_Request *)mallocCheck((size_t)ex->count * sizeof(MPI_Request));
+    for (size_t done = 0; done < bytes; done += piece) {
+        size_t n = bytes - done < piece ? bytes - done : piece;
+        ex->peers[*at] = peer;
+        if (receive) {
+            MPI_Irecv((char *)buf + done, (int)n, MPI_BYTE, peer, 0, impl->comm, &ex->requests[*at]);
+        } else {
+            MPI_Isend((const char *)buf + done, (int)n, MPI_BYTE, peer, 0, impl->comm, &ex->requests[*at]);
+        }
+        (*at)++;
+    }
+}
+
+// One ring step, in pieces of at most max_bytes: every piece's receive and send
+// are posted at once (a step of 0 bytes posts none, on every rank alike).
+static void *comm_mpi_ring_start(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes) {
+    int pieces = comm_mpi_pieces(comm_mpi_impl(comm), bytes);
+    CommMPIExchange *ex = comm_mpi_exchange(2 * pieces, pieces);
     int next = (comm->rank + 1) % comm->size;
     int prev = (comm->rank - 1 + comm->size) % comm->size;
-    MPI_Comm mc = comm_mpi_handle(comm);
-    for (int p = 0; p < pieces; p++) {
-        size_t at = (size_t)p * piece, n = bytes - at < piece ? bytes - at : piece;
-        MPI_Irecv((char *)recv_buf + at, (int)n, MPI_BYTE, prev, 0, mc, &ex->requests[p]);
-        MPI_Isend((const char *)send_buf + at, (int)n, MPI_BYTE, next, 0, mc, &ex->requests[pieces + p]);
+    int at = 0;
+    comm_mpi_post(comm, ex, &at, 1, prev, recv_buf, bytes);
+    comm_mpi_post(comm, ex, &at, 0, next, send_buf, bytes);
+    return ex;
+}
+
+// A stalled point-to-point exchange waits for the peers whose messages have not
+// all come while any receive is pending, else for the peers that have not taken
+// all of ours (the ring: rank-1, else rank+1). Each peer named once.
+static int comm_mpi_exchange_awaited(Comm *comm, int *who) {
+    const CommMPI *impl = comm_mpi_impl(comm);
+    const MPI_Request *ops = impl->requests + comm->size;
+    int n = 0;
+    for (int pass = 0; pass < 2 && n == 0; pass++) {
+        int from = pass == 0 ? 0 : impl->op_receives, to = pass == 0 ? impl->op_receives : impl->ops;
+        for (int i = from; i < to; i++) {
+            if (ops[i] == MPI_REQUEST_NULL) { continue; }
+            int seen = 0;
+            for (int j = 0; j < n; j++) { seen |= who[j] == impl->op_peers[i]; }
+            if (!seen) { who[n++] = impl->op_peers[i]; }
+        }
+    }
+    return n;
+}
+
+// Waits for a point-to-point exchange and frees it.
+static void comm_mpi_exchange_wait(Comm *comm, CommMPIExchange *ex, const char *verb) {
+    CommMPI *impl = comm_mpi_impl(comm);
+    MPI_Request *ops = comm_mpi_ops(impl, comm->size, ex->count);
+    memcpy(ops, ex->requests, (size_t)ex->count * sizeof(MPI_Request));
+    memcpy(impl->op_peers, ex->peers, (size_t)ex->count * sizeof(int));
+    impl->op_receives = ex->receives;
+    free(ex->requests);
+    free(ex->peers);
+    free(ex);
+    comm_mpi_wait(comm, comm_mpi_exchange_awaited, verb);
+}
+
+static void comm_mpi_ring_wait(Comm *comm, void *exchange) {
+    comm_mpi_exchange_wait(comm, (CommMPIExchange *)exchange, "ring exchange");
+}
+
+// The all-to-all-v: for every peer with a nonzero count its pieces (at most
+// max_bytes each), receives first; a zero count posts nothing.
+static void *comm_mpi_all_to_all_v_start(Comm *comm, const void *send_buf, const size_t *send_bytes,
+                                         const size_t *send_offset, void *recv_buf, const size_t *recv_bytes,
+                                         const size_t *recv_offset) {
+    CommMPI *impl = comm_mpi_impl(comm);
+    if (send_bytes[comm->rank] != 0 || recv_bytes[comm->rank] != 0) {
+        fatal("all_to_all_v: rank %d's own entries must be 0 (the caller copies its own part)", comm->rank);
+    }
+    int receives = 0, count = 0;
+    for (int peer = 0; peer < comm->size; peer++) {
+        receives += comm_mpi_pieces(impl, recv_bytes[peer]);
+        count += comm_mpi_pieces(impl, send_bytes[peer]);
+    }
+    count += receives;
+    CommMPIExchange *ex = comm_mpi_exchange(count, receives);
+    int at = 0;
+    for (int peer = 0; peer < comm->size; peer++) {
+        comm_mpi_post(comm, ex, &at, 1, peer, (char *)recv_buf + recv_offset[peer], recv_bytes[peer]);
+    }
+    for (int peer = 0; peer < comm->size; peer++) {
+        comm_mpi_post(comm, ex, &at, 0, peer, (const char *)send_buf + send_offset[peer], send_bytes[peer]);
     }
     return ex;
 }
 
-// A stalled ring step waits for rank-1 while a block to receive has not come, else
-// for rank+1 to take ours. (The ring's requests: its receives, then as many sends.)
-static int comm_mpi_ring_awaited(Comm *comm, int *who) {
-    const CommMPI *impl = comm_mpi_impl(comm);
-    const MPI_Request *ops = impl->requests + comm->size;
-    int receiving = 0;
-    for (int p = 0; p < impl->ops / 2; p++) { receiving |= ops[p] != MPI_REQUEST_NULL; }
-    who[0] = receiving ? (comm->rank - 1 + comm->size) % comm->size : (comm->rank + 1) % comm->size;
-    return 1;
-}
-
-static void comm_mpi_ring_wait(Comm *comm, void *exchange) {
-    CommMPI *impl = comm_mpi_impl(comm);
-    CommMPIExchange *ex = (CommMPIExchange *)exchange;
-    MPI_Request *ops = comm_mpi_ops(impl, comm->size, ex->count);
-    memcpy(ops, ex->requests, (size_t)ex->count * sizeof(MPI_Request));
-    free(ex->requests);
-    free(ex);
-    comm_mpi_wait(comm, comm_mpi_ring_awaited, "ring exchange");
+static void comm_mpi_all_to_all_v_wait(Comm *comm, void *exchange) {
+    comm_mpi_exchange_wait(comm, (CommMPIExchange *)exchange, "all_to_all_v");
 }
 
 // Enters the next collective: tells every other rank so. Returns where the
@@ -381,6 +468,7 @@ static void comm_mpi_destroy(Comm *comm) {
     free(impl->arrived);
     free(impl->requests);
     free(impl->completed);
+    free(impl->op_peers);
     free(impl);
     free(comm);
 }
@@ -415,6 +503,7 @@ static Comm *comm_mpi_create(MPI_Comm mc) {
     impl->arrived = (long *)callocCheck(size, sizeof(long));
     impl->requests = (MPI_Request *)mallocCheck(size * sizeof(MPI_Request));
     impl->completed = (int *)mallocCheck(size * sizeof(int));
+    impl->op_peers = (int *)mallocCheck(sizeof(int));
     for (int peer = 0; peer < size; peer++) {
         impl->requests[peer] = MPI_REQUEST_NULL;
         if (peer != comm->rank) { comm_mpi_post_arrival(impl, peer); }
@@ -426,6 +515,8 @@ static Comm *comm_mpi_create(MPI_Comm mc) {
     comm->all_gather = comm_mpi_all_gather;
     comm->reduce_scatter_sum = comm_mpi_reduce_scatter_sum;
     comm->all_to_all = comm_mpi_all_to_all;
+    comm->all_to_all_v_start = comm_mpi_all_to_all_v_start;
+    comm->all_to_all_v_wait = comm_mpi_all_to_all_v_wait;
     comm->broadcast = comm_mpi_broadcast;
     comm->barrier = comm_mpi_barrier;
     comm->destroy = comm_mpi_destroy;

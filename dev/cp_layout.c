@@ -66,7 +66,13 @@ each attention algorithm sends per rank and layer at this padded length, B rows 
 the model's C and NH (cp/attention_cost.h; -cu U: the Ulysses degree of hybrid,
 default 2 where it divides cp), as lines starting with "# comm":
     # comm ALGORITHM forward BYTES MESSAGES backward BYTES MESSAGES step BYTES MESSAGES
-an algorithm that does not fit (heads not divisible) says why instead.
+an algorithm that does not fit (heads not divisible) says why instead. Group-cast's
+depend on the batch and differ per rank: each rank's plan (cp/groupcast_plan.h) is
+built from the ranks' shards, as the trainer's bind does, and counted by
+groupcast_cost (exactly the K|V its peers' queries see); its line gives the mean
+bytes over the ranks (rounded down) and the largest rank's messages, then the
+largest rank's bytes:
+    # comm groupcast forward BYTES MESSAGES backward BYTES MESSAGES step BYTES MESSAGES largest BYTES BYTES
 
 The counts touch every pair: O(B T^2) time, so T is capped at MAX_T and B * T at
 MAX_BT.
@@ -82,6 +88,7 @@ MAX_BT.
 #include "../cp/sharder.h"
 #include "../cp/block_mask.h"
 #include "../cp/attention_cost.h"
+#include "../cp/layout_balance.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/tool_outputs.h"
@@ -159,18 +166,10 @@ static void batch_free(Batch *batch) {
 // when (T, cp, layout) is not a valid configuration.
 // chunk: the solver's chunk size (0: its default).
 static int shard_all_ranks(CpSharder *sh, CpLayoutKind kind, int cp, int chunk, const Batch *batch) {
-    int status = CP_OK;
     // max_positions = T keeps every position id in range
     CpDocuments documents = batch->document_token >= 0 ? cp_masked_documents(batch->document_token) : cp_no_documents();
-    for (int r = 0; r < cp; r++) {
-        cp_sharder_init(&sh[r], kind, r, cp, batch->T, documents);
-        sh[r].chunk = chunk;
-    }
-    for (int r = 0; r < cp && status == CP_OK; r++) {
-        status = cp_shard_batch(&sh[r], batch->inputs, batch->targets, NULL, batch->B, batch->T);
-        if (status != CP_OK && r != 0) { memcpy(sh[0].error, sh[r].error, sizeof(sh[0].error)); }
-    }
-    return status;
+    return cp_shard_every_rank(sh, cp, kind, batch->T, documents, chunk, 0, batch->inputs, batch->targets, batch->B,
+                               batch->T);
 }
 
 static const char *visibility_name(BlockVisibility v) {
@@ -628,7 +627,7 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
     if (gpt2_config_from_descriptor(descriptor, &c, why, sizeof(why)) != 1) { fatal("-m d%d: %s", depth, why); }
     int B = sh->layout.B, Tl = sh->layout.local_len;
     printf("# comm model d%d: C %d, NH %d; B %d, %d tokens per rank; hybrid U %d x R %d; per rank and layer, "
-           "bytes and messages sent\n", depth, c.channels, c.num_heads, B, Tl, U, cp / U);
+           "bytes and messages sent (groupcast: the mean bytes, the largest rank's messages)\n", depth, c.channels, c.num_heads, B, Tl, U, cp / U);
     for (int k = 0; k < CP_NUM_ATTENTIONS; k++) {
         int degree = k == CP_ATTENTION_ULYSSES ? cp : k == CP_ATTENTION_HYBRID ? U : 1;
         if (c.num_heads % degree != 0) {
@@ -636,10 +635,15 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
                    c.num_heads, degree);
             continue;
         }
-        AttentionCost a = attention_cost((CpAttentionKind)k, cp, U, B, Tl, c.channels, c.num_heads);
-        printf("# comm %-9s forward %12zu %3ld backward %12zu %3ld step %9zu %3ld\n", cp_attention_names[k],
+        AttentionCost most;
+        AttentionCost a = k == CP_ATTENTION_GROUPCAST ? cp_groupcast_batch_cost(sh, cp, c.channels, &most)
+                                                      : attention_cost((CpAttentionKind)k, cp, U, B, Tl, c.channels,
+                                                                       c.num_heads);
+        printf("# comm %-9s forward %12zu %3ld backward %12zu %3ld step %9zu %3ld", cp_attention_names[k],
                a.forward_bytes, a.forward_messages, a.backward_bytes, a.backward_messages, a.step_bytes,
                a.step_messages);
+        if (k == CP_ATTENTION_GROUPCAST) { printf(" largest %zu %zu", most.forward_bytes, most.backward_bytes); }
+        printf("\n");
     }
 }
 
@@ -783,7 +787,7 @@ int main(int argc, char **argv) {
     print_table(sh, cp, tile, work, &st, &cp1, input ? data : NULL);
     print_steps(step_work, cp);
     check_area_and_spread(sh, cp, tile, work, &batch);
-    if (depth > 0) { print_comm(&sh[0], cp, U, depth); }
+    if (depth > 0) { print_comm(sh, cp, U, depth); }
     fflush(stdout);
     if (png) {
         draw_png(&outs, sh, cp, tile, work, &st, &grid);

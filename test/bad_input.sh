@@ -782,6 +782,15 @@ expect_error hybrid_degree_not_dividing 4 "-ca hybrid needs -cu U, a Ulysses deg
     "${BASE[@]}" -cp 4 -ca hybrid -cu 3
 expect_error degree_without_hybrid 2 "-cu 2: the Ulysses degree applies to -ca hybrid only \(-ca ring\)" \
     "${BASE[@]}" -cp 2 -cu 2
+# group-cast's stages (-co): 1 to cp - 1, with -ca groupcast only, an integer
+expect_error stages_without_groupcast 2 "-co 1: the stages apply to -ca groupcast only \(-ca ring\)" \
+    "${BASE[@]}" -cp 2 -co 1
+expect_error stages_past_peers 3 "-co 3: -ca groupcast takes 1 to 2 stages at -cp 3 \(at most one per other rank of the CP group\)" \
+    "${BASE[@]}" -cp 3 -ca groupcast -co 3
+expect_error stages_negative 2 "-co -1: -ca groupcast takes 1 to 1 stages at -cp 2" \
+    "${BASE[@]}" -cp 2 -ca groupcast -co -1
+expect_error stages_not_integer 2 "flag -co expects an integer \(within 32 bits\), got '1.5'" \
+    "${BASE[@]}" -cp 2 -ca groupcast -co 1.5
 expect_error zero_stage_2 2 "-z 2: ZeRO stage 2 \(sharded gradients\) is not implemented here: -z 1 shards the AdamW state" \
     "${BASE[@]}" -cp 2 -z 2
 expect_error zero_stage_3 2 "-z 3: ZeRO stage 3 \(sharded gradients and parameters\) is not implemented here" \

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # End to end: the CPU trainer at cp {2, 3, 4} x {contiguous, round_robin, striped,
-# solver}, and the all-gather attention over solver at cp 4, reproduces the cp 1 (identity) run, step losses and gathered per-token losses (docs/DESIGN.md §5);
-# dp 2 x cp {1, 2} reproduces one rank with the batch of both replicas; and a
+# solver}, the all-gather attention over solver at cp 4, and group-cast over
+# round_robin at cp 4 in 3 stages, reproduces the cp 1 (identity) run, step losses and gathered per-token losses (docs/DESIGN.md §5);
+# dp 2 x cp {1, 2} (cp 2 with the ring and with group-cast) reproduces one rank with the batch of both replicas; and a
 # checkpoint written with -x 0 loads back into the same run.
 #
 #   bash test/e2e_cp_equivalence.sh COMPARE_RUNS
@@ -44,6 +45,8 @@ for cp in 2 3 4; do
 done
 train_b cp4_solver_allgather_b2 4 2 -cp 4 -cl solver -ca allgather
 args+=(cp4_solver_allgather_b2 "$WORK/cp4_solver_allgather_b2/main.log" "$WORK/cp4_solver_allgather_b2.tl")
+train_b cp4_round_robin_groupcast_b2 4 2 -cp 4 -cl round_robin -ca groupcast -co 3
+args+=(cp4_round_robin_groupcast_b2 "$WORK/cp4_round_robin_groupcast_b2/main.log" "$WORK/cp4_round_robin_groupcast_b2.tl")
 echo
 echo "== B = 2, T = $T, $STEPS steps: cp > 1 against cp 1"
 "$COMPARE" $STEPS $((2 * T)) "$WORK/ref_b2/main.log" "$WORK/ref_b2.tl" "${args[@]}"
@@ -67,12 +70,14 @@ train_b ref_b4 1 4 -cp 1 -cl identity
 train_b dp2_cp1_b2 2 2 -cp 1 -cl identity
 train_b dp2_cp2_b2 4 2 -cp 2 -cl round_robin
 train_b dp2_cp2c_b2 4 2 -cp 2 -cl contiguous
+train_b dp2_cp2g_b2 4 2 -cp 2 -cl contiguous -ca groupcast
 echo
 echo "== dp 2 x cp {1, 2}, B = 2, against one rank with B = 4"
 "$COMPARE" $STEPS $((4 * T)) "$WORK/ref_b4/main.log" "$WORK/ref_b4.tl" \
     dp2_cp1 "$WORK/dp2_cp1_b2/main.log" "$WORK/dp2_cp1_b2.tl" \
     dp2_cp2_round_robin "$WORK/dp2_cp2_b2/main.log" "$WORK/dp2_cp2_b2.tl" \
-    dp2_cp2_contiguous "$WORK/dp2_cp2c_b2/main.log" "$WORK/dp2_cp2c_b2.tl"
+    dp2_cp2_contiguous "$WORK/dp2_cp2c_b2/main.log" "$WORK/dp2_cp2c_b2.tl" \
+    dp2_cp2_contiguous_groupcast "$WORK/dp2_cp2g_b2/main.log" "$WORK/dp2_cp2g_b2.tl"
 
 # ---- checkpoint round trip: -x 0 writes the initial weights, which load back
 echo

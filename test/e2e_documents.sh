@@ -2,7 +2,8 @@
 # End to end, documents and attention algorithms: with document masking (-dm 1) a
 # token attends only to its own document (an EOT token opens one). On a token
 # file cut into short documents, the packed layout at cp 2, 3, 4, contiguous,
-# round_robin, striped and solver with -dm 1, and the all-gather attention (-ca allgather) reproduce
+# round_robin, striped and solver with -dm 1, and the all-gather (-ca allgather) and
+# group-cast (-ca groupcast, whose messages the documents shrink) attentions reproduce
 # the single-rank run with document masking, per step and per token (docs/DESIGN.md §5
 # tolerances, checked by compare_runs). The masking must be live: the -dm 0 run
 # on the same data gives other per-token losses. The start-up table's layout balance
@@ -47,8 +48,10 @@ run solver_cp2 2 -cp 2 -cl solver -dm 1
 run solver_cp4 4 -cp 4 -cl solver -dm 1
 run allgather_solver_cp2 2 -cp 2 -cl solver -dm 1 -ca allgather
 run allgather_solver_cp4 4 -cp 4 -cl solver -dm 1 -ca allgather
+run groupcast_solver_cp3 3 -cp 3 -cl solver -dm 1 -ca groupcast -co 2
+run groupcast_packed_cp4 4 -cp 4 -cl packed -dm 1 -ca groupcast
 echo
-echo "== -dm 1, B = $B, T = $T, $STEPS steps: packed, contiguous, round_robin, striped, solver, all-gather against cp 1"
+echo "== -dm 1, B = $B, T = $T, $STEPS steps: packed, contiguous, round_robin, striped, solver, all-gather, group-cast against cp 1"
 "$COMPARE" $STEPS $((B * T)) "$WORK/ref/main.log" "$WORK/ref.tl" "${runs[@]}" || fail "a run does not match cp 1"
 
 # the masking is live: without it the first step's per-token losses differ
@@ -61,12 +64,13 @@ fi
 # runs read first, -sh 0): dev/cp_layout's, counted pair by pair on the same rows
 make -s cp_layout > /dev/null
 for case in "solver_cp4 4 solver ring" "packed_cp4 4 packed ring" "round_robin_cp4 4 round_robin ring" \
-            "striped_cp3 3 striped ring" "allgather_solver_cp4 4 solver allgather"; do
+            "striped_cp3 3 striped ring" "allgather_solver_cp4 4 solver allgather" \
+            "groupcast_solver_cp3 3 solver groupcast" "groupcast_packed_cp4 4 packed groupcast"; do
     read -r name cp layout algorithm <<< "$case"
     want=$(./cp_layout -t $T -cp "$cp" -cl "$layout" -i "$DOCS" -b $B -dm 1 -tile 64 -m d1 | awk -v a="$algorithm" '
         $1 == "imbalance" { printf "max/mean: area %s, tiles of 64 %s\n", $7, $5 }
-        $2 == "comm" && $3 == a { printf "fwd %s B, bwd %s B per rank\n", $5, $8 }')
-    got=$(sed -n 's/^| balance, first batch *| \(.*[0-9]\) *|$/\1/p; s/^| attention sent\/layer *| \(.*rank\) *|$/\1/p' \
+        $2 == "comm" && $3 == a { printf "fwd %s B, bwd %s B per rank%s\n", $5, $8, a == "groupcast" ? " (mean)" : "" }')
+    got=$(sed -n 's/^| balance, first batch *| \(.*[0-9]\) *|$/\1/p; s/^| attention sent\/layer *| \(.*[a-z)]\) *|$/\1/p' \
           "$WORK/$name.out")
     [ "$(grep -c . <<< "$want")" -eq 2 ] || fail "$name: cp_layout gave no imbalance or comm line: $want"
     [ "$got" = "$want" ] || fail "$name: the start-up table says"$'\n'"$got"$'\n'"cp_layout says"$'\n'"$want"

@@ -18,7 +18,8 @@
 #    on the learned targets (bit for bit) and NaN on the masked ones, and its loss
 #    is their mean (computed here from the unmasked run's -tl); with -d, micro-
 #    batches of different numbers of learned targets give the one large batch's
-#    losses and gradient norms (the global mean over learned targets).
+#    losses and gradient norms (the global mean over learned targets), also at cp 3
+#    under group-cast in 2 stages.
 # 3. dev/loss_mask.c on a hand-made tokenizer and token file gives the mask worked
 #    out by hand, and the trainer trains on it, writing NaN where it masks.
 # 4. A step, or a validation, whose targets the masks all leave out has no loss:
@@ -142,6 +143,7 @@ runs=()
 run prompts_round_robin_cp2 2 -cp 2 -cl round_robin -lm 1
 run prompts_striped_cp3_allgather 3 -cp 3 -cl striped -lm 1 -ca allgather
 run prompts_contiguous_cp4 4 -cp 4 -cl contiguous -lm 1
+run prompts_striped_cp3_groupcast_accumulated 3 -cp 3 -cl striped -lm 1 -ca groupcast -co 2 -b 1 -d $((B * T))
 echo
 echo "== masks inside the rows, B $B, T $T, $STEPS steps: cp > 1 against cp 1"
 "$COMPARE" --masked $STEPS $((B * T)) "$WORK/prompts_ref/main.log" "$WORK/prompts_ref.tl" "${runs[@]}" ||

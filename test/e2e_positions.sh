@@ -84,6 +84,7 @@ packed rows_cp2_packed 2 -rp 1 -cp 2 -cl packed
 packed rows_cp2_striped_ulysses 2 -rp 1 -cp 2 -cl striped -ca ulysses
 packed rows_cp3_contiguous 3 -rp 1 -cp 3 -cl contiguous
 packed rows_cp3_striped 3 -rp 1 -cp 3 -cl striped -ca allgather
+packed rows_cp3_round_robin_groupcast 3 -rp 1 -cp 3 -cl round_robin -ca groupcast -co 2
 packed rows_cp4_round_robin 4 -rp 1 -cp 4 -cl round_robin
 packed rows_cp4_packed_hybrid 4 -rp 1 -cp 4 -cl packed -ca hybrid -cu 2
 train rows_cp1_no_restart 1 -e "$MODEL" -b $B -t $T -x 1 -i "$ROWS" -dm 1 -tl "$WORK/rows_cp1_no_restart.tl"

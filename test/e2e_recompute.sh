@@ -7,7 +7,7 @@
 # d2: two layers, so that the buffers the layers share under -r are really shared.
 # B 2 x T 200 = 400 tokens per rank at cp 1: the classifier's chunks of 166 rows at
 # GPT-2's vocabulary then end in a short one. Then -r 2 against -r 0 at cp 2
-# round_robin.
+# round_robin, and -r 1 against -r 0 at cp 3 under group-cast in 2 stages.
 #
 #   bash test/e2e_recompute.sh        (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
@@ -46,4 +46,8 @@ same_run cp1_r2 cp1_r0
 run 2 0
 run 2 2
 same_run cp2_r2 cp2_r0
+for r in 0 1; do
+    train "cp3_groupcast_r$r" 3 -cp 3 -ca groupcast -co 2 -r $r -o "$WORK/cp3_groupcast_r$r" -tl "$WORK/cp3_groupcast_r$r.tl"
+done
+same_run cp3_groupcast_r1 cp3_groupcast_r0
 finish

@@ -16,7 +16,7 @@
 #      new shape); so does a copy of the run's files (the -tl file is known by its
 #      contents, not its name)
 #   6. gradient accumulation (-d: 4 micro-batches a step), shuffled: resumed at
-#      step 3, bit for bit
+#      step 3, bit for bit; and so under group-cast at cp 3 in 2 stages
 #   7. a checkpoint written with -dm 1 -rp 1 -lm 1 resumes with the same flags, and
 #      with any one of them 0 refuses in one line naming the flag and both values,
 #      leaving main.log as it was
@@ -202,6 +202,14 @@ train I_resumed 2 "${ACC[@]}" -x 6 -y 1 -o "$WORK/I" -tl "$WORK/I.tl"
 same_bytes "accumulated main.log" "$WORK/H/main.log" "$WORK/I/main.log"
 same_bytes "accumulated -tl" "$WORK/H.tl" "$WORK/I.tl"
 same_checkpoint_file "accumulated model at step 6" same_model "$WORK/H/model_00000006.bin" "$WORK/I/model_00000006.bin"
+ACC_GROUPCAST=(-cp 3 -ca groupcast -co 2 -d $((4 * B * T)) -sh 1 -n 3 -v 3)
+train HG 3 "${ACC_GROUPCAST[@]}" -x 6 -o "$WORK/HG" -tl "$WORK/HG.tl"
+train IG_first 3 "${ACC_GROUPCAST[@]}" -x 3 -o "$WORK/IG" -tl "$WORK/IG.tl"
+train IG_resumed 3 "${ACC_GROUPCAST[@]}" -x 6 -y 1 -o "$WORK/IG" -tl "$WORK/IG.tl"
+same_bytes "group-cast accumulated main.log" "$WORK/HG/main.log" "$WORK/IG/main.log"
+same_bytes "group-cast accumulated -tl" "$WORK/HG.tl" "$WORK/IG.tl"
+same_checkpoint_file "group-cast accumulated model at step 6" same_model "$WORK/HG/model_00000006.bin" \
+    "$WORK/IG/model_00000006.bin"
 
 # ---- 7. -dm, -rp, -lm recorded and compared at resume
 echo

@@ -74,7 +74,7 @@ stop_rank 2 2 1 stop_ulysses -e d2 -ca ulysses
 # every verb of the transport, the peer stopped just before it
 echo
 echo "== a rank stopped before each verb of the MPI transport"
-for verb in all_to_all all_gather reduce_scatter_sum all_reduce_sum broadcast barrier ring; do
+for verb in all_to_all all_gather reduce_scatter_sum all_reduce_sum broadcast barrier ring all_to_all_v; do
     out=$WORK/stop_verb_$verb.out
     start=$SECONDS
     rc=0

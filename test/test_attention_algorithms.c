@@ -1,8 +1,9 @@
 /*
 MPI test of the context-parallel attention algorithms, ring attention
 (cp/ring_attention.h), all-gather attention (cp/allgather_attention.h), Ulysses
-(U = np) and the Ulysses x ring hybrid (cp/ulysses_attention.h; U 2 x R 2 at
-np 4, U 1 x R np otherwise), against the single-process reference (test/lib/reference_attention.h, itself checked by finite
+(U = np), the Ulysses x ring hybrid (cp/ulysses_attention.h; U 2 x R 2 at
+np 4, U 1 x R np otherwise) and group-cast (cp/groupcast_attention.h, every
+stage count 1..np-1), against the single-process reference (test/lib/reference_attention.h, itself checked by finite
 differences in test_attention_reference.c).
 
 Every rank draws the same Q, K, V and dO for the whole (B, T) sequence, computes
@@ -31,6 +32,15 @@ reduce-scatter in its own order), a few fp32 ulps of values below ~10.
 Ulysses and the hybrid attend a row ordered otherwise, in blocks of other sizes,
 so they are held to the reference's tolerance only.
 
+Group-cast meets the same blocks as the all-gather, less the tokens no query of
+the rank sees, and sums dK, dV in its own fixed order: the reference's tolerance,
+and the ring's closeness (1e-6) too. Its stage counts change when a transfer is
+waited for, never what is computed: every S gives the bits of S = 1. And it sends
+what its plan says: the bytes it posts to all_to_all_v (a Comm that counts them
+around the MPI one), forward and backward, are groupcast_cost's
+(cp/attention_cost.h; the plan itself is checked pair by pair in
+test_groupcast_plan.c).
+
 It also checks, without running anything, that the sub-block visibility tables
 skip what the layouts say must be skipped (cp/block_mask.h), see
 check_block_skipping.
@@ -39,7 +49,9 @@ check_block_skipping.
 #include <stdlib.h>
 #include <string.h>
 #include "cp/allgather_attention.h"
+#include "cp/attention_cost.h"
 #include "cp/comm_mpi.h"
+#include "cp/groupcast_attention.h"
 #include "cp/mesh.h"
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
@@ -58,14 +70,26 @@ check_block_skipping.
 #define ATOL_RING 1e-6 // all-gather against the ring
 #define RTOL_RING 1e-6
 
-enum { RING, ALLGATHER, ULYSSES, HYBRID, NUM_ALGORITHMS };
-static const char *algorithm_names[NUM_ALGORITHMS] = {"ring", "allgather", "ulysses", "hybrid"};
+enum { RING, ALLGATHER, ULYSSES, HYBRID, GROUPCAST, NUM_ALGORITHMS };
+static const char *algorithm_names[NUM_ALGORITHMS] = {"ring", "allgather", "ulysses", "hybrid", "groupcast"};
 #define NUM_QUANTITIES 5
 static const char *quantity_names[NUM_QUANTITIES] = {"O", "LSE", "dQ", "dK", "dV"};
 // the worst |got - ref| of each algorithm and quantity over all cases, and of
 // |allgather - ring|, for the log
 static double worst_diff[NUM_ALGORITHMS][NUM_QUANTITIES];
 static double worst_vs_ring[NUM_QUANTITIES];
+static double worst_groupcast_vs_ring[NUM_QUANTITIES];
+static int groupcast_runs;
+
+// the bytes posted to all_to_all_v since the count was last cleared
+static size_t posted_bytes;
+
+static void *counting_all_to_all_v_start(Comm *comm, const void *send_buf, const size_t *send_bytes,
+                                         const size_t *send_offset, void *recv_buf, const size_t *recv_bytes,
+                                         const size_t *recv_offset) {
+    for (int j = 0; j < comm->size; j++) { posted_bytes += send_bytes[j]; }
+    return comm_mpi_all_to_all_v_start(comm, send_buf, send_bytes, send_offset, recv_buf, recv_bytes, recv_offset);
+}
 
 // Document of every token of a row, counted here: the number of document tokens at
 // positions 1..t (one at t = 0 opens document 0, which is open anyway).
@@ -142,16 +166,27 @@ static void compare(const Outputs *got, const Outputs *expected, double atol, do
 
 // Runs one algorithm's forward and backward on this rank's shard and gathers its
 // outputs into global order.   qkv_l: (B, Tl, 3C)   dout_l: (B, Tl, C)
+// cost: when not NULL, the bytes the forward and the backward must post (group-cast's)
 static void run_algorithm(Comm *comm, CpSharder *sh, AttentionVerbs attn, const float *qkv_l, const float *dout_l,
-                          Outputs *result) {
+                          Outputs *result, const AttentionCost *cost) {
     int T = sh->layout.original_seq_len, Tl = sh->layout.local_len;
     size_t lqkv = (size_t)B * Tl * 3 * C, lout = (size_t)B * Tl * C, llse = (size_t)B * NH * Tl;
     float *out_l = (float *)mallocCheck(lout * sizeof(float));
     float *lse_l = (float *)mallocCheck(llse * sizeof(float));
     float *lse_tok = (float *)mallocCheck(llse * sizeof(float));
     float *dqkv_l = (float *)mallocCheck(lqkv * sizeof(float));
+    posted_bytes = 0;
     attn.forward(attn.ctx, out_l, lse_l, qkv_l);
+    if (cost != NULL) {
+        CHECK(posted_bytes == cost->forward_bytes, "groupcast forward posted %zu bytes, its plan counts %zu",
+              posted_bytes, cost->forward_bytes);
+    }
+    posted_bytes = 0;
     attn.backward(attn.ctx, dqkv_l, dout_l, qkv_l, out_l, lse_l);
+    if (cost != NULL) {
+        CHECK(posted_bytes == cost->backward_bytes, "groupcast backward posted %zu bytes, its plan counts %zu",
+              posted_bytes, cost->backward_bytes);
+    }
     // lse is (B, NH, Tl): make it token-major (B, Tl, NH) so that it gathers like a token tensor
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
@@ -261,13 +296,39 @@ static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
     AttentionVerbs verbs[NUM_ALGORITHMS] = {ring_attention_verbs(&ra), allgather_attention_verbs(&ag),
                                             ulysses_attention_verbs(&ua[0]), ulysses_attention_verbs(&ua[1])};
     Outputs got[NUM_ALGORITHMS];
-    for (int a = 0; a < NUM_ALGORITHMS; a++) {
+    for (int a = 0; a < GROUPCAST; a++) {
         outputs_init(&got[a], T);
-        run_algorithm(comm, &sh, verbs[a], qkv_l, dout_l, &got[a]);
+        run_algorithm(comm, &sh, verbs[a], qkv_l, dout_l, &got[a], NULL);
         compare(&got[a], &ref, ATOL, RTOL, worst_diff[a], algorithm_names[a], name, T, with_documents);
     }
     compare(&got[ALLGATHER], &got[RING], ATOL_RING, RTOL_RING, worst_vs_ring, "allgather vs ring", name, T,
             with_documents);
+    // group-cast at every stage count, over a Comm that counts the bytes it posts
+    Comm counting = *comm;
+    counting.all_to_all_v_start = counting_all_to_all_v_start;
+    for (int S = 1; S <= (np > 1 ? np - 1 : 1); S++) {
+        GroupcastAttention ga;
+        groupcast_attention_init(&ga, &counting, S, B, Tl, C, NH);
+        groupcast_attention_bind(&ga, &sh.layout);
+        AttentionCost cost = groupcast_cost(&ga.plan, C);
+        Outputs *o = &got[GROUPCAST], staged;
+        if (S > 1) { o = &staged; }
+        outputs_init(o, T);
+        run_algorithm(comm, &sh, groupcast_attention_verbs(&ga), qkv_l, dout_l, o, &cost);
+        char what[32];
+        snprintf(what, sizeof(what), "groupcast -co %d", S);
+        compare(o, &ref, ATOL, RTOL, worst_diff[GROUPCAST], what, name, T, with_documents);
+        if (S == 1) {
+            compare(o, &got[RING], ATOL_RING, RTOL_RING, worst_groupcast_vs_ring, "groupcast vs ring", name, T,
+                    with_documents);
+        } else {
+            double exact[NUM_QUANTITIES] = {0};
+            compare(o, &got[GROUPCAST], 0.0, 0.0, exact, "groupcast -co S vs -co 1", name, T, with_documents);
+            outputs_free(o);
+        }
+        groupcast_attention_free(&ga);
+        groupcast_runs++;
+    }
 
     for (int a = 0; a < NUM_ALGORITHMS; a++) { outputs_free(&got[a]); }
     outputs_free(&ref);
@@ -408,7 +469,10 @@ int main(int argc, char **argv) {
         }
         printf("; worst |allgather - ring|:");
         for (int q = 0; q < NUM_QUANTITIES; q++) { printf(" %s %.2g", quantity_names[q], worst_vs_ring[q]); }
-        printf(" (hybrid U %d x R %d)\n", hybrid_degree(np), np / hybrid_degree(np));
+        printf("; worst |groupcast - ring|:");
+        for (int q = 0; q < NUM_QUANTITIES; q++) { printf(" %s %.2g", quantity_names[q], worst_groupcast_vs_ring[q]); }
+        printf(" (hybrid U %d x R %d; groupcast %d runs over stages 1..%d)\n", hybrid_degree(np),
+               np / hybrid_degree(np), groupcast_runs, np > 1 ? np - 1 : 1);
     }
     ulysses_comms_free(&ucomms);
     comm->destroy(comm);

@@ -24,6 +24,15 @@ pattern(0, j). all_gather: rank r's bytes code(r, 0, k): part r of every rank's
 result. broadcast: the root's code(root, 0, k). Ring: rank r sends code(r, 1, k)
 and must receive rank r-1's. Each with a canary past the end.
 
+all_to_all_v: the bytes from rank r to rank i are a count(r, i, round) known to
+every rank (a hash; about a third of them 0, the own rank's always 0), byte k of
+them code(r, i, k); the parts lie in the send and receive buffers in a shuffled
+order with gaps between them, so that an offset mistaken for another lands
+visibly wrong and a byte written outside a part overwrites a gap. Two exchanges
+are in flight at once (waited in reverse order). A zero count must post no
+message: the exchange holds exactly one request per piece of a nonzero count, and
+after all ranks passed a barrier no message is left unmatched (MPI_Iprobe).
+
     test_comm_mpi stop VERB    (test/e2e_watchdog.sh) rank 1 stops itself (SIGSTOP) before
                            VERB, which every other rank then enters: the watchdog
                            must end the job naming rank 1 within GPT2CP_TIMEOUT
@@ -183,6 +192,104 @@ static void check_ring(Comm *comm, size_t bytes) {
     free(recv);
 }
 
+// the bytes rank `from` sends rank `to` in all_to_all_v round `round`: from 0 to
+// largest, a third of them 0; 0 to itself
+static size_t count_v(int from, int to, int round, size_t largest) {
+    if (from == to) { return 0; }
+    unsigned h = (unsigned)(from * 7919 + to * 104729 + round * 1299709);
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    return h % 3 == 0 ? 0 : (size_t)(h >> 4) % (largest + 1);
+}
+
+// offsets of n parts of the given sizes laid out in the order (k * 3 + shift) mod n
+// (3 coprime to n but for n 3: then reversed), a gap of 5 bytes before each; returns
+// the buffer's size (with a gap at the end)
+static size_t layout_v(int n, const size_t *bytes, int shift, size_t *offset) {
+    size_t at = 0;
+    for (int k = 0; k < n; k++) {
+        int part = n % 3 == 0 ? (n - 1 - (k + shift) % n) : (k * 3 + shift) % n;
+        at += 5;
+        offset[part] = at;
+        at += bytes[part];
+    }
+    return at + 5;
+}
+
+typedef struct {
+    size_t send_bytes[8], send_offset[8], recv_bytes[8], recv_offset[8], send_size, recv_size;
+    unsigned char *send, *recv;
+    void *exchange;
+} ExchangeV;
+
+static void start_v(Comm *comm, ExchangeV *x, int round, size_t largest) {
+    int n = comm->size, me = comm->rank;
+    for (int p = 0; p < n; p++) {
+        x->send_bytes[p] = count_v(me, p, round, largest);
+        x->recv_bytes[p] = count_v(p, me, round, largest);
+    }
+    x->send_size = layout_v(n, x->send_bytes, round, x->send_offset);
+    x->recv_size = layout_v(n, x->recv_bytes, round + 1, x->recv_offset);
+    x->send = (unsigned char *)mallocCheck(x->send_size);
+    x->recv = (unsigned char *)mallocCheck(x->recv_size);
+    memset(x->send, 0x5A, x->send_size);
+    memset(x->recv, 0xA5, x->recv_size);
+    for (int p = 0; p < n; p++) {
+        for (size_t k = 0; k < x->send_bytes[p]; k++) { x->send[x->send_offset[p] + k] = code(me, p, k); }
+    }
+    x->exchange = comm->all_to_all_v_start(comm, x->send, x->send_bytes, x->send_offset, x->recv, x->recv_bytes,
+                                           x->recv_offset);
+    // one request per piece of a nonzero count, none for a zero count
+    int pieces = 0;
+    size_t piece = comm_mpi_impl(comm)->max_bytes;
+    for (int p = 0; p < n; p++) {
+        pieces += (int)((x->send_bytes[p] + piece - 1) / piece + (x->recv_bytes[p] + piece - 1) / piece);
+    }
+    CHECK(((CommMPIExchange *)x->exchange)->count == pieces, "all_to_all_v round %d: %d requests posted, expected %d "
+          "(one per piece of a nonzero count)", round, ((CommMPIExchange *)x->exchange)->count, pieces);
+}
+
+static void finish_v(Comm *comm, ExchangeV *x, int round) {
+    int n = comm->size, me = comm->rank;
+    comm->all_to_all_v_wait(comm, x->exchange);
+    char *in_part = (char *)callocCheck(x->recv_size, 1);
+    for (int p = 0; p < n; p++) {
+        for (size_t k = 0; k < x->recv_bytes[p]; k++) {
+            unsigned char got = x->recv[x->recv_offset[p] + k];
+            CHECK(got == code(p, me, k), "all_to_all_v round %d: byte %zu from rank %d is %d, expected %d", round, k,
+                  p, got, code(p, me, k));
+            in_part[x->recv_offset[p] + k] = 1;
+        }
+    }
+    for (size_t k = 0; k < x->recv_size; k++) {
+        CHECK(in_part[k] || x->recv[k] == 0xA5, "all_to_all_v round %d wrote byte %zu of the receive buffer, outside "
+              "every part", round, k);
+    }
+    free(in_part);
+    for (int p = 0; p < n; p++) {
+        for (size_t k = 0; k < x->send_bytes[p]; k++) {
+            CHECK(x->send[x->send_offset[p] + k] == code(me, p, k), "all_to_all_v round %d changed the send buffer",
+                  round);
+        }
+    }
+    free(x->send);
+    free(x->recv);
+}
+
+static void check_all_to_all_v(Comm *comm, size_t largest) {
+    CHECK(comm->size <= 8, "all_to_all_v's check runs on at most 8 ranks, not %d", comm->size);
+    ExchangeV a, b;
+    start_v(comm, &a, 0, largest);
+    start_v(comm, &b, 1, largest);
+    finish_v(comm, &b, 1);
+    finish_v(comm, &a, 0);
+    comm->barrier(comm);
+    int pending = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm_mpi_handle(comm), &pending, MPI_STATUS_IGNORE);
+    CHECK(!pending, "all_to_all_v: a message is left unmatched after the exchanges (a zero count posted one?)");
+}
+
 // every verb on comm; largest: the largest count (elements of reduce_scatter_sum and
 // all_reduce_sum; about a quarter of the bytes of the byte verbs' largest size)
 static void check_verbs(Comm *comm, size_t largest) {
@@ -201,6 +308,7 @@ static void check_verbs(Comm *comm, size_t largest) {
         check_all_gather(comm, sizes[i], 1);
         check_broadcast(comm, sizes[i]);
         check_ring(comm, sizes[i]);
+        check_all_to_all_v(comm, sizes[i]);
     }
 }
 
@@ -215,6 +323,11 @@ static int stop_before(Comm *comm, const char *verb) {
     else if (strcmp(verb, "all_reduce_sum") == 0) { comm->all_reduce_sum(comm, buf, 1, COMM_FLOAT); }
     else if (strcmp(verb, "broadcast") == 0) { comm->broadcast(comm, buf, sizeof(float), 1); }
     else if (strcmp(verb, "barrier") == 0) { comm->barrier(comm); }
+    else if (strcmp(verb, "all_to_all_v") == 0) { // ranks 0 and 1 exchange 4 bytes each way
+        size_t bytes[64] = {0}, offsets[64] = {0};
+        if (comm->rank <= 1) { bytes[1 - comm->rank] = sizeof(float); }
+        comm->all_to_all_v_wait(comm, comm->all_to_all_v_start(comm, buf, bytes, offsets, all, bytes, offsets));
+    }
     else if (strcmp(verb, "ring") == 0) { comm->ring_wait(comm, comm->ring_start(comm, buf, all, sizeof(float))); }
     else { fprintf(stderr, "test_comm_mpi stop: unknown verb '%s'\n", verb); return 2; }
     if (comm->rank == 1) { return 1; } // continued as the job ends: its peers had moved on
@@ -241,7 +354,7 @@ int main(int argc, char **argv) {
     check_verbs(comm, 1003);
     if (comm->rank == 0) {
         printf("test_comm_mpi np %d: OK, reduce_scatter_sum and all_reduce_sum of 3 types x 3 counts, all_to_all, "
-               "all_gather (apart and in place), broadcast and ring of 3 sizes; whole and in pieces of 24 bytes\n",
+               "all_gather (apart and in place), broadcast, ring and all_to_all_v of 3 sizes; whole and in pieces of 24 bytes\n",
                comm->size);
     }
     comm->destroy(comm);

@@ -7,7 +7,8 @@
 # the ranks equals the document-masked pairs counted in awk, and striped keeps every
 # ring step balanced where round_robin does not. The solver layout: two cases by
 # hand, and on the Austen data its useful pairs within 1% of balanced and its
-# documents on fewer ranks than packed's and striped's.
+# documents on fewer ranks than packed's and striped's. Group-cast's "# comm" line
+# (from the batch's plans) by hand on one document and on documents of 50 tokens.
 # Run from the repo root (CTest does); builds the tool with make.
 set -euo pipefail
 
@@ -510,4 +511,50 @@ for algorithm in ring allgather ulysses hybrid; do
         fail "$algorithm: cp_layout -m says '$fb $fm $bb $bm $sb $sm', the running code sent '$got' (bytes, messages: forward, backward, step)"
     echo "comm $algorithm: forward $fb bytes in $fm messages, backward $bb in $bm (counted on the running code)"
 done
+# group-cast's line counts the batch's plans: the mean bytes over the ranks, the
+# largest rank's messages, then "largest" and the largest rank's bytes. By hand on
+# two batches at T 1024, cp 4, contiguous (Tl 256), C 768 of d12; a token's K|V is
+# 2 C fp32 = 6144 bytes. Rank r sends S(r) tokens and receives G(r); forward it
+# sends S(r), backward S(r) again and the dK|dV of its G(r):
+#  - one causal document: rank r needs every token of the ranks before it, so
+#    S(r) = (3 - r) x 256, G(r) = r x 256: forward mean 1.5 x 256 tokens, largest
+#    3 x 256 (rank 0); backward 3 x 256 on every rank; 3 messages either way.
+#  - documents of 50 tokens (an EOT at 0, 50, 100, ...) with -dm 1: rank r needs of
+#    rank r-1 only the head of the document that crosses their boundary r x 256,
+#    n(r) = (r x 256) mod 50 tokens: S(r) = n(r+1), G(r) = n(r).
+#    Both at most the ring's, the documents far below it.
+token_bytes=$((2 * 768 * 4))
+# groupcast_expect FILE WHAT S0 S1 S2 S3 G0 G1 G2 G3: the line of FILE against S and G
+groupcast_expect() {
+    local file=$1 what=$2 fwd_sum=0 bwd_sum=0 fwd_max=0 bwd_max=0 r
+    local -a S=("$3" "$4" "$5" "$6") G=("$7" "$8" "$9" "${10}")
+    for r in 0 1 2 3; do
+        local f=${S[r]} b=$((S[r] + G[r]))
+        fwd_sum=$((fwd_sum + f)); bwd_sum=$((bwd_sum + b))
+        if ((f > fwd_max)); then fwd_max=$f; fi
+        if ((b > bwd_max)); then bwd_max=$b; fi
+    done
+    local expected="$((fwd_sum * token_bytes / 4)) $((bwd_sum * token_bytes / 4)) $((fwd_max * token_bytes)) $((bwd_max * token_bytes))"
+    local got
+    got=$(awk '$2 == "comm" && $3 == "groupcast" && $13 == "largest" { print $5, $8, $14, $15 }' "$file")
+    [ "$got" = "$expected" ] ||
+        fail "groupcast, $what: mean forward, backward, largest forward, backward '$got', expected '$expected'"
+}
+"$tool" -t 1024 -cp 4 -cl contiguous -m d12 > "$tmp/comm_one"
+groupcast_expect "$tmp/comm_one" "one document at cp 4 contiguous" 768 512 256 0 0 256 512 768
+read -r fm bm < <(awk '$2 == "comm" && $3 == "groupcast" { print $6, $9 }' "$tmp/comm_one")
+[ "$fm $bm" = "3 3" ] || fail "groupcast, one document: the largest rank's messages are '$fm $bm', expected 3 forward and 3 backward"
+docs=()
+for ((t = 0; t <= 1024; t++)); do docs+=($((t % 50 == 0 ? EOT : 7))); done
+write_tokens "$tmp/docs50.bin" "${docs[@]}"
+"$tool" -t 1024 -cp 4 -cl contiguous -i "$tmp/docs50.bin" -b 1 -dm 1 -m d12 > "$tmp/comm_docs"
+n() { echo $(($1 * 256 % 50)); }
+groupcast_expect "$tmp/comm_docs" "documents of 50 at cp 4 contiguous" "$(n 1)" "$(n 2)" "$(n 3)" 0 0 "$(n 1)" "$(n 2)" "$(n 3)"
+for file in comm_one comm_docs; do
+    read -r ring gc < <(awk '$2 == "comm" && $3 == "ring" { r = $5 } $2 == "comm" && $3 == "groupcast" { g = $14 } END { print r, g }' "$tmp/$file")
+    [ "$gc" -le "$ring" ] || fail "$file: the largest group-cast rank sends $gc bytes forward, more than the ring's $ring"
+done
+read -r ring_docs gc_docs < <(awk '$2 == "comm" && $3 == "ring" { r = $5 } $2 == "comm" && $3 == "groupcast" { g = $14 } END { print r, g }' "$tmp/comm_docs")
+[ $((gc_docs * 10)) -lt "$ring_docs" ] || fail "documents of 50: group-cast's largest rank sends $gc_docs bytes forward, not a tenth of the ring's $ring_docs"
+echo "comm groupcast: by hand on one document and on documents of 50 tokens (largest rank forward $gc_docs bytes, the ring $ring_docs)"
 echo "OK: hand-computed cases, $checked configurations, real data with documents, bad flags, png, communication"

@@ -74,6 +74,7 @@ typedef struct {
     int loss_masks;             // -lm
     const char *attention;      // -ca
     int ulysses_degree;         // -cu (0: not given)
+    int stages;                 // -co (-ca groupcast; 0: not given)
     const char *token_loss_path; // -tl
     const char *transport;      // -ct
 } TrainConfig;
@@ -143,8 +144,9 @@ static int train_flags(TrainConfig *cfg, Flag *flags, const char *transports) {
         {"-dm", FLAG_INT, &cfg->document_masking, "document masking: tokens attend within their document, EOT opens one (0/1)"},
         {"-rp", FLAG_INT, &cfg->restart_positions, "position ids restart at 0 at each document, EOT opens one (0/1)"},
         {"-lm", FLAG_INT, &cfg->loss_masks, "loss masks: NAME.mask beside each token file NAME.bin of -i, -j (0/1)"},
-        {"-ca", FLAG_STRING, &cfg->attention, "CP attention algorithm: ring | allgather | ulysses | hybrid (needs -cu)"},
+        {"-ca", FLAG_STRING, &cfg->attention, "CP attention algorithm: ring | allgather | ulysses | hybrid (needs -cu) | groupcast"},
         {"-cu", FLAG_INT, &cfg->ulysses_degree, "-ca hybrid: Ulysses degree U, cp = U x R (all-to-all in U, ring over R)"},
+        {"-co", FLAG_INT, &cfg->stages, "-ca groupcast: stages S of its K/V exchange, 1..cp-1, each overlapping the last one's attention (default 1)"},
         {"-tl", FLAG_STRING, &cfg->token_loss_path, "write per-token losses (float32 [steps][micro-batches*dp*B][T], global order)"},
         {"-ct", FLAG_STRING, &cfg->transport, transports},
     };
@@ -209,6 +211,7 @@ static void train_config_defaults(TrainConfig *cfg) {
     cfg->restart_positions = 0;
     cfg->loss_masks = 0;
     cfg->attention = "ring";
+    cfg->stages = 0; // 1 with -ca groupcast
     cfg->token_loss_path = NULL;
     cfg->transport = "nccl";
 }
@@ -441,7 +444,8 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     }
     int attention = cp_attention_from_name(cfg->attention);
     if (attention < 0) {
-        fatal_everywhere("-ca '%s': unknown attention algorithm (ring | allgather | ulysses | hybrid)", cfg->attention);
+        fatal_everywhere("-ca '%s': unknown attention algorithm (ring | allgather | ulysses | hybrid | groupcast)",
+                         cfg->attention);
     }
     if (attention == CP_ATTENTION_HYBRID) {
         if (cfg->ulysses_degree < 1 || cfg->cp_size % cfg->ulysses_degree != 0) {
@@ -451,6 +455,15 @@ static CpLayoutKind validate_train_config(TrainConfig *cfg) {
     } else if (cfg->ulysses_degree != 0) {
         fatal_everywhere("-cu %d: the Ulysses degree applies to -ca hybrid only (-ca %s)", cfg->ulysses_degree,
                          cfg->attention);
+    }
+    if (attention != CP_ATTENTION_GROUPCAST && cfg->stages != 0) {
+        fatal_everywhere("-co %d: the stages apply to -ca groupcast only (-ca %s)", cfg->stages, cfg->attention);
+    }
+    if (attention == CP_ATTENTION_GROUPCAST && cfg->stages == 0) { cfg->stages = 1; }
+    int max_stages = cfg->cp_size > 1 ? cfg->cp_size - 1 : 1;
+    if (attention == CP_ATTENTION_GROUPCAST && (cfg->stages < 1 || cfg->stages > max_stages)) {
+        fatal_everywhere("-co %d: -ca groupcast takes 1 to %d stages at -cp %d (at most one per other rank of the "
+                         "CP group)", cfg->stages, max_stages, cfg->cp_size);
     }
     return (CpLayoutKind)kind;
 }

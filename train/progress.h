@@ -35,6 +35,7 @@ typedef struct {
     const MemoryEstimate *memory; // the estimated peak per rank
     CpLayoutBalance balance;      // the layout's on the data's first batch
     AttentionCost sent;           // the attention's messages per rank and layer on that batch
+    int sent_is_mean;             // sent is the mean over the ranks (group-cast's depends on the rank)
 } StartupFacts;
 
 // "{0,1} {2,3}": the CP ranks of each of `groups` groups of `size`, member(m, g, i)
@@ -102,7 +103,8 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
     snprintf(balance, sizeof(balance), "max/mean: area %.3f, tiles of %d %.3f", f->balance.area, CP_SOLVER_TILE,
              f->balance.tiles);
     printf("| %-21s | %-50s |\n", "balance, first batch", balance);
-    snprintf(sent, sizeof(sent), "fwd %zu B, bwd %zu B per rank", f->sent.forward_bytes, f->sent.backward_bytes);
+    snprintf(sent, sizeof(sent), "fwd %zu B, bwd %zu B per rank%s", f->sent.forward_bytes, f->sent.backward_bytes,
+             f->sent_is_mean ? " (mean)" : "");
     printf("| %-21s | %-50s |\n", "attention sent/layer", sent);
     printf("| %-21s | %-50s |\n", "transport", f->transport);
     char padded[128];

@@ -275,24 +275,32 @@ static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
     if (cfg->val_every > 0) { dataloader_free(&run->val_loader); }
 }
 
-// The layout's balance over the CP ranks (cp/layout_balance.h) and the attention's
-// bytes per rank and layer (cp/attention_cost.h) on the first batch replica 0 reads
-// (a loader of its own: the run's reads on from where it stands), as every CP rank
-// would shard it: with -dm 1 the data decides, and packed's length too.
+// The layout's balance over the CP ranks and the attention's bytes per rank and
+// layer (cp/layout_balance.h, cp/attention_cost.h; group-cast's: the mean over the
+// ranks of their plans) on the first batch replica 0 reads (a loader of its own:
+// the run's reads on from where it stands), as every CP rank would shard it: with
+// -dm 1 the data decides, and packed's length too.
 static void first_batch_attention(const TrainRun *run, const TrainConfig *cfg, GPT2Config c, const Mesh *mesh,
                                   StartupFacts *facts) {
     DataLoader dl;
     open_train_loader(&dl, cfg, 0, mesh->dp_size, c.vocab_size);
     dataloader_next_batch(&dl);
-    CpSharder sh;
-    cp_sharder_init(&sh, run->layout, 0, cfg->cp_size, c.max_seq_len, run_documents(cfg));
-    sh.min_padded_len = run->padded_T;
-    sh.chunk = cfg->chunk;
-    if (cp_layout_balance(&sh, dl.inputs, dl.targets, cfg->B, cfg->T, &facts->balance) != CP_OK) {
-        fatal("%s", sh.error); // the first step would stop on the same batch
+    int cp = cfg->cp_size;
+    CpSharder *sh = (CpSharder *)mallocCheck((size_t)cp * sizeof(CpSharder));
+    if (cp_shard_every_rank(sh, cp, run->layout, c.max_seq_len, run_documents(cfg), cfg->chunk, run->padded_T,
+                            dl.inputs, dl.targets, cfg->B, cfg->T) != CP_OK) {
+        fatal("%s", sh[0].error); // the first step would stop on the same batch
     }
-    facts->sent = attention_cost((CpAttentionKind)cp_attention_from_name(cfg->attention), cfg->cp_size,
-                                 mesh->ulysses_size, cfg->B, facts->balance.local_len, c.channels, c.num_heads);
+    facts->balance = cp_layout_balance(sh, cp, dl.inputs, cfg->B, cfg->T);
+    CpAttentionKind kind = (CpAttentionKind)cp_attention_from_name(cfg->attention);
+    facts->sent_is_mean = kind == CP_ATTENTION_GROUPCAST;
+    AttentionCost most;
+    facts->sent = kind == CP_ATTENTION_GROUPCAST
+                      ? cp_groupcast_batch_cost(sh, cp, c.channels, &most)
+                      : attention_cost(kind, cp, mesh->ulysses_size, cfg->B, sh[0].layout.local_len, c.channels,
+                                       c.num_heads);
+    for (int r = 0; r < cp; r++) { cp_sharder_free(&sh[r]); }
+    free(sh);
     dataloader_free(&dl);
 }
 
@@ -303,8 +311,8 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
     warn_if_threads_outnumber_cores(mesh);
     if (mesh->world_rank != 0) { return; }
     StartupFacts facts = {tm->name, tm->transport, mesh, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
-                          num_parameters, run->steps, run->start_step, run->val_batches, memory, {0, 0, 0},
-                          {0, 0, 0, 0, 0, 0}};
+                          num_parameters, run->steps, run->start_step, run->val_batches, memory, {0, 0},
+                          {0, 0, 0, 0, 0, 0}, 0};
     first_batch_attention(run, cfg, c, mesh, &facts);
     print_startup_table(cfg, c, &facts);
     print_flag_notes(cfg);

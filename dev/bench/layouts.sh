@@ -13,8 +13,10 @@
 #   ranks / doc       how many ranks hold a real token of a document, on average
 #   MiB fwd + bwd     forward + backward bytes sent per rank and layer (GPT-2 124M,
 #                     C 768, NH 12; hybrid U 2), for every algorithm cp_layout's -m
-#                     reports ("-": its heads do not divide; group-cast's depend on the
-#                     batch and appear where cp_layout prints its line)
+#                     reports ("-": its heads do not divide, or this cp_layout has no
+#                     such line); group-cast's depend on the batch and the rank: the
+#                     mean over the ranks, then the largest rank's, and the largest
+#                     over the ring's
 #
 #   bash dev/bench/layouts.sh [-t "4096 16384"] [-c "4 8"] [-l "contiguous round_robin striped packed solver"]
 #                             [-n TOKENS] [-d DIR]
@@ -50,9 +52,10 @@ echo "load average (1, 5, 15 min) at the start: $(cut -d' ' -f1-3 /proc/loadavg)
 echo
 printf "| data | T | cp | layout | P | computed / cp 1 | imbalance computed | imbalance area | ring | ranks / doc |"
 for a in $algorithms; do printf " %s MiB |" "$a"; done
+printf " groupcast largest MiB | largest / ring |"
 printf "\n| --- | ---: | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 for a in $algorithms; do printf " ---: |"; done
-echo
+printf " ---: | ---: |\n"
 for data in documents one_document; do
     for T in $lengths; do
         B=$((tokens / T))
@@ -67,12 +70,18 @@ for data in documents one_document; do
                     $1 == "cp1" { cp1 = $5 }
                     $1 == "ring" { ring = $5 }
                     $1 == "#" && $2 == "spread" { spread = $(NF - 3) }
-                    $1 == "#" && $2 == "comm" && $4 == "forward" { mib[$3] = sprintf("%.2f", ($5 + $8) / 1048576) }
+                    $1 == "#" && $2 == "comm" && $4 == "forward" {
+                        mib[$3] = sprintf("%.2f", ($5 + $8) / 1048576)
+                        if ($3 == "ring") ring_bytes = $5 + $8
+                        if ($3 == "groupcast" && $(NF - 2) == "largest") largest = $(NF - 1) + $NF
+                    }
                     END {
                         printf "| %s | %d | %d | %s | %d | %.3f | %.3f | %.3f | %.3f | %.2f |", data, T, cp, layout,
                                P, total / cp1, computed, area, ring, spread
                         n = split(algorithms, a, " ")
                         for (i = 1; i <= n; i++) printf " %s |", (a[i] in mib) ? mib[a[i]] : "-"
+                        if (largest == "") printf " - | - |"
+                        else printf " %.2f | %.3f |", largest / 1048576, largest / ring_bytes
                         printf "\n"
                     }' "$out"
             done
