@@ -43,7 +43,9 @@ while [ $# -gt 0 ]; do
     shift 2
 done
 make -s cp_layout
-[ -f "$dir/documents.bin" ] && [ -f "$dir/one_document.bin" ] || bash dev/bench/make_documents.sh -o "$dir" > /dev/null
+if [ ! -f "$dir/documents.bin" ] || [ ! -f "$dir/one_document.bin" ]; then
+    bash dev/bench/make_documents.sh -o "$dir" > /dev/null
+fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 
