@@ -42,6 +42,7 @@ while [ $# -gt 0 ]; do
     esac
     shift 2
 done
+[[ $tokens =~ ^[0-9]+$ ]] || { echo "error: -n takes a number of tokens, got '$tokens'" >&2; exit 1; }
 make -s cp_layout
 if [ ! -f "$dir/documents.bin" ] || [ ! -f "$dir/one_document.bin" ]; then
     bash dev/bench/make_documents.sh -o "$dir" > /dev/null

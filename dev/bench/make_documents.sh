@@ -37,6 +37,8 @@ while [ $# -gt 0 ]; do
     esac
     shift 2
 done
+for v in "$tokens" "$seed"; do [[ $v =~ ^[0-9]+$ ]] || { echo "error: -n and -r take whole numbers, got '$v'" >&2; exit 1; }; done
+for v in "$mean" "$sigma"; do [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "error: -m and -s take numbers, got '$v'" >&2; exit 1; }; done
 make -s encode
 mkdir -p "$out"
 work=$(mktemp -d)
