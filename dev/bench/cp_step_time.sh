@@ -40,6 +40,7 @@ while [ $# -gt 0 ]; do
     esac
     shift 2
 done
+for v in "$B" "$T" "$steps" "$rounds"; do [[ $v =~ ^[0-9]+$ ]] || { echo "error: -b -t -x -r take whole numbers, got '$v'" >&2; exit 1; }; done
 [ "$steps" -ge 2 ] || { echo "error: -x $steps: at least 2 steps (the first is left out)" >&2; exit 1; }
 make -s train_gpt2cp_cpu
 [ -f "$dir/documents.bin" ] || bash dev/bench/make_documents.sh -o "$dir" > /dev/null
@@ -87,8 +88,8 @@ echo "uptime at the end: $(uptime)"
 echo
 echo "cp 4, -e $model, B $B, T $T, -dm 1 on $dir/documents.bin (read in order), $rounds round(s) of $steps steps"
 echo
-echo "| algorithm | layout | ms/step (median) | / ring, round_robin (median) |"
-echo "| --- | --- | ---: | ---: |"
+echo "| algorithm | layout | ms/step (median) | / ring, round_robin (median) | ms/step, each round |"
+echo "| --- | --- | ---: | ---: | ---: |"
 awk -v rounds="$rounds" '
     function median(list, n,    i, j, t, v) {
         for (i = 1; i <= n; i++) v[i] = list[i]
@@ -99,15 +100,16 @@ awk -v rounds="$rounds" '
       ms[key, $1] = $4; if ($2 == "ring" && $3 == "round_robin") ref[$1] = $4 }
     END {
         for (k = 1; k <= keys; k++) {
-            key = order[k]; n = 0; m = 0
+            key = order[k]; n = 0; m = 0; each = ""
             for (r = 1; r <= rounds; r++) {
+                each = each (r > 1 ? " " : "") ms[key, r]
                 if (ms[key, r] == "-") continue
                 t[++n] = ms[key, r]
                 if (ref[r] != "-" && ref[r] > 0) q[++m] = ms[key, r] / ref[r]
             }
             split(key, part, " ")
-            printf "| %s | %s | %s | %s |\n", part[1], part[2], n ? sprintf("%.0f", median(t, n)) : "failed",
-                   m ? sprintf("%.2f", median(q, m)) : "-"
+            printf "| %s | %s | %s | %s | %s |\n", part[1], part[2], n ? sprintf("%.0f", median(t, n)) : "failed",
+                   m ? sprintf("%.2f", median(q, m)) : "-", each
         }
     }' "$work/times"
 [ -z "$left_out" ] || echo "left out (this trainer has no such -ca):$left_out"
