@@ -33,6 +33,7 @@ typedef struct {
     int start_step;        // 0, or the step of the checkpoint resumed from
     int val_batches;
     const MemoryEstimate *memory; // the estimated peak per rank
+    int attention_known;          // the two below were computed (the first batch could be sharded)
     CpLayoutBalance balance;      // the layout's on the data's first batch
     AttentionCost sent;           // the attention's messages per rank and layer on that batch
     int sent_is_mean;             // sent is the mean over the ranks (group-cast's depends on the rank)
@@ -99,13 +100,15 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
         snprintf(row, sizeof(row), "rings, R %d", m->ring_size);
         printf("| %-21s | %-50s |\n", row, groups);
     }
-    char balance[64], sent[64];
-    snprintf(balance, sizeof(balance), "max/mean: area %.3f, tiles of %d %.3f", f->balance.area, CP_SOLVER_TILE,
-             f->balance.tiles);
-    printf("| %-21s | %-50s |\n", "balance, first batch", balance);
-    snprintf(sent, sizeof(sent), "fwd %zu B, bwd %zu B per rank%s", f->sent.forward_bytes, f->sent.backward_bytes,
-             f->sent_is_mean ? " (mean)" : "");
-    printf("| %-21s | %-50s |\n", "attention sent/layer", sent);
+    if (f->attention_known) {
+        char balance[64], sent[64];
+        snprintf(balance, sizeof(balance), "max/mean: area %.3f, tiles of %d %.3f", f->balance.area, CP_SOLVER_TILE,
+                 f->balance.tiles);
+        printf("| %-21s | %-50s |\n", "balance, first batch", balance);
+        snprintf(sent, sizeof(sent), "fwd %zu B, bwd %zu B per rank%s", f->sent.forward_bytes,
+                 f->sent.backward_bytes, f->sent_is_mean ? " (mean)" : "");
+        printf("| %-21s | %-50s |\n", "attention sent/layer", sent);
+    }
     printf("| %-21s | %-50s |\n", "transport", f->transport);
     char padded[128];
     if (strcmp(cfg->layout, "packed") == 0) {

@@ -287,18 +287,19 @@ static void first_batch_attention(const TrainRun *run, const TrainConfig *cfg, G
     dataloader_next_batch(&dl);
     int cp = cfg->cp_size;
     CpSharder *sh = (CpSharder *)mallocCheck((size_t)cp * sizeof(CpSharder));
-    if (cp_shard_every_rank(sh, cp, run->layout, c.max_seq_len, run_documents(cfg), cfg->chunk, run->padded_T,
-                            dl.inputs, dl.targets, cfg->B, cfg->T) != CP_OK) {
-        fatal("%s", sh[0].error); // the first step would stop on the same batch
+    facts->attention_known = cp_shard_every_rank(sh, cp, run->layout, c.max_seq_len, run_documents(cfg), cfg->chunk,
+                                                 run->padded_T, dl.inputs, dl.targets, cfg->B, cfg->T) == CP_OK;
+    // a batch the layout cannot shard gives no rows: the first step stops on it on every rank, saying why
+    if (facts->attention_known) {
+        facts->balance = cp_layout_balance(sh, cp, dl.inputs, cfg->B, cfg->T);
+        CpAttentionKind kind = (CpAttentionKind)cp_attention_from_name(cfg->attention);
+        facts->sent_is_mean = kind == CP_ATTENTION_GROUPCAST;
+        AttentionCost most;
+        facts->sent = kind == CP_ATTENTION_GROUPCAST
+                          ? cp_groupcast_batch_cost(sh, cp, c.channels, &most)
+                          : attention_cost(kind, cp, mesh->ulysses_size, cfg->B, sh[0].layout.local_len,
+                                           c.channels, c.num_heads);
     }
-    facts->balance = cp_layout_balance(sh, cp, dl.inputs, cfg->B, cfg->T);
-    CpAttentionKind kind = (CpAttentionKind)cp_attention_from_name(cfg->attention);
-    facts->sent_is_mean = kind == CP_ATTENTION_GROUPCAST;
-    AttentionCost most;
-    facts->sent = kind == CP_ATTENTION_GROUPCAST
-                      ? cp_groupcast_batch_cost(sh, cp, c.channels, &most)
-                      : attention_cost(kind, cp, mesh->ulysses_size, cfg->B, sh[0].layout.local_len, c.channels,
-                                       c.num_heads);
     for (int r = 0; r < cp; r++) { cp_sharder_free(&sh[r]); }
     free(sh);
     dataloader_free(&dl);
@@ -311,7 +312,7 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
     warn_if_threads_outnumber_cores(mesh);
     if (mesh->world_rank != 0) { return; }
     StartupFacts facts = {tm->name, tm->transport, mesh, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
-                          num_parameters, run->steps, run->start_step, run->val_batches, memory, {0, 0},
+                          num_parameters, run->steps, run->start_step, run->val_batches, memory, 0, {0, 0},
                           {0, 0, 0, 0, 0, 0}, 0};
     first_batch_attention(run, cfg, c, mesh, &facts);
     print_startup_table(cfg, c, &facts);
