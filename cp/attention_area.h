@@ -15,6 +15,23 @@ itself:
 and a pad query nothing worth counting: what it sees is thrown away (its target
 is ignored), so a layout gains nothing by balancing it. A span's area is the sum
 over its real queries; with one causal document the row's area is T (T + 1) / 2.
+
+The tiled kernels (the GPU's, the CPU's BLAS build) compute more than the area: a
+tile of 64 queries meets the row's key tiles whole, skipping only those that
+cp/block_mask.h's range rule rules out (every key after every query, or document
+ranges apart; a pad is document -1). Where the keys are cut into the same aligned
+tiles as the queries (one rank holding the row, or the solver's whole-tile chunks
+kept in place), the tiles a query tile [q, q + 64) computes are those from the one
+holding start(q) up to its own:
+
+    tile_area(q) = (q / 64 - start(q) / 64 + 1) * 64 * 64
+
+with start(q) = 0 for a tile that holds the row's first pad and a real token
+(documents -1 to its last: it meets every earlier tile) and the first pad's tile
+for a tile of pads alone (it meets the pads). This is the work the solver
+balances: its chunks are whole tiles, and on rows of short documents the area
+misses most of it (a 64-token chunk of a 30-token document costs its whole
+diagonal tile). dev/cp_layout checks it against the tiles it counts.
 */
 #ifndef CP_ATTENTION_AREA_H
 #define CP_ATTENTION_AREA_H
@@ -34,6 +51,19 @@ static long long query_area(int index, int doc_start) { return (long long)index 
 static long long span_area(const int *doc_starts, int T, int start, int end) {
     long long area = 0;
     for (int i = start; i < end && i < T; i++) { area += query_area(i, doc_starts ? doc_starts[i] : 0); }
+    return area;
+}
+
+// The pairs a tiled kernel computes for the query tiles of [start, end) (both
+// multiples of tile) of a row of T real tokens kept in place and padded after T,
+// with the keys in the same aligned tiles (the header's tile_area).
+// doc_starts: (T) from cp_row_document_starts, NULL: one document
+static long long span_tile_area(const int *doc_starts, int T, int start, int end, int tile) {
+    long long area = 0;
+    for (int q = start; q < end; q += tile) {
+        int first = q >= T ? T : q + tile > T ? 0 : doc_starts ? doc_starts[q] : 0; // the first key seen
+        area += (long long)(q / tile - first / tile + 1) * tile * tile;
+    }
     return area;
 }
 

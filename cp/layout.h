@@ -34,20 +34,22 @@ indices, so no other code ever asks which layout produced a shard.
     solver       MagiAttention's dispatch solver, with locality. Pad to a multiple
                  of cp * chunk (-cc, whole 64-row tiles of the tiled attention),
                  tokens in place (slot g is token g, pads at the end); cut the row
-                 into chunks of `chunk` tokens, each costing the masked area of its
-                 queries (cp/attention_area.h: causal, and only its document's keys
-                 with -dm 1); give every rank the same number of chunks, so that the
+                 into chunks of `chunk` tokens, each costing what the tiled kernels
+                 compute for its queries: their masked area (causal, and only their
+                 document's keys with -dm 1) in whole 64 x 64 tiles
+                 (cp/attention_area.h); give every rank the same number of chunks, so that the
                  token-local layers (matmuls, layernorms, the loss) stay balanced
                  too, chosen greedily: the most expensive chunk first, each to the
-                 least-loaded rank that has room. This keeps the largest rank's area
+                 least-loaded rank that has room. This keeps the largest rank's work
                  near the mean for any mask, where the fixed patterns balance one
                  shape each (round_robin one causal document, packed each document
                  by padding it to 2*cp, striped everything but with every tile
                  mixed). What it adds to MagiAttention's, which balances area only
                  and so spreads a document over every rank: with -dm 1, swaps of two
-                 chunks between two ranks that lower the number of (rank, document)
-                 pairs, as long as both ranks stay within CP_SOLVER_SLACK_PERCENT of
-                 the mean above the greedy's largest rank. A document's chunks then
+                 chunks between two ranks that even the exact area as well, then
+                 swaps that lower the number of (rank, document) pairs, as long as
+                 both ranks stay within CP_SOLVER_SLACK_PERCENT of the mean above
+                 the largest rank. A document's chunks then
                  sit on few ranks, so an exchange that sends K/V only to the ranks
                  whose queries see it has less to send, for at most 1% of balance.
                  Every choice is made on integers in a fixed order (ties to the
@@ -65,9 +67,10 @@ Example, T = 10, cp = 2 -> P = 12 (striped: P = 10):
     striped      r0 = [0 2 4 6 8]       r1 = [1 3 5 7 9]
 Packed, documents [0, 6) and [6, 10) at cp 2: padded to 8 and 4, P = 12;
     r0 = [0 1 6 7 8 11]   r1 = [2 3 4 5 9 10]   (slots 6 and 7 are pad)
-Solver, one document of T = 256 at cp 2, chunk 64: chunks 0..3 of area 2080, 6176,
-10272, 14368 go 3 -> r0, 2 -> r1, 1 -> r1 (the least load), 0 -> r0 (the only room):
-    r0 = [0-63 192-255]   r1 = [64-191]   (16448 pairs each)
+Solver, one document of T = 256 at cp 2, chunk 64: chunks 0..3 compute 1, 2, 3, 4
+tiles of 4096 pairs and go 3 -> r0, 2 -> r1, 1 -> r1 (the least load), 0 -> r0 (the
+only room):
+    r0 = [0-63 192-255]   r1 = [64-191]   (5 tiles each; 16448 visible pairs each)
 */
 #ifndef CP_LAYOUT_H
 #define CP_LAYOUT_H

@@ -34,8 +34,9 @@ Work of one rank, summed over the ring and the rows, in query-key pairs:
               documents, the sum of n*(n+1)/2 over the row's documents with them.
               It is the masked area of cp/attention_area.h, the cost the solver
               layout balances: each rank's is also summed from that model and the
-              two must agree (else the tool stops), so the column shows every
-              layout's balance in the solver's own terms
+              two must agree (else the tool stops). The solver balances the
+              computed pairs in tiles of 64 (the same model's tile area): with
+              -cl solver -tile 64 each rank's computed column must equal it too
 
 Output: one line per rank and footer lines, with fixed columns so that
 awk '$1 == "rank" {print $5}' picks the computed column of every rank:
@@ -87,6 +88,7 @@ MAX_BT.
 #include "../cp/sharder.h"
 #include "../cp/block_mask.h"
 #include "../cp/attention_cost.h"
+#include "../cp/layout_balance.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/tool_outputs.h"
@@ -164,18 +166,10 @@ static void batch_free(Batch *batch) {
 // when (T, cp, layout) is not a valid configuration.
 // chunk: the solver's chunk size (0: its default).
 static int shard_all_ranks(CpSharder *sh, CpLayoutKind kind, int cp, int chunk, const Batch *batch) {
-    int status = CP_OK;
     // max_positions = T keeps every position id in range
     CpDocuments documents = batch->document_token >= 0 ? cp_masked_documents(batch->document_token) : cp_no_documents();
-    for (int r = 0; r < cp; r++) {
-        cp_sharder_init(&sh[r], kind, r, cp, batch->T, documents);
-        sh[r].chunk = chunk;
-    }
-    for (int r = 0; r < cp && status == CP_OK; r++) {
-        status = cp_shard_batch(&sh[r], batch->inputs, batch->targets, NULL, batch->B, batch->T);
-        if (status != CP_OK && r != 0) { memcpy(sh[0].error, sh[r].error, sizeof(sh[0].error)); }
-    }
-    return status;
+    return cp_shard_every_rank(sh, cp, kind, batch->T, documents, chunk, 0, batch->inputs, batch->targets, batch->B,
+                               batch->T);
 }
 
 static const char *visibility_name(BlockVisibility v) {
@@ -262,14 +256,18 @@ static void ring_work(const CpSharder *sh, int cp, int tile, Work *work, Work *s
 }
 
 // Each rank's masked area by the cost model (cp/attention_area.h) must be the useful
-// pairs ring_work counted one by one: the solver balances what this tool reports.
-// Prints the documents' spread over the ranks when attention is masked to them.
-static void check_area_and_spread(const CpSharder *sh, int cp, const Work *work, const Batch *batch) {
+// pairs ring_work counted one by one, and with the solver in its own tiles (tile:
+// as ring_work's) its tile area the computed pairs: the solver balances what this
+// tool reports. Prints the documents' spread over the ranks when attention is
+// masked to them.
+static void check_area_and_spread(const CpSharder *sh, int cp, int tile, const Work *work, const Batch *batch) {
     int B = batch->B, T = batch->T, Tl = sh[0].layout.local_len, masked = batch->document_token >= 0;
     int *docs = (int *)mallocCheck((size_t)T * sizeof(int));
     int *starts = (int *)mallocCheck((size_t)T * sizeof(int));
     unsigned char *holds = (unsigned char *)mallocCheck((size_t)T * cp);
     long long *area = (long long *)callocCheck((size_t)cp, sizeof(long long));
+    long long *tiles = (long long *)callocCheck((size_t)cp, sizeof(long long));
+    int solver_tiles = sh[0].kind == CP_LAYOUT_SOLVER && tile == CP_SOLVER_TILE;
     long long pairs = 0, documents = 0;
     for (int b = 0; b < B; b++) {
         cp_row_documents(batch->inputs + (size_t)b * T, T, batch->document_token, docs);
@@ -282,6 +280,10 @@ static void check_area_and_spread(const CpSharder *sh, int cp, const Work *work,
                 area[r] += query_area(o, masked ? starts[o] : 0);
                 holds[(size_t)docs[o] * cp + r] = 1;
             }
+            for (int i = 0; solver_tiles && i < Tl; i += tile) {
+                int g = sh[r].layout.global_index[(size_t)b * Tl + i]; // the solver keeps tokens in place
+                tiles[r] += span_tile_area(masked ? starts : NULL, T, g, g + tile, tile);
+            }
         }
         documents += docs[T - 1] + 1;
         for (size_t k = 0; k < (size_t)T * cp; k++) { pairs += holds[k]; }
@@ -290,6 +292,10 @@ static void check_area_and_spread(const CpSharder *sh, int cp, const Work *work,
         if (area[r] != work[r].useful) {
             fatal("cp/attention_area.h: rank %d's masked area is %lld, but it has %lld useful pairs", r, area[r],
                   work[r].useful);
+        }
+        if (solver_tiles && tiles[r] != work[r].computed) {
+            fatal("cp/attention_area.h: rank %d's tile area is %lld, but it computes %lld pairs in tiles of %d", r,
+                  tiles[r], work[r].computed, tile);
         }
     }
     if (masked) {
@@ -300,6 +306,7 @@ static void check_area_and_spread(const CpSharder *sh, int cp, const Work *work,
     free(starts);
     free(holds);
     free(area);
+    free(tiles);
 }
 
 // ----------------------------------------------------------------------------
@@ -612,40 +619,6 @@ static void draw_png(ToolOutputs *outs, const CpSharder *sh, int cp, int tile, c
 // ----------------------------------------------------------------------------
 // CLI
 
-// Group-cast's messages under the batch, from every rank's plan of the ranks'
-// shards: the mean bytes over the ranks (rounded down) with the largest rank's
-// messages, and in *most the largest rank's count of each column.
-static AttentionCost groupcast_batch_cost(const CpSharder *sh, int cp, int C, AttentionCost *most_out) {
-    int B = sh[0].layout.B, Tl = sh[0].layout.local_len;
-    size_t bt = (size_t)B * Tl;
-    AttentionCost most = {0, 0, 0, 0, 0, 0}, sum = {0, 0, 0, 0, 0, 0};
-    GroupcastPlan p;
-    groupcast_plan_init(&p, cp, 0, B, Tl);
-    for (int r = 0; r < cp; r++) {
-        memcpy(p.coords + (size_t)r * 2 * bt, sh[r].layout.global_index, bt * sizeof(int));
-        memcpy(p.coords + (size_t)r * 2 * bt + bt, sh[r].layout.document, bt * sizeof(int));
-    }
-    for (int r = 0; r < cp; r++) {
-        p.rank = r;
-        groupcast_plan_build(&p);
-        AttentionCost a = groupcast_cost(&p, C);
-        sum.forward_bytes += a.forward_bytes;
-        sum.backward_bytes += a.backward_bytes;
-        if (a.forward_bytes > most.forward_bytes) { most.forward_bytes = a.forward_bytes; }
-        if (a.forward_messages > most.forward_messages) { most.forward_messages = a.forward_messages; }
-        if (a.backward_bytes > most.backward_bytes) { most.backward_bytes = a.backward_bytes; }
-        if (a.backward_messages > most.backward_messages) { most.backward_messages = a.backward_messages; }
-        most.step_bytes = a.step_bytes;
-        most.step_messages = a.step_messages;
-    }
-    groupcast_plan_free(&p);
-    *most_out = most;
-    AttentionCost mean = most;
-    mean.forward_bytes = sum.forward_bytes / cp;
-    mean.backward_bytes = sum.backward_bytes / cp;
-    return mean;
-}
-
 // The "# comm" lines: each algorithm's messages at the layout's padded length.
 static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
     GPT2Config c = {0};
@@ -663,7 +636,7 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
             continue;
         }
         AttentionCost most;
-        AttentionCost a = k == CP_ATTENTION_GROUPCAST ? groupcast_batch_cost(sh, cp, c.channels, &most)
+        AttentionCost a = k == CP_ATTENTION_GROUPCAST ? cp_groupcast_batch_cost(sh, cp, c.channels, &most)
                                                       : attention_cost((CpAttentionKind)k, cp, U, B, Tl, c.channels,
                                                                        c.num_heads);
         printf("# comm %-9s forward %12zu %3ld backward %12zu %3ld step %9zu %3ld", cp_attention_names[k],
@@ -813,7 +786,7 @@ int main(int argc, char **argv) {
 
     print_table(sh, cp, tile, work, &st, &cp1, input ? data : NULL);
     print_steps(step_work, cp);
-    check_area_and_spread(sh, cp, work, &batch);
+    check_area_and_spread(sh, cp, tile, work, &batch);
     if (depth > 0) { print_comm(sh, cp, U, depth); }
     fflush(stdout);
     if (png) {

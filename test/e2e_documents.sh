@@ -6,7 +6,8 @@
 # group-cast (-ca groupcast, whose messages the documents shrink) attentions reproduce
 # the single-rank run with document masking, per step and per token (docs/DESIGN.md §5
 # tolerances, checked by compare_runs). The masking must be live: the -dm 0 run
-# on the same data gives other per-token losses.
+# on the same data gives other per-token losses. The start-up table's layout balance
+# and attention bytes per layer equal dev/cp_layout's on the same first batch.
 #
 #   bash test/e2e_documents.sh COMPARE_RUNS      (env: see test/lib/e2e_lib.sh)
 set -euo pipefail
@@ -59,6 +60,21 @@ step_bytes=$((B * T * 4))
 if cmp -s <(head -c $step_bytes "$WORK/ref.tl") <(head -c $step_bytes "$WORK/nomask.tl"); then
     fail "document masking changes nothing: -dm 1 and -dm 0 give the same per-token losses"
 fi
+# the start-up table's balance and bytes per layer on the first batch (the rows the
+# runs read first, -sh 0): dev/cp_layout's, counted pair by pair on the same rows
+make -s cp_layout > /dev/null
+for case in "solver_cp4 4 solver ring" "packed_cp4 4 packed ring" "round_robin_cp4 4 round_robin ring" \
+            "striped_cp3 3 striped ring" "allgather_solver_cp4 4 solver allgather" \
+            "groupcast_solver_cp3 3 solver groupcast" "groupcast_packed_cp4 4 packed groupcast"; do
+    read -r name cp layout algorithm <<< "$case"
+    want=$(./cp_layout -t $T -cp "$cp" -cl "$layout" -i "$DOCS" -b $B -dm 1 -tile 64 -m d1 | awk -v a="$algorithm" '
+        $1 == "imbalance" { printf "max/mean: area %s, tiles of 64 %s\n", $7, $5 }
+        $2 == "comm" && $3 == a { printf "fwd %s B, bwd %s B per rank%s\n", $5, $8, a == "groupcast" ? " (mean)" : "" }')
+    got=$(sed -n 's/^| balance, first batch *| \(.*[0-9]\) *|$/\1/p; s/^| attention sent\/layer *| \(.*[a-z)]\) *|$/\1/p' \
+          "$WORK/$name.out")
+    [ "$(grep -c . <<< "$want")" -eq 2 ] || fail "$name: cp_layout gave no imbalance or comm line: $want"
+    [ "$got" = "$want" ] || fail "$name: the start-up table says"$'\n'"$got"$'\n'"cp_layout says"$'\n'"$want"
+done
 # and the packed layout really padded its documents
 grep -qE "padded T +\| [0-9]+ to [0-9]+ \(the documents decide\)" "$WORK/packed_cp4.out" || fail "the packed run does not report a data-dependent length"
 finish

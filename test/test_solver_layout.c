@@ -9,15 +9,19 @@ Checked against computations written here, not cp/'s:
     pads only from T on (slot g is token g), and the same data gives the same
     layout again;
   - the balance: each rank's masked area counted pair by pair (keys k <= q of the
-    query's document), summed over the ranks, is the row's area; the largest rank
-    is at most the mean plus the most expensive chunk plus the locality slack
-    (CP_SOLVER_SLACK_PERCENT of the mean); and span_area, the cost model, gives
-    each chunk's pair count;
+    query's document), summed over the ranks, is the row's area, and span_area
+    gives each chunk's pair count; each rank's tile area (what the tiled kernels
+    compute: the pairs of every tile pair that block_mask.h's range rule keeps,
+    counted here tile by tile from the tokens' indices and documents) is what
+    span_tile_area, the solver's cost, gives, and the largest rank is at most the
+    mean plus the most expensive chunk plus the locality slack
+    (CP_SOLVER_SLACK_PERCENT of the mean);
   - one causal document with an even number of chunks per rank: as balanced as
     round_robin (both exactly);
   - locality: on rows of many short documents, fewer (rank, document) pairs than
-    the area-only greedy (MagiAttention's rule, written here), at a largest load
-    within the slack of that greedy's;
+    the balance-only greedy (MagiAttention's rule, written here, on the same tile
+    areas), at a largest load in tiles, and a largest area, within the slack of
+    that greedy's;
   - the sharder: chunk sizes that are not whole tiles refused with a message
     naming them, and its local tokens those of cp_row_layout.
 */
@@ -51,6 +55,44 @@ static long long brute_query_area(const int *docs, int T, int g) {
     return n;
 }
 
+// The area of chunk c, pair by pair.
+static long long brute_chunk_area(const int *docs, int T, int c, int chunk) {
+    long long area = 0;
+    for (int g = c * chunk; g < (c + 1) * chunk; g++) { area += brute_query_area(docs, T, g); }
+    return area;
+}
+
+// slot g's document: docs[g] (0 for every real token when docs is NULL), -1 for a pad
+static int slot_document(const int *docs, int T, int g) { return g >= T ? -1 : docs ? docs[g] : 0; }
+
+// The pairs the tiled kernels compute for chunk c's queries, tile by tile in aligned
+// tiles of TILE: a tile of queries and an earlier (or the same) tile of keys are
+// computed whole unless their ranges of documents are apart.
+#define TILE 64
+static long long brute_chunk_tiles(const int *docs, int T, int c, int chunk) {
+    long long pairs = 0;
+    for (int qt = c * chunk / TILE; qt < (c + 1) * chunk / TILE; qt++) {
+        int q_lo = slot_document(docs, T, qt * TILE), q_hi = q_lo;
+        for (int g = qt * TILE; g < (qt + 1) * TILE; g++) {
+            int d = slot_document(docs, T, g);
+            q_lo = d < q_lo ? d : q_lo;
+            q_hi = d > q_hi ? d : q_hi;
+        }
+        for (int kt = 0; kt <= qt; kt++) {
+            int k_lo = slot_document(docs, T, kt * TILE), k_hi = k_lo;
+            for (int g = kt * TILE; g < (kt + 1) * TILE; g++) {
+                int d = slot_document(docs, T, g);
+                k_lo = d < k_lo ? d : k_lo;
+                k_hi = d > k_hi ? d : k_hi;
+            }
+            pairs += q_hi < k_lo || k_hi < q_lo ? 0 : TILE * TILE;
+        }
+    }
+    return pairs;
+}
+
+typedef long long (*ChunkCost)(const int *docs, int T, int c, int chunk);
+
 // owner: (P) the rank of each slot, from cp_row_layout for every rank; checks the partition
 static void solver_owners(const int *docs, int T, int P, int cp, int chunk, int *owner, const char *what) {
     int Tl = P / cp;
@@ -80,15 +122,16 @@ static void solver_owners(const int *docs, int T, int P, int cp, int chunk, int 
     free(slot_original);
 }
 
-// each rank's area, pair by pair. load: (cp)   returns the most expensive chunk's area
-static long long brute_loads(const int *docs, int T, int P, int cp, int chunk, const int *owner, long long *load) {
+// each rank's cost (area or tiles), chunk by chunk. load: (cp)   returns the most
+// expensive chunk's
+static long long brute_loads(ChunkCost cost, const int *docs, int T, int P, int cp, int chunk, const int *owner,
+                             long long *load) {
     long long worst = 0;
     for (int r = 0; r < cp; r++) { load[r] = 0; }
     for (int c = 0; c < P / chunk; c++) {
-        long long area = 0;
-        for (int g = c * chunk; g < (c + 1) * chunk; g++) { area += brute_query_area(docs, T, g); }
-        load[owner[c * chunk]] += area;
-        if (area > worst) { worst = area; }
+        long long x = cost(docs, T, c, chunk);
+        load[owner[c * chunk]] += x;
+        if (x > worst) { worst = x; }
     }
     return worst;
 }
@@ -128,20 +171,27 @@ static void test_partition_and_balance(void) {
         solver_owners(d, T, P, cp, chunk, owner, what);
         solver_owners(d, T, P, cp, chunk, again, what);
         CHECK(memcmp(owner, again, (size_t)P * sizeof(int)) == 0, "%s: two calls, two layouts", what);
-        long long worst = brute_loads(d, T, P, cp, chunk, owner, load), total = 0, row = 0;
+        long long total = 0, row = 0;
+        brute_loads(brute_chunk_area, d, T, P, cp, chunk, owner, load);
         for (int r = 0; r < cp; r++) { total += load[r]; }
         for (int g = 0; g < T; g++) { row += brute_query_area(d, T, g); }
         CHECK(total == row, "%s: the ranks hold %lld pairs, the row has %lld", what, total, row);
-        // and the cost model agrees with the pairs, chunk by chunk
+        // and the cost model agrees with the pairs and the tiles, chunk by chunk
         int *starts = (int *)mallocCheck((size_t)T * sizeof(int));
         cp_row_document_starts(docs, T, starts);
         for (int c = 0; c < P / chunk; c++) {
-            long long pairs = 0;
-            for (int g = c * chunk; g < (c + 1) * chunk; g++) { pairs += brute_query_area(d, T, g); }
+            long long pairs = brute_chunk_area(d, T, c, chunk), tiles = brute_chunk_tiles(d, T, c, chunk);
             long long area = span_area(masked ? starts : NULL, T, c * chunk, (c + 1) * chunk);
+            long long tile_area = span_tile_area(masked ? starts : NULL, T, c * chunk, (c + 1) * chunk, TILE);
             CHECK(area == pairs, "%s chunk %d: span_area %lld, %lld pairs", what, c, area, pairs);
+            CHECK(tile_area == tiles, "%s chunk %d: span_tile_area %lld, %lld pairs in tiles", what, c, tile_area,
+                  tiles);
         }
         free(starts);
+        // the balance, in what the solver balances: the tiles
+        long long worst = brute_loads(brute_chunk_tiles, d, T, P, cp, chunk, owner, load);
+        total = 0;
+        for (int r = 0; r < cp; r++) { total += load[r]; }
         double mean = (double)total / cp, slack = (double)total * CP_SOLVER_SLACK_PERCENT / (100.0 * cp);
         CHECK(max_of(load, cp) <= mean + worst + slack, "%s: largest rank %lld, mean %.1f, largest chunk %lld",
               what, max_of(load, cp), mean, worst);
@@ -166,7 +216,7 @@ static void test_causal_like_round_robin(void) {
             char what[64];
             snprintf(what, sizeof(what), "causal T %d cp %d", T, cp);
             solver_owners(NULL, T, P, cp, chunk, owner, what);
-            brute_loads(NULL, T, P, cp, chunk, owner, load);
+            brute_loads(brute_chunk_area, NULL, T, P, cp, chunk, owner, load);
             // round_robin's, pair by pair over its indices
             int *idx = (int *)mallocCheck((size_t)(P / cp) * sizeof(int));
             for (int r = 0; r < cp; r++) {
@@ -186,16 +236,14 @@ static void test_causal_like_round_robin(void) {
     printf("one causal document: as balanced as round_robin\n");
 }
 
-// MagiAttention's rule alone: chunks by decreasing area (ties in row order), each
-// to the least-loaded rank with room (ties to the lowest rank). owner: (P)
-static void area_only_greedy(const int *docs, int T, int P, int cp, int chunk, int *owner, long long *load) {
+// MagiAttention's rule alone: chunks by decreasing cost (here the tiles; ties in
+// row order), each to the least-loaded rank with room (ties to the lowest rank).
+// owner: (P)
+static void balance_only_greedy(const int *docs, int T, int P, int cp, int chunk, int *owner, long long *load) {
     int n = P / chunk;
     long long *area = (long long *)mallocCheck((size_t)n * sizeof(long long));
     int *placed = (int *)callocCheck((size_t)n, sizeof(int)), count[8] = {0};
-    for (int c = 0; c < n; c++) {
-        area[c] = 0;
-        for (int g = c * chunk; g < (c + 1) * chunk; g++) { area[c] += brute_query_area(docs, T, g); }
-    }
+    for (int c = 0; c < n; c++) { area[c] = brute_chunk_tiles(docs, T, c, chunk); }
     for (int r = 0; r < cp; r++) { load[r] = 0; }
     for (int k = 0; k < n; k++) {
         int best = -1;
@@ -229,19 +277,29 @@ static void test_locality(void) {
             char what[64];
             snprintf(what, sizeof(what), "short documents cp %d row %d", cp, row);
             solver_owners(docs, T, P, cp, chunk, owner, what);
-            brute_loads(docs, T, P, cp, chunk, owner, load);
-            area_only_greedy(docs, T, P, cp, chunk, greedy, greedy_load);
+            brute_loads(brute_chunk_tiles, docs, T, P, cp, chunk, owner, load);
+            balance_only_greedy(docs, T, P, cp, chunk, greedy, greedy_load);
             int pairs = rank_document_pairs(docs, T, cp, owner), greedy_pairs = rank_document_pairs(docs, T, cp, greedy);
             long long total = 0;
             for (int r = 0; r < cp; r++) { total += load[r]; }
             double slack = (double)total * CP_SOLVER_SLACK_PERCENT / (100.0 * cp);
-            printf("%s: %d documents, (rank, document) pairs %d (area only: %d), largest rank %lld (area only: "
-                   "%lld, mean %.0f)\n", what, docs[T - 1] + 1, pairs, greedy_pairs, max_of(load, cp),
+            printf("%s: %d documents, (rank, document) pairs %d (balance only: %d), largest rank %lld (balance "
+                   "only: %lld, mean %.0f)\n", what, docs[T - 1] + 1, pairs, greedy_pairs, max_of(load, cp),
                    max_of(greedy_load, cp), (double)total / cp);
-            CHECK(pairs < greedy_pairs, "%s: %d (rank, document) pairs, the area-only greedy %d", what, pairs,
+            CHECK(pairs < greedy_pairs, "%s: %d (rank, document) pairs, the balance-only greedy %d", what, pairs,
                   greedy_pairs);
-            CHECK(max_of(load, cp) <= max_of(greedy_load, cp) + slack, "%s: largest rank %lld, area only %lld",
+            CHECK(max_of(load, cp) <= max_of(greedy_load, cp) + slack, "%s: largest rank %lld, balance only %lld",
                   what, max_of(load, cp), max_of(greedy_load, cp));
+            // the area: evened within the tiles' slack, so no worse than the greedy's plus the slack
+            long long area[8], greedy_area[8], area_total = 0;
+            brute_loads(brute_chunk_area, docs, T, P, cp, chunk, owner, area);
+            brute_loads(brute_chunk_area, docs, T, P, cp, chunk, greedy, greedy_area);
+            for (int r = 0; r < cp; r++) { area_total += area[r]; }
+            double mean_area = (double)area_total / cp;
+            printf("%s: largest area over the mean %.3f (balance only: %.3f)\n", what, max_of(area, cp) / mean_area,
+                   max_of(greedy_area, cp) / mean_area);
+            CHECK(max_of(area, cp) <= max_of(greedy_area, cp) + mean_area * CP_SOLVER_SLACK_PERCENT / 100.0,
+                  "%s: largest area %lld, balance only %lld", what, max_of(area, cp), max_of(greedy_area, cp));
         }
     }
     free(docs);

@@ -13,7 +13,9 @@ and the peak memory per rank at the end.
 #ifdef _OPENMP
 #include <omp.h>
 #endif
+#include "../cp/attention_cost.h"
 #include "../cp/comm_mpi.h"
+#include "../cp/layout_balance.h"
 #include "../cp/mesh.h"
 #include "../llmc/gpt2.h"
 #include "config.h"
@@ -31,6 +33,10 @@ typedef struct {
     int start_step;        // 0, or the step of the checkpoint resumed from
     int val_batches;
     const MemoryEstimate *memory; // the estimated peak per rank
+    int attention_known;          // the two below were computed (the first batch could be sharded)
+    CpLayoutBalance balance;      // the layout's on the data's first batch
+    AttentionCost sent;           // the attention's messages per rank and layer on that batch
+    int sent_is_mean;             // sent is the mean over the ranks (group-cast's depends on the rank)
 } StartupFacts;
 
 // "{0,1} {2,3}": the CP ranks of each of `groups` groups of `size`, member(m, g, i)
@@ -93,6 +99,15 @@ static void print_startup_table(const TrainConfig *cfg, GPT2Config c, const Star
         format_rank_groups(groups, sizeof(groups), m, m->ulysses_size, m->ring_size, mesh_ring_member);
         snprintf(row, sizeof(row), "rings, R %d", m->ring_size);
         printf("| %-21s | %-50s |\n", row, groups);
+    }
+    if (f->attention_known) {
+        char balance[64], sent[64];
+        snprintf(balance, sizeof(balance), "max/mean: area %.3f, tiles of %d %.3f", f->balance.area, CP_SOLVER_TILE,
+                 f->balance.tiles);
+        printf("| %-21s | %-50s |\n", "balance, first batch", balance);
+        snprintf(sent, sizeof(sent), "fwd %zu B, bwd %zu B per rank%s", f->sent.forward_bytes,
+                 f->sent.backward_bytes, f->sent_is_mean ? " (mean)" : "");
+        printf("| %-21s | %-50s |\n", "attention sent/layer", sent);
     }
     printf("| %-21s | %-50s |\n", "transport", f->transport);
     char padded[128];

@@ -185,6 +185,16 @@ static int run_padded_len(const TrainConfig *cfg, CpLayoutKind layout) {
     return cp_padded_len(layout, cfg->T, cfg->cp_size);
 }
 
+// The training data's loader of data-parallel replica dp_rank. -a 1 overfits the
+// first batch of the validation data, read in order, as llm.c does; the training
+// data is shuffled as llm.c shuffles it unless -sh 0, the validation data is read
+// in order.
+static void open_train_loader(DataLoader *dl, const TrainConfig *cfg, int dp_rank, int dp_size, int vocab_size) {
+    const char *pattern = cfg->overfit_single_batch ? cfg->val_pattern : cfg->train_pattern;
+    dataloader_init(dl, pattern, cfg->overfit_single_batch ? "-j (-a 1)" : "-i", cfg->B, cfg->T, dp_rank, dp_size,
+                    vocab_size, cfg->shuffle && !cfg->overfit_single_batch, cfg->loss_masks);
+}
+
 // Opens the data of a run checked by check_run_against_model, and its outputs
 // when it starts afresh (resume_step -1; a resumed run opens them once its
 // checkpoint has been checked: train_run_resume).
@@ -197,13 +207,7 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     run->start_step = run->resumed ? resume_step : 0;
     run->padded_T = run_padded_len(cfg, layout);
     run->local_T = run->padded_T / cfg->cp_size;
-    // -a 1 overfits the first batch of the validation data, read in order, as llm.c
-    // does; the training data is shuffled as llm.c shuffles it unless -sh 0, the
-    // validation data is read in order
-    const char *train_pattern = cfg->overfit_single_batch ? cfg->val_pattern : cfg->train_pattern;
-    dataloader_init(&run->train_loader, train_pattern, cfg->overfit_single_batch ? "-j (-a 1)" : "-i", cfg->B, cfg->T,
-                    mesh->dp_rank, mesh->dp_size, c.vocab_size, cfg->shuffle && !cfg->overfit_single_batch,
-                    cfg->loss_masks);
+    open_train_loader(&run->train_loader, cfg, mesh->dp_rank, mesh->dp_size, c.vocab_size);
     if (cfg->val_every > 0) {
         dataloader_init(&run->val_loader, cfg->val_pattern, "-j", cfg->B, cfg->T, mesh->dp_rank, mesh->dp_size,
                         c.vocab_size, 0, cfg->loss_masks);
@@ -271,6 +275,36 @@ static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
     if (cfg->val_every > 0) { dataloader_free(&run->val_loader); }
 }
 
+// The layout's balance over the CP ranks and the attention's bytes per rank and
+// layer (cp/layout_balance.h, cp/attention_cost.h; group-cast's: the mean over the
+// ranks of their plans) on the first batch replica 0 reads (a loader of its own:
+// the run's reads on from where it stands), as every CP rank would shard it: with
+// -dm 1 the data decides, and packed's length too.
+static void first_batch_attention(const TrainRun *run, const TrainConfig *cfg, GPT2Config c, const Mesh *mesh,
+                                  StartupFacts *facts) {
+    DataLoader dl;
+    open_train_loader(&dl, cfg, 0, mesh->dp_size, c.vocab_size);
+    dataloader_next_batch(&dl);
+    int cp = cfg->cp_size;
+    CpSharder *sh = (CpSharder *)mallocCheck((size_t)cp * sizeof(CpSharder));
+    facts->attention_known = cp_shard_every_rank(sh, cp, run->layout, c.max_seq_len, run_documents(cfg), cfg->chunk,
+                                                 run->padded_T, dl.inputs, dl.targets, cfg->B, cfg->T) == CP_OK;
+    // a batch the layout cannot shard gives no rows: the first step stops on it on every rank, saying why
+    if (facts->attention_known) {
+        facts->balance = cp_layout_balance(sh, cp, dl.inputs, cfg->B, cfg->T);
+        CpAttentionKind kind = (CpAttentionKind)cp_attention_from_name(cfg->attention);
+        facts->sent_is_mean = kind == CP_ATTENTION_GROUPCAST;
+        AttentionCost most;
+        facts->sent = kind == CP_ATTENTION_GROUPCAST
+                          ? cp_groupcast_batch_cost(sh, cp, c.channels, &most)
+                          : attention_cost(kind, cp, mesh->ulysses_size, cfg->B, sh[0].layout.local_len,
+                                           c.channels, c.num_heads);
+    }
+    for (int r = 0; r < cp; r++) { cp_sharder_free(&sh[r]); }
+    free(sh);
+    dataloader_free(&dl);
+}
+
 // The start-up table (master only), a warning when threads outnumber cores
 // (collective), and a note when samples will print token ids.
 static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg, GPT2Config c, const Mesh *mesh,
@@ -278,7 +312,9 @@ static void train_run_print_startup(const TrainRun *run, const TrainConfig *cfg,
     warn_if_threads_outnumber_cores(mesh);
     if (mesh->world_rank != 0) { return; }
     StartupFacts facts = {tm->name, tm->transport, mesh, mesh->world_size, mesh->dp_size, run->padded_T, run->local_T,
-                          num_parameters, run->steps, run->start_step, run->val_batches, memory};
+                          num_parameters, run->steps, run->start_step, run->val_batches, memory, 0, {0, 0},
+                          {0, 0, 0, 0, 0, 0}, 0};
+    first_batch_attention(run, cfg, c, mesh, &facts);
     print_startup_table(cfg, c, &facts);
     print_flag_notes(cfg);
     if (cfg->sample_every > 0 && run->tokenizer.token_table == NULL) {
