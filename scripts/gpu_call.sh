@@ -29,7 +29,9 @@ export GPU_CALL_START
 export OUT=${OUT:-$(pwd)/build/gpu_call}
 mkdir -p "$OUT"
 SUMMARY=$OUT/summary.txt
-echo "GPU call at commit $(git rev-parse --short HEAD 2> /dev/null || cat gpu_prep/commit 2> /dev/null), $(date -u)" > "$SUMMARY"
+# the binaries' commit is gpu_prep's (the tree here may be another: a copy's .git can lag)
+echo "GPU call: gpu_prep made at commit $(cut -c1-12 gpu_prep/commit 2> /dev/null || echo unknown)," \
+    "this tree at $(git rev-parse --short=12 HEAD 2> /dev/null || echo unknown), $(date -u)" > "$SUMMARY"
 bash scripts/gpu_check.sh
 check=$?
 bash dev/bench/gpu_bench.sh
