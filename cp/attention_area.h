@@ -1,7 +1,8 @@
 /*
 The work of attention: its masked area, the query-key pairs the mask keeps for
-real queries. This is the one cost model of the layouts: the solver layout
-(cp/layout.h) balances it over the ranks, and dev/cp_layout reports it per rank
+real queries, and the whole tiles the tiled kernels compute of it (below). This
+is the one cost model of the layouts: the solver layout (cp/layout.h) balances
+them over the ranks, and dev/cp_layout reports them per rank
 (and checks it against its own count of the visible pairs, pair by pair).
 
 cp/block_mask.h's rule, visible(q, k) = index_k <= index_q and document_k ==

@@ -6,8 +6,9 @@ all-gather or a reduce-scatter over n ranks: n-1 parts, in n-1 dependent steps;
 an all-to-all: its n-1 parts for the others, n-1 messages that need not wait for
 each other). fp32 tensors and int32 coordinates, as the code sends them.
 
-The other cost of attention, its work (the masked area each rank computes, which
-the solver layout balances), is cp/attention_area.h.
+The other cost of attention, its work (the masked area each rank computes, and the
+whole 64-row tiles the kernels compute of it, which the solver layout balances), is
+cp/attention_area.h.
 
 dev/cp_layout prints it for a (T, cp, model); dev/bench/attention_algorithms.c
 counts the same quantities on the running code (and test/test_cp_layout.sh checks
