@@ -127,25 +127,6 @@ static void groupcast_attention_cuda_free(GroupcastAttentionCuda *g) {
     memset(g, 0, sizeof(*g));
 }
 
-// Each stage's counts and offsets in rows of row_bytes: to the peers and from the
-// sources at its ring distances (cp/groupcast_attention.h's bind, per row size)
-static void groupcast_stages_cuda_set(GroupcastStage *stages, const GroupcastPlan *p, int S, size_t row_bytes) {
-    int cp = p->cp, me = p->rank;
-    for (int i = 0; i < S; i++) {
-        GroupcastStage *st = &stages[i];
-        for (int j = 0; j < cp; j++) {
-            st->send_bytes[j] = st->recv_bytes[j] = 0;
-            st->send_offset[j] = (size_t)p->send_offset[j] * row_bytes;
-            st->recv_offset[j] = (size_t)p->recv_offset[j] * row_bytes;
-        }
-        for (int d = groupcast_stage_first(cp, S, i); d < groupcast_stage_first(cp, S, i + 1); d++) {
-            int to = (me + d) % cp, from = (me - d + cp) % cp;
-            st->send_bytes[to] = (size_t)p->send_count[to] * row_bytes;
-            st->recv_bytes[from] = (size_t)p->recv_count[from] * row_bytes;
-        }
-    }
-}
-
 // This batch's layout (host): every rank's coordinates gathered on the host, the
 // plan built, the coordinates as the kernels see them (each source's unsent slots
 // marked) and the lists uploaded, the tile visibility computed from those, the
@@ -186,8 +167,8 @@ static void groupcast_attention_cuda_bind(GroupcastAttentionCuda *g, const Shard
     cuda_upload(g->send_index, p->send_index, (size_t)p->send_offset[cp] * sizeof(int));
     cuda_upload(g->recv_index, p->recv_index, (size_t)p->recv_offset[cp] * sizeof(int));
     cudaCheck(cudaMemsetAsync(g->kv_peers, 0, (size_t)(cp - 1) * g->kv_bytes, cuda_ctx.stream));
-    groupcast_stages_cuda_set(g->kv_stages, p, g->S, groupcast_token_floats(g->C) * sizeof(floatX));
-    groupcast_stages_cuda_set(g->dkv_stages, p, g->S, groupcast_token_floats(g->C) * sizeof(float));
+    groupcast_stages_set(g->kv_stages, p, g->S, groupcast_token_floats(g->C) * sizeof(floatX));
+    groupcast_stages_set(g->dkv_stages, p, g->S, groupcast_token_floats(g->C) * sizeof(float));
 }
 
 // the source at ring distance d: rank r - d

@@ -123,6 +123,27 @@ static void groupcast_attention_free(GroupcastAttention *ga) {
     attention_queries_free(&ga->queries);
 }
 
+// Each of the S stages' counts and offsets in bytes, tokens of token_bytes each: every
+// peer's offset into the send and receive buffers (the plan's lists), and counts only
+// for the peers and sources at the stage's ring distances. The GPU twin sets its K|V
+// and dK|dV stages (of other token sizes) with it too.
+static void groupcast_stages_set(GroupcastStage *stages, const GroupcastPlan *p, int S, size_t token_bytes) {
+    int cp = p->cp, me = p->rank;
+    for (int i = 0; i < S; i++) {
+        GroupcastStage *st = &stages[i];
+        for (int j = 0; j < cp; j++) {
+            st->send_bytes[j] = st->recv_bytes[j] = 0;
+            st->send_offset[j] = (size_t)p->send_offset[j] * token_bytes;
+            st->recv_offset[j] = (size_t)p->recv_offset[j] * token_bytes;
+        }
+        for (int d = groupcast_stage_first(cp, S, i); d < groupcast_stage_first(cp, S, i + 1); d++) {
+            int to = (me + d) % cp, from = (me - d + cp) % cp;
+            st->send_bytes[to] = (size_t)p->send_count[to] * token_bytes;
+            st->recv_bytes[from] = (size_t)p->recv_count[from] * token_bytes;
+        }
+    }
+}
+
 // Collective over the CP group: this batch's layout, every rank's coordinates and
 // the plan made of them, and each stage's counts and offsets.
 static void groupcast_attention_bind(GroupcastAttention *ga, const ShardLayout *layout) {
@@ -132,28 +153,14 @@ static void groupcast_attention_bind(GroupcastAttention *ga, const ShardLayout *
     }
     ga->layout = layout;
     Comm *comm = ga->comm;
-    int cp = comm->size, me = comm->rank;
+    int me = comm->rank;
     size_t bt = (size_t)ga->B * ga->T;
     int *mine = ga->plan.coords + (size_t)me * 2 * bt; // in place: this rank's part of the gather
     memcpy(mine, layout->global_index, bt * sizeof(int));
     memcpy(mine + bt, layout->document, bt * sizeof(int));
     comm->all_gather(comm, mine, ga->plan.coords, 2 * bt * sizeof(int));
     groupcast_plan_build(&ga->plan);
-    size_t token = groupcast_token_floats(ga->C) * sizeof(float);
-    const GroupcastPlan *p = &ga->plan;
-    for (int i = 0; i < ga->S; i++) {
-        GroupcastStage *st = &ga->stages[i];
-        for (int j = 0; j < cp; j++) {
-            st->send_bytes[j] = st->recv_bytes[j] = 0;
-            st->send_offset[j] = (size_t)p->send_offset[j] * token;
-            st->recv_offset[j] = (size_t)p->recv_offset[j] * token;
-        }
-        for (int d = groupcast_stage_first(cp, ga->S, i); d < groupcast_stage_first(cp, ga->S, i + 1); d++) {
-            int to = (me + d) % cp, from = (me - d + cp) % cp;
-            st->send_bytes[to] = (size_t)p->send_count[to] * token;
-            st->recv_bytes[from] = (size_t)p->recv_count[from] * token;
-        }
-    }
+    groupcast_stages_set(ga->stages, &ga->plan, ga->S, groupcast_token_floats(ga->C) * sizeof(float));
 }
 
 // Posts stage i's exchange of K|V (reverse: of dK|dV back to the owners, the
