@@ -59,6 +59,18 @@ check "$B" flops 17112760320
 # written 88,080,384; D = rowsum(dO * O) 12,779,520
 check "$B" dram 428408832
 check "$B" dq_in_l2 False
+# the kernel's DRAM (Q, K, V, dO, dK, dV, lse, D and the read-modify-write: 252,051,456 B)
+# over 3.35 TB/s x 0.9 = 83.60 us bounds it: the SM time is a 46-step slot (264 blocks
+# start at once, the 24 left go to the slots that end first, those of 16 steps; the
+# first of them takes 30) x 1.55152 us (half an SM's step: 196,608 shared bytes, 4 warps
+# x 45,056 read + 16,384 copied in, / 253.44 GB/s) = 71.37 us; the L2's 365,297,664 B /
+# 7 TB/s = 52.19 us. The passes around it add 176,357,376 B / 3.015 TB/s = 58.49 us, and
+# 4 launches 8 us: 150.09 us
+check "$B" smem 1283457024
+check "$B" l2 365297664
+check "$B" bound DRAM
+check "$B" time 150.09e-6 1e-4
+check "$B" tail 0.53754941 1e-6
 # the last line's form
 last=$(python3 dev/bench/kernel_model.py | tail -n 1)
 if ! [[ $last =~ ^model:\ forward\ [0-9]+\.[0-9]+\ backward\ [0-9]+\.[0-9]+\ of\ FlashAttention-2$ ]]; then

@@ -28,10 +28,18 @@ What it models, per kernel and shape (causal, head size 64, B*NH heads, T tokens
              time / (slots x the last block's end)
   chip time  a kernel takes the largest of its SM time, its L2 bytes / L2 bandwidth and
              its DRAM bytes / DRAM bandwidth (that one is its bound), plus 2 us per
-             launch. DRAM bytes: every tensor read or written once, the fp32 dQ
-             buffers (our slices' memset and summing pass, FA2's accumulator zeroing
-             and conversion) and the dQ read-modify-write (ours) or atomics (FA2)
-             in full when the resident blocks' dQ rows exceed the L2, none otherwise
+             launch. DRAM bytes: every tensor read or written once, and the dQ
+             read-modify-write (ours) or atomics (FA2) in full when the resident
+             blocks' dQ rows exceed the L2, none otherwise (FA2: one write-back)
+  backward   the passes around the kernel, run in turn and memory-bound, add their
+             DRAM time: ours D = rowsum(dO * O), the dQ slices' memset, their sum
+             (dq_parts_sum_kernel); FA2's D, its fp32 dQ accumulator's zeroing and
+             conversion. The DRAM column counts them too
+  FA2        its HS 64 launch as published: forward 128 x 128 tiles, 4 warps (32
+             query rows each), 2 blocks/SM (assumed: 48 KiB of tiles); backward
+             128 x 128, 8 warps, one block per key tile walking its query tiles, P and
+             dS through shared memory, 1 block/SM (its launch asks about 144 KiB);
+             dQ by atomic adds resolved in L2 (no exposed latency: nothing returns)
   TFLOP/s    counted as FlashAttention counts them (causal forward 2 B NH T^2 HS,
              backward 2.5x), over the modelled time
 
@@ -91,7 +99,8 @@ def kernel(design, name, m, bnh, T):
     steps   per block, in launch order (blockIdx.x fastest, then the heads)
     per_sm  blocks resident per SM
     flops, smem, l2   per step;  l2_block: per block (once);  lat: exposed per step
-    dram    the kernel's DRAM bytes;  launches;  useful: FlashAttention's FLOP count
+    dram    the kernel's DRAM bytes;  aux: those of the backward's passes around it
+    launches;  useful: FlashAttention's FLOP count
     ws      bytes of dQ rows the resident blocks touch (whether the RMW stays in L2)"""
     tiles = cdiv(T, 64)
     rows = bnh * T * HS          # elements of one (B, NH, T, HS) tensor
@@ -115,11 +124,11 @@ def kernel(design, name, m, bnh, T):
         pairs = bnh * tiles * (tiles + 1) // 2
         dram = (4 * rows * 2 + 2 * rows * 2                          # Q, K, V, dO read; dK, dV written
                 + 2 * bnh * T * 4                                    # lse, D
-                + splits * rows * 4                                  # the slices' memset
-                + splits * rows * 4 + rows * 4                       # summed into dq
-                + 2 * rows * 2 + bnh * T * 4                         # D = rowsum(dO * O)
                 + (0 if in_l2 else pairs * rmw))
-        return dict(steps=steps, per_sm=2, launches=4, useful=2.5 * fwd_useful,
+        aux = (splits * rows * 4                                     # the slices' memset
+               + splits * rows * 4 + rows * 4                        # summed into dq
+               + 2 * rows * 2 + bnh * T * 4)                         # D = rowsum(dO * O)
+        return dict(steps=steps, per_sm=2, launches=4, aux=aux, useful=2.5 * fwd_useful,
                     lat=LAT_L2 if in_l2 else LAT_DRAM,
                     flops=5 * 2 * 64 * 64 * HS,
                     # per warp: Q, dO (S^T, dP^T), dO, Q (dV, dK), dS^T and K (dQ), dS^T stored;
@@ -150,13 +159,13 @@ def kernel(design, name, m, bnh, T):
         atom = 128 * HS * 4
         pairs = bnh * nb * (nb + 1) // 2
         dram = (4 * rows * 2 + 2 * rows * 2 + 2 * bnh * T * 4
-                + rows * 4 + rows * 4 + rows * 2                     # accumulator zeroed, converted
-                + 2 * rows * 2 + bnh * T * 4                         # D
                 + (rows * 4 if in_l2 else pairs * 2 * atom))
+        aux = (rows * 4 + rows * 4 + rows * 2                        # accumulator zeroed, converted
+               + 2 * rows * 2 + bnh * T * 4)                         # D
         # per warp (2 x 4 and 4 x 2 warp layouts): S and dP 64 x 32 tiles (Q or dO, K or V
         # slices), dV and dK 32 x 32 (P^T or dS^T, dO or Q), dQ 64 x 16 (dS, K); P, dS stored
         per_warp = 2 * (64 + 32) * HS * 2 + 2 * (32 * 128 + 128 * 32) * 2 + (64 * 128 + 128 * 16) * 2
-        return dict(steps=steps, per_sm=1, launches=4, useful=2.5 * fwd_useful, lat=0.0,
+        return dict(steps=steps, per_sm=1, launches=4, aux=aux, useful=2.5 * fwd_useful, lat=0.0,
                     flops=5 * 2 * 128 * 128 * HS,
                     smem=8 * per_warp + 2 * 128 * 128 * 2 + 2 * 128 * HS * 2,
                     l2=2 * 128 * HS * 2 + 2 * 128 * 4 + atom,
@@ -189,9 +198,10 @@ def model(design, name, mach, bnh, T):
         l2 += bnh * cdiv(T, 64) * k["l2_tile"]
     times = {sm_bound: span, "L2": l2 / m["l2"], "DRAM": k["dram"] / m["dram"]}
     bound = max(times, key=times.get)
-    t = times[bound] + k["launches"] * LAUNCH
+    aux = k.get("aux", 0)  # the backward's passes before and after the kernel, memory-bound, in turn
+    t = times[bound] + aux / m["dram"] + k["launches"] * LAUNCH
     return dict(blocks=len(steps), slots=slots, waves=len(steps) / slots, tail=busy / (slots * span),
-                flops=total_steps * k["flops"], smem=total_steps * k["smem"], l2=l2, dram=k["dram"],
+                flops=total_steps * k["flops"], smem=total_steps * k["smem"], l2=l2, dram=k["dram"] + aux,
                 bound=bound, time=t, tflops=k["useful"] / t / 1e12, steps=total_steps,
                 dq_in_l2=k["ws"] <= m["l2_size"], splits=k.get("splits", 0))
 
