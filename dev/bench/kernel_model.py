@@ -54,14 +54,16 @@ Machine figures (assumptions, marked where not measured):
   H100 SXM  132 SMs; dense bf16 989.4 TFLOP/s (datasheet), of which mma.sync (the
             pre-Hopper instruction both designs use; wgmma is Hopper's) reaches 2/3
             (assumed, as commonly measured); shared memory 128 B/clock/SM at 1.98 GHz
-            (the boost clock, seen on the H200 in .library/device/KINDS.md); L2 50 MB,
+            (the boost clock, read on the lent H200); L2 50 MB,
             7 TB/s (assumed from public microbenchmarks); DRAM 3.35 TB/s datasheet x 0.9
             (the H200's measured copy / datasheet ratio) = 3.0 TB/s
-  H200      the H100's chip: the same SM figures; L2 60 MB (PyTorch's reading, KINDS.md);
-            DRAM 4.3 TB/s (a device-to-device copy measured there, KINDS.md)
+  H200      the H100's chip: the same SM figures; L2 60 MB (PyTorch's reading there);
+            DRAM 4.3 TB/s (a device-to-device copy measured there)
   A100      for the check against FlashAttention-2's paper only: 108 SMs, 312 TFLOP/s
             bf16 dense, mma.sync at full rate (its native instruction), 128 B/clock/SM
             at 1.41 GHz, L2 40 MB, 5 TB/s (assumed), DRAM 2.04 TB/s x 0.9
+  all       a dependent load's round trip under load: 0.3 us from L2, 0.6 us from DRAM
+            (assumed); 2 us a launch
 
     python3 dev/bench/kernel_model.py            the tables, the checks, the last line:
                                                  model: forward F backward B of FlashAttention-2
@@ -71,7 +73,6 @@ Machine figures (assumptions, marked where not measured):
 import heapq
 import sys
 
-KB = 1024
 MACHINES = {
     "H100": dict(sms=132, mma=989.4e12 * 2 / 3, smem=128 * 1.98e9, l2=7.0e12, l2_size=50e6, dram=3.35e12 * 0.9),
     "H200": dict(sms=132, mma=989.4e12 * 2 / 3, smem=128 * 1.98e9, l2=7.0e12, l2_size=60e6, dram=4.3e12),
