@@ -92,7 +92,9 @@ sanitizer_probe() {
         error "compute-sanitizer refuses this device (${refused#"========= "}): its steps are skipped"
     else
         skip_sanitizer="compute-sanitizer fails on gpu_probe"
-        fail "$skip_sanitizer: $(grep -m 1 -iE 'error' "$WORK/sanitizer_probe.out" || tail -n 1 "$WORK/sanitizer_probe.out")"
+        local why
+        why=$(grep -m 1 -iE 'error' "$WORK/sanitizer_probe.out" || tail -n 1 "$WORK/sanitizer_probe.out")
+        fail "$skip_sanitizer: ${why#"========= "}"
     fi
 }
 if [[ $HAVE_GPU_TOOLS -eq 1 && -x $SANITIZER ]]; then
