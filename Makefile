@@ -200,5 +200,10 @@ bench_long_fit: dev/bench/long_context_fit.cu $(CUDA_DEPS)
 bench_attention_gpu: dev/bench/attention_gpu.cu $(CUDA_DEPS)
 	$(NVCC) $(NVCC_FLAGS) -I. $< -o $@ -L$(CUDA_HOME)/lib64 -Xlinker -rpath,$(CUDA_HOME)/lib64 -lcublas -lcublasLt
 
+# the GPU check's first step: a context and one tiny kernel (dev/cuda/gpu_probe.cu); the
+# runtime linked statically, so it needs nothing but the driver
+gpu_probe: dev/cuda/gpu_probe.cu
+	$(NVCC) -O2 -arch=sm_$(GPU_ARCH) $< -o $@
+
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp encode cp_layout loss_mask bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu $(BUILD_DIR) gpu_prep
+	rm -rf train_gpt2cp_cpu train_gpt2cp encode cp_layout loss_mask bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu gpu_probe $(BUILD_DIR) gpu_prep

@@ -5,13 +5,17 @@
 #
 #     bash scripts/gpu_check.sh
 #
-#   1. the toolchain and the binaries (scripts/gpu_toolchain.sh): gpu_prep's, built
-#      here only where they do not start
+#   1. the toolchain and the binaries (scripts/gpu_toolchain.sh): first whether CUDA
+#      runs here (libcuda.so.1 loads, gpu_probe runs a tiny kernel), else one error
+#      line and exit 1, no step run; then gpu_prep's binaries, built here only where
+#      they do not start
 #   2. the GPU tests of both builds (FP32, BF16): every kernel and the whole model
 #      against the CPU headers; ring, all-gather, Ulysses, hybrid and group-cast
 #      attention against their CPU twins on RING_RANKS ranks sharing the GPU
 #   3. compute-sanitizer's racecheck, synccheck and memcheck over one attention
-#      forward and backward of each build (bench_attention_gpu, SANITIZED sizes)
+#      forward and backward of each build (bench_attention_gpu, SANITIZED sizes),
+#      after it ran gpu_probe: where it refuses the device, one error line and its
+#      steps skipped ("skipped: device not supported")
 #   4. the FP32 trainer against the CPU twin's runs that gpu_prep made (CHECK sizes:
 #      d2, B 4, T 256, 20 steps, -f 0): cp 1 over NCCL, cp 2 and 4 x {contiguous,
 #      round_robin} (-ct mpi, ranks sharing the GPU), Ulysses at cp 1 and 2, the
@@ -42,7 +46,7 @@ REPO=$(pwd)
 GPU_SCRIPT=gpu_check
 # shellcheck source=scripts/gpu_toolchain.sh
 source scripts/gpu_toolchain.sh || exit 1
-[[ $HAVE_MPI -eq 1 ]] || { say "error: the GPU check needs MPI (the trainer is an MPI program)"; exit 1; }
+[[ $HAVE_MPI -eq 1 ]] || { error "the GPU check needs MPI (the trainer is an MPI program)"; exit 1; }
 export OMP_NUM_THREADS=1
 JOBS=$([[ $EMULATION -eq 1 ]] && echo 2 || echo 4)
 # at most JOBS commands at once in the background (each runs its own `run`)
@@ -70,14 +74,43 @@ done
 
 # ---- 3. compute-sanitizer over one attention forward and backward of each build
 SANITIZER=${CUDA_HOME:-/usr/local/cuda}/bin/compute-sanitizer
+# sanitizer_probe: compute-sanitizer tried first on gpu_probe. Where it does not
+# support this device (some container runtimes: "Device not supported", then every
+# allocation fails) it says so in its own error line and its steps are skipped, not
+# failed; any other failure of the probe under it is one failure, its steps skipped
+sanitizer_probe() {
+    if timeout $((60 * TIME_SCALE)) "$SANITIZER" --tool memcheck --error-exitcode 99 "$PROBE" \
+        > "$WORK/sanitizer_probe.out" 2>&1; then
+        skip_sanitizer=
+        return
+    fi
+    cat "$WORK/sanitizer_probe.out" >> "$LOG"
+    local refused
+    refused=$(grep -m 1 -iE 'device not supported|no CUDA-capable device|sees no device' "$WORK/sanitizer_probe.out")
+    if [[ -n $refused ]]; then
+        skip_sanitizer="device not supported"
+        error "compute-sanitizer refuses this device (${refused#"========= "}): its steps are skipped"
+    else
+        skip_sanitizer="compute-sanitizer fails on gpu_probe"
+        local why
+        why=$(grep -m 1 -iE 'error' "$WORK/sanitizer_probe.out" || tail -n 1 "$WORK/sanitizer_probe.out")
+        fail "$skip_sanitizer: ${why#"========= "}"
+    fi
+}
 if [[ $HAVE_GPU_TOOLS -eq 1 && -x $SANITIZER ]]; then
+    sanitizer_probe
+    sanitized=${skip_sanitizer:+skipped: $skip_sanitizer}
     for p in FP32 BF16; do
         for tool in racecheck synccheck memcheck; do
-            spawn step "sanitizer_${tool}_$p" 60 "$SANITIZER" --tool "$tool" --error-exitcode 99 \
-                "$(bin $p bench_attention_gpu)" "${SANITIZED[@]}" -f 1
+            if [[ -n $skip_sanitizer ]]; then
+                summary_line "sanitizer_${tool}_$p: skipped: $skip_sanitizer"
+            else
+                spawn step "sanitizer_${tool}_$p" 60 "$SANITIZER" --tool "$tool" --error-exitcode 99 \
+                    "$(bin $p bench_attention_gpu)" "${SANITIZED[@]}" -f 1
+            fi
         done
     done
-    sanitized="racecheck, synccheck, memcheck"
+    sanitized=${sanitized:-racecheck, synccheck, memcheck}
 else
     sanitized="not run: no compute-sanitizer$([[ $EMULATION -eq 1 ]] && echo " (emulation: its own checks are on)")"
     say "compute-sanitizer: $sanitized"

@@ -6,6 +6,8 @@
 #
 #   say MESSAGE             prints a line and logs it
 #   fail MESSAGE            says FAIL: MESSAGE and counts it in $failures
+#   summary_line TEXT       a line to the summary, after the call's seconds and the script
+#   error MESSAGE           says error: MESSAGE, to the summary too (the caller returns 1)
 #   run NAME LIMIT CMD...   runs CMD under a timeout of LIMIT seconds (x TIME_SCALE;
 #                           less if the call's deadline comes first; none left: skipped), its
 #                           output to the log and to $WORK/NAME.out; a line to the
@@ -28,6 +30,12 @@
 #   HAVE_MPI    1 with the system's mpirun, or gpu_prep/bundle; else 0
 #   MPIRUN      mpirun with the flags for ranks sharing one machine (as root too)
 #
+# Before anything else the call learns whether CUDA runs here at all, in one line:
+# libcuda.so.1 must load (else "error: no NVIDIA driver here"), and gpu_probe
+# (dev/cuda/gpu_probe.cu, gpu_prep's, else built here) must create a context and run
+# one tiny kernel (else "error: CUDA does not run here: " and the runtime's reason).
+# PROBE is its path (scripts/gpu_check.sh runs it under compute-sanitizer first).
+#
 # GPU_CALL_EMULATION=1: the dry run (dev/cuda/emu/run.sh gpu_call): the binaries are
 # the CUDA emulation's (EMU_BUILD, default build/emu: run.sh builds them), each rank a device of its own
 # (EMU_DEVICES=4), no nvcc, nvidia-smi, compute-sanitizer or torch needed (their
@@ -47,18 +55,22 @@ SUMMARY=$REPORT_DIR/summary.txt
 START=$SECONDS
 failures=0
 EMULATION=${GPU_CALL_EMULATION:-0}
+# one summary for the whole call (scripts/gpu_call.sh starts it), else one per script
+[[ -n ${GPU_CALL_START:-} ]] || { : > "$SUMMARY"; GPU_CALL_START=$(date +%s); }
 # no wait on another rank may stall a step for long (the trainer's watchdog)
 export GPT2CP_TIMEOUT=60
 
 say() { echo "$*" | tee -a "$LOG"; }
 fail() { say "FAIL: $*"; failures=$((failures + 1)); }
+summary_line() { echo "[$(($(date +%s) - GPU_CALL_START))s] $GPU_SCRIPT $*" >> "$SUMMARY"; }
+error() { say "error: $*"; summary_line "error: $*"; }
 run() {
     local name=$1 limit=$2
     shift 2
     local left=$((GPU_CALL_DEADLINE - ($(date +%s) - GPU_CALL_START)))
     if [[ $left -lt 5 ]]; then
         say "$name: skipped (the call's ${GPU_CALL_DEADLINE} s are spent)"
-        echo "[$(($(date +%s) - GPU_CALL_START))s] $GPU_SCRIPT $name: SKIPPED (deadline)" >> "$SUMMARY"
+        summary_line "$name: SKIPPED (deadline)"
         return 1
     fi
     limit=$((limit * TIME_SCALE))
@@ -70,33 +82,49 @@ run() {
     local verdict="ok"
     [[ $rc -eq 0 ]] || verdict="FAIL (exit $rc$([[ $rc -eq 124 ]] && echo ": past its $limit s"))"
     say "[$((SECONDS - START))s] $name: exit $rc ($((SECONDS - t0)) s)"
-    echo "[$(($(date +%s) - GPU_CALL_START))s] $GPU_SCRIPT $name: $verdict, $((SECONDS - t0)) s" >> "$SUMMARY"
+    summary_line "$name: $verdict, $((SECONDS - t0)) s"
     if [[ $rc -ne 0 ]]; then
         tail -n 25 "$WORK/$name.out"
         return 1
     fi
+}
+# whether gpu_probe runs (a context, one tiny kernel), said in one line either way
+cuda_runs() {
+    local out
+    out=$(timeout $((60 * TIME_SCALE)) "$PROBE" 2>&1)
+    local rc=$?
+    if [[ $rc -ne 0 ]]; then
+        out=$(grep -m 1 '^error: ' <<< "$out" || tail -n 1 <<< "$out")
+        error "CUDA does not run here: ${out#error: } (gpu_probe, exit $rc)"
+        return 1
+    fi
+    say "$out"
+    summary_line "gpu_probe: ok"
 }
 # mean tok/s of the progress lines after the first step
 tokens_per_s() { awk '/^step / && $2 !~ /^1\// { for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s") { s += $i; n++ } }
                       END { if (n) printf "%.0f", s / n; else print "-" }' "$1"; }
 
 for tool in make gcc python3 od awk timeout tar; do
-    command -v $tool > /dev/null || { say "error: this script needs '$tool', which is not on PATH"; return 1; }
+    command -v $tool > /dev/null || { error "this script needs '$tool', which is not on PATH"; return 1; }
 done
+# no driver, no GPU: one line at once (the dry run has neither)
+if [[ $EMULATION -eq 0 ]] && ! why=$(python3 -c 'import ctypes; ctypes.CDLL("libcuda.so.1")' 2>&1); then
+    error "no NVIDIA driver here (libcuda.so.1 does not load: ${why##*: }): the GPU check runs on a GPU machine (its dry run: dev/cuda/emu/run.sh gpu_call)"
+    return 1
+fi
 PREP=$REPO/gpu_prep
 if [[ ! -f $PREP/sizes.sh ]]; then
-    say "error: no gpu_prep/: make it where apt works ('make gpu_prep', GPU_PREP_SIZES=emulation for the dry run) and carry it"
+    error "no gpu_prep/: make it where apt works ('make gpu_prep', GPU_PREP_SIZES=emulation for the dry run) and carry it"
     return 1
 fi
 # shellcheck disable=SC1091
 source "$PREP/sizes.sh"
 if [[ $EMULATION -eq 1 && $PREP_SIZES != emulation ]] || [[ $EMULATION -eq 0 && $PREP_SIZES != gpu ]]; then
-    say "error: gpu_prep/ holds the $PREP_SIZES sizes; remake it with GPU_PREP_SIZES=$([[ $EMULATION -eq 1 ]] && echo emulation || echo gpu)"
+    error "gpu_prep/ holds the $PREP_SIZES sizes; remake it with GPU_PREP_SIZES=$([[ $EMULATION -eq 1 ]] && echo emulation || echo gpu)"
     return 1
 fi
 say "gpu_prep: $PREP_SIZES sizes, made at commit $(cat "$PREP/commit" 2> /dev/null)"
-# one summary for the whole call (scripts/gpu_call.sh starts it), else one per script
-[[ -n ${GPU_CALL_START:-} ]] || { : > "$SUMMARY"; GPU_CALL_START=$(date +%s); }
 # the call ends before its deadline: steps after it are skipped, not started
 GPU_CALL_DEADLINE=${GPU_CALL_DEADLINE:-$((450 * TIME_SCALE))}
 
@@ -124,19 +152,31 @@ if [[ $EMULATION -eq 1 ]]; then
     EMU_BUILD=${EMU_BUILD:-$REPO/build/emu}
     bin() { echo "$EMU_BUILD/$2_$1"; }
     for p in FP32 BF16; do
-        [[ -x $(bin $p train_gpt2cp) ]] || { say "error: no $(bin $p train_gpt2cp): run dev/cuda/emu/run.sh gpu_call"; return 1; }
+        [[ -x $(bin $p train_gpt2cp) ]] || { error "no $(bin $p train_gpt2cp): run dev/cuda/emu/run.sh gpu_call"; return 1; }
     done
     say "emulation: the binaries of build/emu, each rank a device of its own"
-    return 0
+    PROBE=$(bin FP32 gpu_probe)
+    cuda_runs
+    return
 fi
 HAVE_GPU_TOOLS=1
 export CUDA_HOME=${CUDA_HOME:-/usr/local/cuda}
 if [[ ! -x $CUDA_HOME/bin/nvcc ]]; then
     if command -v nvcc > /dev/null; then CUDA_HOME=$(dirname "$(dirname "$(command -v nvcc)")"); else
-        say "error: no nvcc (set CUDA_HOME)"; return 1; fi
+        error "no nvcc (set CUDA_HOME)"; return 1; fi
 fi
 say "nvcc: $("$CUDA_HOME/bin/nvcc" --version | tail -n 2 | head -n 1)"
-nvidia-smi -L 2>&1 | while read -r line; do say "$line"; done || true
+command -v nvidia-smi > /dev/null && nvidia-smi -L 2>&1 | while read -r line; do say "$line"; done
+PROBE=$PREP/bin/gpu_probe
+if [[ ! -x $PROBE ]]; then
+    PROBE=$WORK/gpu_probe
+    if ! make -s CUDA_HOME="$CUDA_HOME" gpu_probe > "$WORK/gpu_probe_build.out" 2>&1; then
+        error "cannot build gpu_probe: $(tail -n 1 "$WORK/gpu_probe_build.out")"
+        return 1
+    fi
+    mv gpu_probe "$PROBE"
+fi
+cuda_runs || return 1
 if [[ -z ${NCCL_HOME:-} ]]; then
     if [[ -f $CUDA_HOME/include/nccl.h ]]; then NCCL_HOME=$CUDA_HOME; else
         for site in $(python3 -c 'import site, sys; print(" ".join(site.getsitepackages() + [site.getusersitepackages()] + sys.path))' 2>/dev/null); do
@@ -176,12 +216,12 @@ if ! prepared_binaries_start; then
     for p in FP32 BF16; do
         mkdir -p "$PRECISION_DIR/$p" "$BIN_DIR/$p"
         tar -C "$REPO" --exclude=./build --exclude=./gpu_bundle --exclude=./gpu_prep --exclude=./dev/data \
-            --exclude=./.git -cf - . | tar -C "$PRECISION_DIR/$p" -xf - || { say "error: cannot copy the sources"; return 1; }
+            --exclude=./.git -cf - . | tar -C "$PRECISION_DIR/$p" -xf - || { error "cannot copy the sources"; return 1; }
         run "build_$p" 300 make -C "$PRECISION_DIR/$p" -j 8 "${MAKE_FLAGS[@]}" PRECISION=$p train_gpt2cp \
             bench_attention_gpu build/gpu/test_gpu_kernels build/gpu/test_gpu_attention_algorithms &
         pids+=($!)
     done
-    for pid in "${pids[@]}"; do wait "$pid" || { say "error: the GPU build failed"; return 1; }; done
+    for pid in "${pids[@]}"; do wait "$pid" || { error "the GPU build failed"; return 1; }; done
     for p in FP32 BF16; do
         cp "$PRECISION_DIR/$p/train_gpt2cp" "$PRECISION_DIR/$p/bench_attention_gpu" \
             "$PRECISION_DIR/$p/build/gpu/test_gpu_kernels" "$PRECISION_DIR/$p/build/gpu/test_gpu_attention_algorithms" \

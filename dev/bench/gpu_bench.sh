@@ -37,7 +37,7 @@ REPO=$(pwd)
 GPU_SCRIPT=gpu_bench
 # shellcheck source=scripts/gpu_toolchain.sh
 source scripts/gpu_toolchain.sh || exit 1
-[[ $HAVE_MPI -eq 1 ]] || { say "error: the benchmark needs MPI (the trainer is an MPI program)"; exit 1; }
+[[ $HAVE_MPI -eq 1 ]] || { error "the benchmark needs MPI (the trainer is an MPI program)"; exit 1; }
 HAVE_SMI=0
 command -v nvidia-smi > /dev/null && HAVE_SMI=1
 HAVE_TORCH=1

@@ -3,7 +3,7 @@ The sources as the CUDA emulation compiles them (dev/cuda/emu/run.sh):
 
     python3 dev/cuda/emu/rewrite.py REPO OUT
 
-copies cp/, llmc/, test/ (and test/lib/), train/, dev/bench/, dev/cuda/emu/checks_test.cu,
+copies cp/, llmc/, test/ (and test/lib/), train/, dev/bench/, dev/cuda/gpu_probe.cu, dev/cuda/emu/checks_test.cu,
 train_gpt2cp.cu and train_common.h from REPO to
 OUT with the CUDA syntax that a C++ compiler cannot read turned into calls of the
 emulator (cuda_emu.h):
@@ -95,7 +95,8 @@ def main():
     src, dst = sys.argv[1], sys.argv[2]
     sites = []
     for d, kinds in [('cp', SOURCES), ('llmc', SOURCES), ('test', SOURCES), ('test/lib', SOURCES),
-                     ('train', SOURCES), ('dev/bench', SOURCES), ('dev/cuda/emu', ('.cu',))]:
+                     ('train', SOURCES), ('dev/bench', SOURCES), ('dev/cuda', ('.cu',)),
+                     ('dev/cuda/emu', ('.cu',))]:
         os.makedirs(os.path.join(dst, d), exist_ok=True)
         for f in sorted(os.listdir(os.path.join(src, d))):
             p = os.path.join(src, d, f)

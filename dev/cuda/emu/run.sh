@@ -82,6 +82,7 @@ fi
 if [[ " ${PARTS[*]} " == *" gpu_call "* ]]; then
     build bench_attention_gpu dev/bench/attention_gpu.cu FP32
     build bench_attention_gpu dev/bench/attention_gpu.cu BF16
+    build gpu_probe dev/cuda/gpu_probe.cu FP32
     built
 fi
 
@@ -146,7 +147,7 @@ if [[ " ${PARTS[*]} " == *" gpu_call "* ]]; then
     OUT=$WORK/gpu_call GPU_CALL_EMULATION=1 EMU_BUILD=$WORK bash scripts/gpu_call.sh
     # every step of the call reported, none skipped (PyTorch's training step runs only
     # where torch is: the emulation has none)
-    for step in test_gpu_kernels_BF16 gpu_cp4_hybrid_2x2_mpi gpu_docs_cp4_packed_allgather gpu_docs_cp4_solver_groupcast \
+    for step in gpu_probe test_gpu_kernels_BF16 gpu_cp4_hybrid_2x2_mpi gpu_docs_cp4_packed_allgather gpu_docs_cp4_solver_groupcast \
                 bf16_v5_cp1_nccl \
                 gpu_resume_rest attn_64_fp32 sdpa train_T64_BF16; do
         grep -q " $step: ok" "$WORK/gpu_call/summary.txt" ||
