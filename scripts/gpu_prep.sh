@@ -111,9 +111,8 @@ if [[ $SIZES == gpu ]]; then
     # each precision in its own copy of the sources (both builds write the same names)
     for p in FP32 BF16; do
         tree=build/precision/$p
-        mkdir -p "$tree" "$PREP/bin/$p"
-        tar --exclude=./build --exclude=./gpu_bundle --exclude=./gpu_prep --exclude=./dev/data --exclude=./.git \
-            -cf - . | tar -C "$tree" -xf -
+        mkdir -p "$PREP/bin/$p"
+        precision_tree . "$tree"
         make -s -C "$tree" -j 2 PRECISION=$p train_gpt2cp bench_attention_gpu build/gpu/test_gpu_kernels \
             build/gpu/test_gpu_attention_algorithms
         cp "$tree/train_gpt2cp" "$tree/bench_attention_gpu" "$tree/build/gpu/test_gpu_kernels" \

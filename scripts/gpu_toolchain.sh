@@ -214,9 +214,8 @@ if ! prepared_binaries_start; then
     BIN_DIR=$PRECISION_DIR/bin
     pids=()
     for p in FP32 BF16; do
-        mkdir -p "$PRECISION_DIR/$p" "$BIN_DIR/$p"
-        tar -C "$REPO" --exclude=./build --exclude=./gpu_bundle --exclude=./gpu_prep --exclude=./dev/data \
-            --exclude=./.git -cf - . | tar -C "$PRECISION_DIR/$p" -xf - || { error "cannot copy the sources"; return 1; }
+        mkdir -p "$BIN_DIR/$p"
+        precision_tree "$REPO" "$PRECISION_DIR/$p" || { error "cannot copy the sources"; return 1; }
         run "build_$p" 300 make -C "$PRECISION_DIR/$p" -j 8 "${MAKE_FLAGS[@]}" PRECISION=$p train_gpt2cp \
             bench_attention_gpu build/gpu/test_gpu_kernels build/gpu/test_gpu_attention_algorithms &
         pids+=($!)

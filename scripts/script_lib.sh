@@ -11,6 +11,12 @@
 #                         it is used (exit 1); sourced, it does nothing
 #   from_caller PATH      PATH as the caller meant it: a relative one from the
 #                         caller's directory ($caller, recorded before any cd)
+#   precision_tree SRC TREE   SRC's sources copied into TREE, for a GPU build of one
+#                         precision (both builds write the same names), without
+#                         build/, gpu_prep/, gpu_bundle/, dev/data and .git, and without
+#                         the trainer and the attention benchmark at the top: a copy of
+#                         SRC's own (another precision's) would be newer than the sources
+#                         and make would keep it as up to date
 #   gnuplot_string TEXT   TEXT as one gnuplot string literal: single-quoted, where
 #                         gnuplot expands nothing (no backquote, macro or escape),
 #                         a quote doubled, a control character (a newline would end
@@ -47,6 +53,14 @@ from_caller() {
     /*) printf '%s\n' "$1" ;;
     *) printf '%s\n' "${caller:?from_caller needs the directory of the call}/$1" ;;
     esac
+}
+
+precision_tree() {
+    local src=$1 tree=$2
+    mkdir -p "$tree" &&
+        tar -C "$src" --exclude=./build --exclude=./gpu_bundle --exclude=./gpu_prep --exclude=./dev/data \
+            --exclude=./.git -cf - . | tar -C "$tree" -xf - &&
+        rm -f "$tree/train_gpt2cp" "$tree/bench_attention_gpu"
 }
 
 gnuplot_string() {
