@@ -71,9 +71,8 @@ from shared memory (warp_mma, llmc/mma_tiles.cuh), in the run's precision
             dS^T Q, as flash-attention does.
 Softmax, the running max and sum, lse, D = rowsum(dO * O) and the (o, lse) merge
 are fp32 in every mode.
-Each output element is computed by one lane in a fixed order (the BF16 build's
-dQ: in slices, each summed in a fixed order, then summed in slice order): no
-atomics, the same bits every run.
+Each output element is computed by one lane in a fixed order: no atomics, the
+same bits every run.
 */
 #ifndef CP_ATTENTION_BLOCK_CUH
 #define CP_ATTENTION_BLOCK_CUH
@@ -232,20 +231,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         // the next tile's first __syncthreads orders these reads of dS before its writes
         warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, ks, Tl::LD_KN);
     }
-    #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        int i = q0 + warp * 16 + g + 8 * r;
-        if (i >= T) { continue; }
-        float *dqrow = p.dq + (brow + i) * p.dq_stride + h * HS;
-        #pragma unroll
-        for (int d = 0; d < DT; d++) {
-            #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                float *dqe = dqrow + 8 * d + 2 * t + e;
-                *dqe = p.dq_add ? *dqe + acc[d][2 * r + e] : acc[d][2 * r + e];
-            }
-        }
-    }
+    dq_rows_store<HS>(p, acc, b, h, q0 + warp * 16);
 }
 
 // dK and dV of one key tile of the visiting block, (b, h), from this rank's queries.
@@ -456,17 +442,13 @@ static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const floatX *q
         constexpr MmaPrecision P = decltype(kernel)::P;
         constexpr int HS = decltype(kernel)::HS;
         if constexpr (P == MMA_BF16) {
-            // dQ in slices, zeroed, then summed into dq in slice order
-            size_t rows = (size_t)aq->B * aq->T, part = rows * aq->C;
-            a.dq_parts = aq->dq_parts;
-            a.dq_splits = aq->dq_splits;
-            cudaCheck(cudaMemsetAsync(a.dq_parts, 0, a.dq_splits * part * sizeof(float), cuda_ctx.stream));
-            dim3 flash_grid(a.dq_splits, aq->NH, aq->B);
-            size_t shared = attention_shared(attend_backward_flash_kernel<HS>, flash_backward_shared_bytes<HS>());
-            attend_backward_flash_kernel<HS><<<flash_grid, FlashTile<HS>::BWD_THREADS, shared, cuda_ctx.stream>>>(a);
+            using Ft = FlashTile<HS>;
+            dim3 dq_grid((a.tiles + Ft::SUBS - 1) / Ft::SUBS, aq->NH, aq->B);
+            size_t shared = attention_shared(attend_backward_dq_flash_kernel<HS>, flash_backward_dq_shared_bytes<HS>());
+            attend_backward_dq_flash_kernel<HS><<<dq_grid, Ft::DQ_THREADS, shared, cuda_ctx.stream>>>(a);
             cudaCheckLaunch();
-            dq_parts_sum_kernel<<<grid_for(part, 256), 256, 0, cuda_ctx.stream>>>(dq, dq_stride, dq_add, a.dq_parts,
-                                                                                 a.dq_splits, rows, aq->C);
+            shared = attention_shared(attend_backward_dkv_flash_kernel<HS>, flash_backward_dkv_shared_bytes<HS>());
+            attend_backward_dkv_flash_kernel<HS><<<grid, Ft::DKV_THREADS, shared, cuda_ctx.stream>>>(a);
         } else {
             size_t floats = backward_shared_floats<P, HS>();
             size_t shared = attention_shared(attend_backward_dq_kernel<P, HS>, floats * sizeof(float));

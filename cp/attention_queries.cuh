@@ -36,24 +36,6 @@ static constexpr bool attention_sums_in_place = sizeof(floatX) == sizeof(float);
 static int attention_head_size_supported(int HS) { return HS == 32 || HS == 64 || HS == 128; }
 static constexpr int attention_tile_rows(int HS) { return HS <= 64 ? 64 : 32; }
 
-// How many slices the BF16 build's backward sums dQ in (cp/attention_block_flash.cuh):
-// enough blocks (slices x heads x rows) to fill every multiprocessor with the two
-// its registers hold, at most one slice per two key tiles (a slice sums its key
-// tiles one after another) and at most 16 (each is (B, T, C) fp32: at B 1 and 12
-// heads, 16 slices are 16 times the fp32 output). None in the FP32 build (its
-// kernels sum dQ per query tile).
-static int attention_dq_splits(int B, int T, int C, int NH) {
-#ifdef ENABLE_BF16
-    int rows = attention_tile_rows(C / NH), tiles = (T + rows - 1) / rows;
-    int want = (2 * cuda_ctx.multiprocessors + B * NH - 1) / (B * NH);
-    int most = (tiles + 1) / 2 < 16 ? (tiles + 1) / 2 : 16;
-    return want < most ? (want > 1 ? want : 1) : most;
-#else
-    (void)B; (void)T; (void)C; (void)NH;
-    return 0;
-#endif
-}
-
 // What stays on this rank while the K/V blocks come by (device).
 typedef struct {
     int B, T, C, NH;           // T = local tokens per row
@@ -61,17 +43,14 @@ typedef struct {
     float *drow;               // (B, NH, T) D = rowsum(dO * O)
     float *acc;                // (B, T, C) BF16 build: the fp32 running output (forward), dQ summed
                                // over the blocks (backward); NULL in the FP32 build (out, dqkv)
-    float *dq_parts;           // (dq_splits, B, T, C) BF16 build: a block's dQ in slices
-    int dq_splits;             // attention_dq_splits; 0 in the FP32 build
     AttentionLayoutCuda layout;
 } AttentionQueriesCuda;
 
 // bytes attention_queries_cuda_init allocates for a group of cp ranks
 static size_t attention_queries_cuda_bytes(int cp, int B, int T, int C, int NH) {
     size_t acc = attention_sums_in_place ? 0 : (size_t)B * T * C * sizeof(float);
-    size_t dq_parts = (size_t)attention_dq_splits(B, T, C, NH) * B * T * C * sizeof(float);
     size_t layout = attention_layout_cuda_bytes(cp, B, T, attention_tile_rows(C / NH));
-    return (size_t)B * NH * T * sizeof(float) + acc + dq_parts + layout;
+    return (size_t)B * NH * T * sizeof(float) + acc + layout;
 }
 
 static void attention_queries_cuda_init(AttentionQueriesCuda *aq, Comm *comm, int B, int T, int C, int NH,
@@ -86,17 +65,12 @@ static void attention_queries_cuda_init(AttentionQueriesCuda *aq, Comm *comm, in
     aq->precision = attention_precision(cuda_ctx.tf32);
     aq->drow = (float *)cuda_malloc_counted(bytes, (size_t)B * NH * T * sizeof(float));
     if (!attention_sums_in_place) { aq->acc = (float *)cuda_malloc_counted(bytes, (size_t)B * T * C * sizeof(float)); }
-    aq->dq_splits = attention_dq_splits(B, T, C, NH);
-    if (aq->dq_splits > 0) {
-        aq->dq_parts = (float *)cuda_malloc_counted(bytes, (size_t)aq->dq_splits * B * T * C * sizeof(float));
-    }
     attention_layout_cuda_init(&aq->layout, comm->size, comm->rank, B, T, attention_tile_rows(C / NH), bytes);
 }
 
 static void attention_queries_cuda_free(AttentionQueriesCuda *aq) {
     cudaCheck(cudaFree(aq->drow));
     if (aq->acc) { cudaCheck(cudaFree(aq->acc)); }
-    if (aq->dq_parts) { cudaCheck(cudaFree(aq->dq_parts)); }
     attention_layout_cuda_free(&aq->layout);
     memset(aq, 0, sizeof(*aq));
 }

@@ -12,7 +12,9 @@ differ only in how they feed the tensor cores:
                        base 2: one fma and one exp2 a score)
   output_merge         the block's (o, lse) merged into the running (o, lse) in
                        the CPU's stable form (cp/attention_block.h)
+  dq_rows_store        a query tile's dQ rows written or added to, fp32
   dkv_rows_store       a key tile's dK, dV rows written, fp32 or floatX
+  exp2_ftz             2^x in one instruction
 */
 #ifndef CP_ATTENTION_ROW_STEPS_CUH
 #define CP_ATTENTION_ROW_STEPS_CUH
@@ -31,7 +33,6 @@ typedef struct {
     const floatX *dout;                 // (B, T, C) output gradient
     const float *drow;                  // (B, NH, T) D = rowsum(dO * O)
     float *dq; int dq_stride; int dq_add; // fp32 dQ rows: written (dq_add 0) or added to (plain kernels)
-    float *dq_parts; int dq_splits;     // (dq_splits, B, T, C) fp32 dQ partial sums, zeroed (flash backward)
     DkvRowsCuda dkv;                    // the block's dK, dV contribution, written
     const int *q_index, *q_doc;         // (B, T) coordinates of the queries
     const int *k_index, *k_doc;         // (B, T) of the block's keys
@@ -45,6 +46,21 @@ typedef struct {
 // probability is one fma and one exp2 of a raw score (AttnBlockArgs.scale_log2).
 #define LOG2E_F 1.44269504088896341f
 #define LN2_F 0.693147180559945309f
+
+// 2^x as one ex2.approx.ftz: exp2f compiles to ex2.approx too, with extra steps
+// that keep results below 2^-126 (denormals) instead of flushing them to 0. The
+// softmax's probabilities are at most 1 and summed with the row's largest (1), so
+// such a probability adds nothing there, and in P V, dS and dQ it is as good as 0.
+__device__ static __forceinline__ float exp2_ftz(float x) {
+#ifdef CUDA_EMU
+    float r = exp2f(x);
+    return r < 1.17549435e-38f ? 0.0f : r; // FLT_MIN, the smallest normal float
+#else
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+    return r;
+#endif
+}
 
 // s: a key tile's raw scores q.k of the warp's rows (-inf where not visible), NT
 // blocks of 8 keys; turned into exp2(s scale_log2 - m_new) with m_new the row's new
@@ -61,13 +77,13 @@ __device__ static __forceinline__ void online_softmax_step(float s[NT][4], float
         float m_new = fmaxf(m[r], row_max4(mx) * scale_log2);
         // a row that has seen no visible key yet keeps m = -inf and p = 0
         float base = m_new == -INFINITY ? 0.0f : m_new;
-        float alpha = exp2f(m[r] - base);
+        float alpha = exp2_ftz(m[r] - base);
         float sum = 0.0f;
         #pragma unroll
         for (int n = 0; n < NT; n++) {
             #pragma unroll
             for (int e = 2 * r; e < 2 * r + 2; e++) {
-                s[n][e] = exp2f(fmaf(s[n][e], scale_log2, -base));
+                s[n][e] = exp2_ftz(fmaf(s[n][e], scale_log2, -base));
                 sum += s[n][e];
             }
         }
@@ -119,6 +135,28 @@ __device__ static __forceinline__ void output_merge(const AttnBlockArgs &p, cons
             }
         }
         if (t == 0) { p.lse[lse_row[r]] = lse_new; }
+    }
+}
+
+// Writes the warp's 16 query rows from row0 of dQ (batch row b, head h) into the fp32
+// rows p.dq, or adds them (p.dq_add: the blocks after the first).
+template <int HS>
+__device__ static __forceinline__ void dq_rows_store(const AttnBlockArgs &p, const float acc[HS / 8][4], int b, int h,
+                                                     int row0) {
+    int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
+    #pragma unroll
+    for (int r = 0; r < 2; r++) {
+        int i = row0 + g + 8 * r;
+        if (i >= p.T) { continue; }
+        float *dqrow = p.dq + ((size_t)b * p.T + i) * p.dq_stride + h * HS;
+        #pragma unroll
+        for (int d = 0; d < HS / 8; d++) {
+            #pragma unroll
+            for (int e = 0; e < 2; e++) {
+                float *dqe = dqrow + 8 * d + 2 * t + e;
+                *dqe = p.dq_add ? *dqe + acc[d][2 * r + e] : acc[d][2 * r + e];
+            }
+        }
     }
 }
 

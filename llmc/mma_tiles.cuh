@@ -22,7 +22,8 @@ the 4 lanes that hold one row of C).
 
 bf16 tiles (the BF16 build's kernels), MMA_BF16 through ldmatrix: fragment_a_bf16
 and fragment_a_bf16_trans (an A fragment into registers, once for a loop),
-warp_mma_bf16 (C += A B, A in registers, B from shared memory in either layout),
+warp_mma_bf16 (C += A B, A in registers, B from shared memory in either layout;
+warp_mma_bf16_rows for a warp of several 16-row tiles sharing each B fragment),
 fragment_a_from_accumulators (a product's C as the next product's A).
 */
 #ifndef LLMC_MMA_TILES_CUH
@@ -88,6 +89,12 @@ template <int NT> __device__ static __forceinline__ void fragments_zero(float c[
     }
 }
 
+// the same for the M 16-row tiles of a warp (warp_mma_bf16_rows' accumulators)
+template <int M, int NT> __device__ static __forceinline__ void fragments_zero_rows(float c[M][NT][4]) {
+    #pragma unroll
+    for (int m = 0; m < M; m++) { fragments_zero<NT>(c[m]); }
+}
+
 // A warp's 16 rows of a C fragment into shared memory (row stride ld).
 template <int NT> __device__ static __forceinline__ void fragments_store(float *dst, int ld, const float c[NT][4]) {
     int lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
@@ -134,6 +141,19 @@ __device__ static __forceinline__ void fragment_a_bf16(uint32_t a[4], const __nv
     ldmatrix<4, false>(a, tile + (row0 + lane % 16) * ld + k0 + 8 * (lane / 16));
 }
 
+// the A fragments of a warp's M 16-row tiles from row0, every 16 columns of K:
+// f[k][m] holds rows row0 + 16 m .. + 15, columns 16 k .. 16 k + 15 (the A operands
+// of warp_mma_bf16_rows over a k dimension of 16 KS)
+template <int KS, int M>
+__device__ static __forceinline__ void fragments_a_bf16_rows(uint32_t f[KS][M][4], const __nv_bfloat16 *tile, int ld,
+                                                             int row0) {
+    #pragma unroll
+    for (int k = 0; k < KS; k++) {
+        #pragma unroll
+        for (int m = 0; m < M; m++) { fragment_a_bf16(f[k][m], tile, ld, row0 + 16 * m, 16 * k); }
+    }
+}
+
 // the A fragment of the transpose of the tile: A (m, k) = tile[k][m], m from m0, k from k0
 __device__ static __forceinline__ void fragment_a_bf16_trans(uint32_t a[4], const __nv_bfloat16 *tile, int ld, int m0,
                                                              int k0) {
@@ -141,12 +161,15 @@ __device__ static __forceinline__ void fragment_a_bf16_trans(uint32_t a[4], cons
     ldmatrix<4, true>(a, tile + (k0 + 8 * (lane / 16) + lane % 8) * ld + m0 + 8 * (lane / 8 % 2));
 }
 
-// C (16 x 8 NT) += A (16 x 16, a fragment in registers) B (16 x 8 NT), B the rows
-// k0 .. k0 + 15 of the tile's k dimension in the layout BL (B_NK: element (k, n)
-// at tile[n][k]; B_KN: at tile[k][n]), two n-blocks per ldmatrix. NT is even.
-template <int NT, int BL>
-__device__ static __forceinline__ void warp_mma_bf16(float c[NT][4], const uint32_t a[4], const __nv_bfloat16 *tile, int ld,
-                                                     int k0) {
+// C_m (16 x 8 NT) += A_m (16 x 16, a fragment in registers) B (16 x 8 NT) for the M
+// row tiles m of a warp's 16 M rows, B the rows k0 .. k0 + 15 of the tile's k
+// dimension in the layout BL (B_NK: element (k, n) at tile[n][k]; B_KN: at
+// tile[k][n]), two n-blocks per ldmatrix. Each B fragment is read from shared memory
+// once for all M row tiles: a warp of 32 rows reads half the bytes per mma that a
+// warp of 16 does. NT is even.
+template <int M, int NT, int BL>
+__device__ static __forceinline__ void warp_mma_bf16_rows(float c[M][NT][4], const uint32_t a[M][4],
+                                                          const __nv_bfloat16 *tile, int ld, int k0) {
     static_assert(NT % 2 == 0, "two n-blocks per ldmatrix");
     int lane = threadIdx.x % WARP_SIZE;
     #pragma unroll
@@ -157,9 +180,19 @@ __device__ static __forceinline__ void warp_mma_bf16(float c[NT][4], const uint3
         } else {
             ldmatrix<4, true>(b, tile + (k0 + 8 * (lane / 8 % 2) + lane % 8) * ld + 8 * n + 8 * (lane / 16));
         }
-        mma_m16n8k16_bf16(c[n], a, b, c[n]);
-        mma_m16n8k16_bf16(c[n + 1], a, b + 2, c[n + 1]);
+        #pragma unroll
+        for (int m = 0; m < M; m++) {
+            mma_m16n8k16_bf16(c[m][n], a[m], b, c[m][n]);
+            mma_m16n8k16_bf16(c[m][n + 1], a[m], b + 2, c[m][n + 1]);
+        }
     }
+}
+
+// the same for one row tile: C (16 x 8 NT) += A (16 x 16) B (16 x 8 NT)
+template <int NT, int BL>
+__device__ static __forceinline__ void warp_mma_bf16(float c[NT][4], const uint32_t a[4], const __nv_bfloat16 *tile, int ld,
+                                                     int k0) {
+    warp_mma_bf16_rows<1, NT, BL>((float(*)[NT][4])c, (const uint32_t(*)[4])a, tile, ld, k0);
 }
 
 // The A fragment of columns 16 j .. 16 j + 15 of a warp's C (16 x 8 NT), from the

@@ -20,8 +20,8 @@ sent home, every rank's outputs depend on every other rank's data. Cases: layout
 identity (np 1), contiguous and round_robin; T = 7, 37, 150, 300 (most pad); with
 and without document masking (an EOT token opens a document); head sizes 32, 64
 and 128 (tiles of 64, 64 and 32 rows, and the BF16 build's forward query tiles
-of 128, so the local lengths cross tiles and end in partial ones; at T 300 the
-BF16 backward sums dQ over 2 or 3 slices, some of two key tiles); packed
+of 128, which its dQ kernel shares, so the local lengths cross tiles and end in
+partial ones); packed
 (documents split head-tail) at T = 100 and 300; and striped
 (token i on rank i mod np: strided index sets) at T = 37 and 150. Ulysses and the
 hybrid run where the heads split (NH 12, HS 32 cases: every np of the suite). Each

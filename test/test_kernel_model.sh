@@ -29,48 +29,61 @@ check "$F" waves 0.36363636 1e-6
 check "$F" steps 864
 # a step: Q K^T and P V over 128 x 64 x 64: 4 * 128 * 64 * 64 = 2,097,152 FLOPs
 check "$F" flops 1811939328
-# a step's shared bytes: 8 warps each read the 64 x 64 bf16 K and V tiles (8 x 16 KiB),
-# and K and V are copied in (16 KiB): 147,456; x 864
-check "$F" smem 127401984
-# the SM's step: shared 147,456 B / (128 B x 1.98 GHz) = 0.58182 us (tensor: 2,097,152 /
-# (989.4e12 x 2/3 / 132) = 0.41968 us); a slot gets half the SM: 1.16364 us; the
-# longest block (16 steps) ends at 18.618 us, all 96 start at once; + 2 us launch
-check "$F" bound shared
-check "$F" time 20.618e-6 1e-3
+# a step's shared bytes: 4 warps of 32 rows each read the 64 x 64 bf16 K and V tiles
+# (4 x 16 KiB), and K and V are copied in (16 KiB): 81,920; x 864
+check "$F" smem 70778880
+# the SM's step: tensor 2,097,152 / (989.4e12 x 2/3 / 132) = 0.419685 us (shared:
+# 81,920 B / (128 B x 1.98 GHz) = 0.323232 us); a slot gets half the SM: 0.83937 us;
+# the longest block (16 steps) ends at 13.42992 us, all 96 start at once; + 2 us launch
+check "$F" bound tensor
+check "$F" time 15.42992e-6 1e-5
 # busy / (slots x span) = 864 / (264 x 16)
 check "$F" tail 0.20454545 1e-6
-# FlashAttention's count 2 x 12 x 1024^2 x 64 = 1.6106e9 over 20.618 us
-check "$F" tflops 78.117 1e-3
-# Our backward, H100, B*NH 48, T 1024: attention_dq_splits: want ceil(264 / 48) = 6 <
-# most min(17 / 2, 16) = 8: 6 splits, 288 blocks over 264 slots (1.09 waves: a second,
-# nearly empty wave). Split s walks key tiles s, s+6, s+12, each seen by 16 - kt query
-# tiles: 30, 27, 24, 21, 18, 16 pairs = 136 = 16 x 17 / 2 a head, 6528 in all, each
-# 5 products of 2 x 64^3 = 2,621,440 FLOPs
-B="ours backward H100 48 1024"
-check "$B" splits 6
+# FlashAttention's count 2 x 12 x 1024^2 x 64 = 1,610,612,736 over 15.42992 us
+check "$F" tflops 104.382 1e-4
+# Our backward, H100, B*NH 12, T 1024: two kernels in turn, each in one wave.
+# The dQ kernel: the forward's 96 blocks and 864 steps, two blocks per SM (264 slots);
+# a step: Q K^T, dO V^T and dS K over 128 x 64 x 64: 3 x 1,048,576 = 3,145,728 FLOPs;
+# shared: 4 warps of 32 rows each read K, V and K once (3 x 8 KiB), K and V copied in:
+# 114,688 B
+Q="ours backward_dq H100 12 1024"
+check "$Q" blocks 96
+check "$Q" slots 264
+check "$Q" steps 864
+check "$Q" flops 2717908992
+check "$Q" smem 99090432
+# tensor: 3,145,728 / (989.4e12 x 2/3 / 132 = 4.99697e12) = 0.629527 us a step (shared:
+# 114,688 B / 253.44 GB/s = 0.452525 us); a slot has half the SM: the longest block
+# (16 steps) 20.14486 us; the pass D = rowsum(dO * O) before it: dO and O read
+# (2 x 786,432 x 2 B) and D written (49,152 B) = 3,194,880 B / 3.015 TB/s = 1.05966 us;
+# 2 launches (D and the kernel) 4 us: 25.20452 us
+check "$Q" bound tensor
+check "$Q" time 25.20452e-6 1e-5
+check "$Q" tail 0.20454545 1e-6
+# L2: 864 steps x (K, V 16,384 + their coordinates 512) + 96 blocks x (Q, dO 32,768 +
+# lse, D 1,024 + dQ's fp32 rows read and written 65,536) = 24,133,632
+check "$Q" l2 24133632
+# The dK dV kernel: 16 key tiles a head, tile kt seen by 16 - kt query tiles: 136
+# steps a head, 1632 in all, 192 blocks over 396 slots (3 per SM); a step: 4 products
+# of 2 x 64^3 = 2,097,152 FLOPs; shared: 2 warps of 32 keys each read Q, dO, dO, Q
+# (4 x 8 KiB) and their V fragments (4 x 4 KiB), Q and dO copied in: 114,688 B =
+# 0.452525 us (tensor 0.419685); a slot has a third of the SM: the longest block
+# (16 steps) 21.72121 us, + 1 launch: 23.72121 us
+K="ours backward_dkv H100 12 1024"
+check "$K" blocks 192
+check "$K" slots 396
+check "$K" steps 1632
+check "$K" flops 3422552064
+check "$K" bound shared
+check "$K" time 23.72121e-6 1e-5
+check "$K" tail 0.25757576 1e-6
+# the backward: both, in turn: 48.92573 us, 6,140,461,056 FLOPs executed; FlashAttention's
+# count 2.5 x 2 x 12 x 1024^2 x 64 = 4,026,531,840 over 48.92573 us = 82.2989 TFLOP/s
+B="ours backward H100 12 1024"
 check "$B" blocks 288
-check "$B" waves 1.09090909 1e-6
-check "$B" steps 6528
-check "$B" flops 17112760320
-# DRAM: 264 resident slices of 1024 x 64 fp32 (69.2 MB) exceed the 50 MB L2, so the dQ
-# read-modify-write counts in full: 6528 pairs x 4 warps x 16 rows x 64 x 4 B x 2 =
-# 213,909,504; rows = 48 x 1024 x 64 = 3,145,728: Q, K, V, dO read and dK, dV written
-# bf16 37,748,736; lse, D 393,216; the slices' memset 75,497,472; their sum read and dQ
-# written 88,080,384; D = rowsum(dO * O) 12,779,520
-check "$B" dram 428408832
-check "$B" dq_in_l2 False
-# the kernel's DRAM (Q, K, V, dO, dK, dV, lse, D and the read-modify-write: 252,051,456 B)
-# over 3.35 TB/s x 0.9 = 83.60 us bounds it: the SM time is a 46-step slot (264 blocks
-# start at once, the 24 left go to the slots that end first, those of 16 steps; the
-# first of them takes 30) x 1.55152 us (half an SM's step: 196,608 shared bytes, 4 warps
-# x 45,056 read + 16,384 copied in, / 253.44 GB/s) = 71.37 us; the L2's 365,297,664 B /
-# 7 TB/s = 52.19 us. The passes around it add 176,357,376 B / 3.015 TB/s = 58.49 us, and
-# 4 launches 8 us: 150.09 us
-check "$B" smem 1283457024
-check "$B" l2 365297664
-check "$B" bound DRAM
-check "$B" time 150.09e-6 1e-4
-check "$B" tail 0.53754941 1e-6
+check "$B" flops 6140461056
+check "$B" time 48.92573e-6 1e-5
+check "$B" tflops 82.2989 1e-4
 # the last line's form
 last=$(python3 dev/bench/kernel_model.py | tail -n 1)
 if ! [[ $last =~ ^model:\ forward\ [0-9]+\.[0-9]+\ backward\ [0-9]+\.[0-9]+\ of\ FlashAttention-2$ ]]; then

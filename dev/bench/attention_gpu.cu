@@ -59,8 +59,10 @@ static void print_kernel_shapes(void) {
                     using Ft = FlashTile<HS_>;
                     printf("attend_forward_flash_kernel<%d>\t%d\t%zu\n", HS_, Ft::FWD_THREADS,
                            flash_forward_shared_bytes<HS_>());
-                    printf("attend_backward_flash_kernel<%d>\t%d\t%zu\n", HS_, Ft::BWD_THREADS,
-                           flash_backward_shared_bytes<HS_>());
+                    printf("attend_backward_dq_flash_kernel<%d>\t%d\t%zu\n", HS_, Ft::DQ_THREADS,
+                           flash_backward_dq_shared_bytes<HS_>());
+                    printf("attend_backward_dkv_flash_kernel<%d>\t%d\t%zu\n", HS_, Ft::DKV_THREADS,
+                           flash_backward_dkv_shared_bytes<HS_>());
                 } else {
                     const char *names[3] = {"attend_forward_kernel", "attend_backward_dq_kernel",
                                             "attend_backward_dkv_kernel"};
