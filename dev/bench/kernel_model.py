@@ -218,8 +218,8 @@ def model(design, name, mach, bnh, T):
 
 # today's measured H200 table (dev/bench/README.md, "GPU: block attention ..."): B 1,
 # NH 12, bf16, ms: ours forward, ours backward, SDPA forward, SDPA backward
-MEASURED = {1024: (0.043, 0.124, 0.032, 0.392), 4096: (0.241, 0.898, 0.122, 0.409),
-            16384: (2.411, 10.657, 0.967, 2.375)}
+MEASURED = {1024: (0.049, 0.126, 0.057, 0.180), 4096: (0.237, 0.680, 0.114, 0.303),
+            16384: (2.216, 7.006, 0.977, 2.372)}
 
 
 def fmt_ms(x):
