@@ -122,19 +122,39 @@ if [[ " ${PARTS[*]} " == *" tests "* ]]; then
     # threads, blocks and stream operations, not what the checks compare: racecheck
     # and the streams' happens-before hold under any order, so further seeds look
     # for a wrong result under another interleaving, which the cheaper runs do at a
-    # tenth of the first seed's time
+    # tenth of the first seed's time.
+    # gpu_tests SEED "NP BINARY"...: the runs at once (a rank is one host thread: the
+    # single-rank runs of the two builds keep two cores busy), then each run's verdict
+    # lines and any check that failed, in the order given
+    gpu_tests() {
+        local seed=$1 run pids=() failed=0 i=0
+        shift
+        for run in "$@"; do
+            EMU_SEED=$seed "${MPIRUN[@]}" -np "${run% *}" "$WORK/${run#* }" > "$WORK/tests_$i.out" 2>&1 < /dev/null &
+            pids+=($!)
+            i=$((i + 1))
+        done
+        i=0
+        for run in "$@"; do
+            wait "${pids[$i]}" || failed=1
+            echo "== seed $seed: ${run#* } at ${run% *} rank(s)"
+            grep -v '^ok ' "$WORK/tests_$i.out" || true
+            i=$((i + 1))
+        done
+        [[ $failed -eq 0 ]] || { echo "run.sh: a GPU test failed (above)" >&2; exit 1; }
+    }
     read -ra SEEDS <<< "${EMU_SEEDS:-$((RANDOM * 32768 + RANDOM))}"
     for s in "${!SEEDS[@]}"; do
         seed=${SEEDS[$s]}
-        for p in FP32 BF16; do
-            ranks="1 2 3 4"
-            [[ $s -eq 0 ]] || { [[ $p == BF16 ]] && ranks=2 || ranks=; }
-            echo "== seed $seed, $p"
-            EMU_SEED=$seed "${MPIRUN[@]}" -np 1 "$WORK/test_gpu_kernels_$p" 2>&1 | grep -v '^ok '
-            for np in $ranks; do
-                EMU_SEED=$seed "${MPIRUN[@]}" -np $np "$WORK/test_gpu_attention_algorithms_$p" 2>&1 | grep -v '^ok '
+        gpu_tests "$seed" "1 test_gpu_kernels_FP32" "1 test_gpu_kernels_BF16"
+        if [[ $s -eq 0 ]]; then
+            gpu_tests "$seed" "1 test_gpu_attention_algorithms_FP32" "1 test_gpu_attention_algorithms_BF16"
+            for p in FP32 BF16; do
+                for np in 2 3 4; do gpu_tests "$seed" "$np test_gpu_attention_algorithms_$p"; done
             done
-        done
+        else
+            gpu_tests "$seed" "2 test_gpu_attention_algorithms_BF16"
+        fi
     done
     echo "emulated GPU tests: $SECONDS s"
 fi
