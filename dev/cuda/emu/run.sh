@@ -94,13 +94,20 @@ export EMU_DEVICES=4
 # ---- the GPU tests, once per seed: each test's verdict line, and any check that failed
 if [[ " ${PARTS[*]} " == *" tests "* ]]; then
     # first the emulator's own checks, each on a program made to break its rule (or
-    # a correct one close to it, which must pass)
+    # a correct one close to it, which must pass): the cases two at once (each one
+    # host thread), then each judged
+    "$WORK/checks_test_FP32" list 2> /dev/null > "$WORK/checks.list"
+    while IFS=$'\t' read -r name _; do
+        while [[ $(jobs -rp | wc -l) -ge 2 ]]; do wait -n || true; done
+        { rc=0
+          EMU_SEED=1 timeout 120 "${MPIRUN[@]}" -np 1 "$WORK/checks_test_FP32" "$name" > "$WORK/check_$name.out" 2>&1 < /dev/null || rc=$?
+          echo $rc > "$WORK/check_$name.rc"; } &
+    done < "$WORK/checks.list"
+    wait
     checks=0
     while IFS=$'\t' read -r name expected names; do
-        set +e
-        out=$(EMU_SEED=1 timeout 120 "${MPIRUN[@]}" -np 1 "$WORK/checks_test_FP32" "$name" 2>&1 < /dev/null)
-        rc=$?
-        set -e
+        out=$(cat "$WORK/check_$name.out")
+        rc=$(cat "$WORK/check_$name.rc")
         case $expected in
             -) got=$([[ $rc -eq 0 ]] && grep -q "^ok $name$" <<< "$out" && echo -) ;;
             "launch refused") got=$([[ $rc -eq 0 ]] && grep -q "^launch refused: " <<< "$out" && echo "launch refused") ;;
@@ -114,7 +121,7 @@ if [[ " ${PARTS[*]} " == *" tests "* ]]; then
             exit 1
         fi
         checks=$((checks + 1))
-    done < <("$WORK/checks_test_FP32" list 2> /dev/null)
+    done < "$WORK/checks.list"
     echo "the emulator's checks: $checks cases, each caught as expected (or passed)"
     # the first seed runs every test at 1 to 4 ranks in both precisions; each further
     # seed runs the kernel tests and the ring test at 2 ranks (in BF16: its kernels
