@@ -94,13 +94,20 @@ export EMU_DEVICES=4
 # ---- the GPU tests, once per seed: each test's verdict line, and any check that failed
 if [[ " ${PARTS[*]} " == *" tests "* ]]; then
     # first the emulator's own checks, each on a program made to break its rule (or
-    # a correct one close to it, which must pass)
+    # a correct one close to it, which must pass): the cases two at once (each one
+    # host thread), then each judged
+    "$WORK/checks_test_FP32" list 2> /dev/null > "$WORK/checks.list"
+    while IFS=$'\t' read -r name _; do
+        while [[ $(jobs -rp | wc -l) -ge 2 ]]; do wait -n || true; done
+        { rc=0
+          EMU_SEED=1 timeout 120 "${MPIRUN[@]}" -np 1 "$WORK/checks_test_FP32" "$name" > "$WORK/check_$name.out" 2>&1 < /dev/null || rc=$?
+          echo $rc > "$WORK/check_$name.rc"; } &
+    done < "$WORK/checks.list"
+    wait
     checks=0
     while IFS=$'\t' read -r name expected names; do
-        set +e
-        out=$(EMU_SEED=1 timeout 120 "${MPIRUN[@]}" -np 1 "$WORK/checks_test_FP32" "$name" 2>&1 < /dev/null)
-        rc=$?
-        set -e
+        out=$(cat "$WORK/check_$name.out")
+        rc=$(cat "$WORK/check_$name.rc")
         case $expected in
             -) got=$([[ $rc -eq 0 ]] && grep -q "^ok $name$" <<< "$out" && echo -) ;;
             "launch refused") got=$([[ $rc -eq 0 ]] && grep -q "^launch refused: " <<< "$out" && echo "launch refused") ;;
@@ -114,7 +121,7 @@ if [[ " ${PARTS[*]} " == *" tests "* ]]; then
             exit 1
         fi
         checks=$((checks + 1))
-    done < <("$WORK/checks_test_FP32" list 2> /dev/null)
+    done < "$WORK/checks.list"
     echo "the emulator's checks: $checks cases, each caught as expected (or passed)"
     # the first seed runs every test at 1 to 4 ranks in both precisions; each further
     # seed runs the kernel tests and the ring test at 2 ranks (in BF16: its kernels
@@ -122,19 +129,39 @@ if [[ " ${PARTS[*]} " == *" tests "* ]]; then
     # threads, blocks and stream operations, not what the checks compare: racecheck
     # and the streams' happens-before hold under any order, so further seeds look
     # for a wrong result under another interleaving, which the cheaper runs do at a
-    # tenth of the first seed's time
+    # tenth of the first seed's time.
+    # gpu_tests SEED "NP BINARY"...: the runs at once (a rank is one host thread: the
+    # single-rank runs of the two builds keep two cores busy), then each run's verdict
+    # lines and any check that failed, in the order given
+    gpu_tests() {
+        local seed=$1 run pids=() failed=0 i=0
+        shift
+        for run in "$@"; do
+            EMU_SEED=$seed "${MPIRUN[@]}" -np "${run% *}" "$WORK/${run#* }" > "$WORK/tests_$i.out" 2>&1 < /dev/null &
+            pids+=($!)
+            i=$((i + 1))
+        done
+        i=0
+        for run in "$@"; do
+            wait "${pids[$i]}" || failed=1
+            echo "== seed $seed: ${run#* } at ${run% *} rank(s)"
+            grep -v '^ok ' "$WORK/tests_$i.out" || true
+            i=$((i + 1))
+        done
+        [[ $failed -eq 0 ]] || { echo "run.sh: a GPU test failed (above)" >&2; exit 1; }
+    }
     read -ra SEEDS <<< "${EMU_SEEDS:-$((RANDOM * 32768 + RANDOM))}"
     for s in "${!SEEDS[@]}"; do
         seed=${SEEDS[$s]}
-        for p in FP32 BF16; do
-            ranks="1 2 3 4"
-            [[ $s -eq 0 ]] || { [[ $p == BF16 ]] && ranks=2 || ranks=; }
-            echo "== seed $seed, $p"
-            EMU_SEED=$seed "${MPIRUN[@]}" -np 1 "$WORK/test_gpu_kernels_$p" 2>&1 | grep -v '^ok '
-            for np in $ranks; do
-                EMU_SEED=$seed "${MPIRUN[@]}" -np $np "$WORK/test_gpu_attention_algorithms_$p" 2>&1 | grep -v '^ok '
+        gpu_tests "$seed" "1 test_gpu_kernels_FP32" "1 test_gpu_kernels_BF16"
+        if [[ $s -eq 0 ]]; then
+            gpu_tests "$seed" "1 test_gpu_attention_algorithms_FP32" "1 test_gpu_attention_algorithms_BF16"
+            for p in FP32 BF16; do
+                for np in 2 3 4; do gpu_tests "$seed" "$np test_gpu_attention_algorithms_$p"; done
             done
-        done
+        else
+            gpu_tests "$seed" "2 test_gpu_attention_algorithms_BF16"
+        fi
     done
     echo "emulated GPU tests: $SECONDS s"
 fi
