@@ -186,7 +186,7 @@ template <int HS, int ROWS> struct QueryTileBlock {
 };
 
 // One tile of 128 queries of (b, h) against the visiting block, merged into (o, lse).
-// A warp holds FWD_ROWS query rows (M 16-row tiles).
+// A warp holds 16 FWD_TILES query rows (M 16-row tiles).
 template <int HS>
 __global__ static void __launch_bounds__(FlashTile<HS>::FWD_THREADS, FlashTile<HS>::FWD_MIN_BLOCKS)
     attend_forward_flash_kernel(AttnBlockArgs p) {
@@ -248,7 +248,7 @@ __global__ static void __launch_bounds__(FlashTile<HS>::FWD_THREADS, FlashTile<H
 }
 
 // dQ of one tile of 128 queries of (b, h) from the visiting block: per key tile that
-// its rows see, 32 keys a step, P = exp(Q K^T scale - lse) and dP = dO V^T
+// its rows see, STEP keys at a time, P = exp(Q K^T scale - lse) and dP = dO V^T
 // recomputed, dS = P (dP - D) scale, dQ += dS K; written to p.dq (or added,
 // p.dq_add). A warp holds BWD_ROWS query rows (M 16-row tiles).
 template <int HS>
