@@ -17,7 +17,10 @@
 MPICC ?= mpicc
 CUDA_HOME ?= /usr/local/cuda
 NVCC ?= $(CUDA_HOME)/bin/nvcc
-BUILD_DIR ?= build
+# (`=`, not `?=`: the tests' environment names their scratch dir BUILD_DIR, and a make
+# they run must find the flags stamps where `make test` wrote them; `make BUILD_DIR=D`
+# still moves the build)
+BUILD_DIR = build
 
 # the package sets (scripts/install_deps.sh) of each target that compiles, checked
 # before anything below is read, so that what gets installed (OpenBLAS, MPI's compiler
@@ -136,7 +139,9 @@ ifeq ($(SAN),1)
 endif
 
 test:
-	$(MAKE) train_gpt2cp_cpu encode
+	@# every tool a test runs is built here, before CTest: a test that ran make itself
+	@# would relink a tool that a test beside it is running (they share the repo root)
+	$(MAKE) train_gpt2cp_cpu encode cp_layout loss_mask
 	$(if $(HAVE_NVCC),,@echo "note: no nvcc at $(NVCC): train_gpt2cp and the GPU tests are not built (set CUDA_HOME)")
 	cmake -S test -B $(TEST_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DSAN=$(SAN) -DNO_BLAS=$(NO_BLAS) $(CMAKE_CUDA_ARGS) > /dev/null
 	@# the GPU trainer (one nvcc process) builds beside the suite's binaries, so that both cores stay busy

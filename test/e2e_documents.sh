@@ -62,7 +62,7 @@ if cmp -s <(head -c $step_bytes "$WORK/ref.tl") <(head -c $step_bytes "$WORK/nom
 fi
 # the start-up table's balance and bytes per layer on the first batch (the rows the
 # runs read first, -sh 0): dev/cp_layout's, counted pair by pair on the same rows
-make -s cp_layout > /dev/null
+[[ -x cp_layout ]] || fail "./cp_layout is missing: build it with 'make cp_layout'"
 for case in "solver_cp4 4 solver ring" "packed_cp4 4 packed ring" "round_robin_cp4 4 round_robin ring" \
             "striped_cp3 3 striped ring" "allgather_solver_cp4 4 solver allgather" \
             "groupcast_solver_cp3 3 solver groupcast" "groupcast_packed_cp4 4 packed groupcast"; do

@@ -181,7 +181,7 @@ paste <(awk -F'norm:' '/trl:/ { print $2 + 0 }' "$WORK/prompts_ref/main.log") \
     fail "-d with masks: the gradient norms are not the large batch's"
 
 # ---- 3. dev/loss_mask.c on data worked out by hand
-make -s loss_mask >/dev/null
+[[ -x loss_mask ]] || fail "./loss_mask is missing: build it with 'make loss_mask'"
 QA=$WORK/qa.bin
 # a tokenizer of 8 tokens (EOT 7, the last), and 22 tokens of 4 documents:
 #   doc 0  EOT Q : what | " A" "ns" "wer:" yes yes    "Answer:" spans 3 tokens

@@ -9,11 +9,11 @@
 # hand, and on the Austen data its useful pairs within 1% of balanced and its
 # documents on fewer ranks than packed's and striped's. Group-cast's "# comm" line
 # (from the batch's plans) by hand on one document and on documents of 50 tokens.
-# Run from the repo root (CTest does); builds the tool with make.
+# Run from the repo root (CTest does), after `make cp_layout`.
 set -euo pipefail
 
-make -s cp_layout > /dev/null
 tool=./cp_layout
+[[ -x $tool ]] || { echo "FAIL: $tool is missing: build it with 'make cp_layout'"; exit 1; }
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 

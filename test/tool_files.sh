@@ -14,7 +14,7 @@
 # Every refused case checks the error line, the exit status and the checksum of every
 # file in the work directory before and after.
 #
-#   bash test/tool_files.sh      (from the repository root; builds the tools with make)
+#   bash test/tool_files.sh      (from the repository root, after `make encode loss_mask cp_layout`)
 #
 # Needs strace (scripts/install_deps.sh installs it), which sends the signals.
 # Env: REPO_ROOT, BUILD_DIR (scratch).
@@ -22,7 +22,9 @@ set -euo pipefail
 command -v strace > /dev/null || { echo "SKIP: no strace (scripts/install_deps.sh installs it)"; exit 77; }
 REPO_ROOT=${REPO_ROOT:-$(pwd)}
 cd "$REPO_ROOT"
-make -s encode loss_mask cp_layout > /dev/null
+for tool in encode loss_mask cp_layout; do
+    [[ -x $tool ]] || { echo "FAIL: ./$tool is missing: build it with 'make $tool'"; exit 1; }
+done
 WORK=${BUILD_DIR:-$REPO_ROOT/build}/tool_files
 rm -rf "$WORK"
 mkdir -p "$WORK"
