@@ -30,6 +30,7 @@ DEPS_train_gpt2cp_cpu = $(if $(filter 1,$(NO_BLAS)),mpi,run)
 DEPS_bench_attention = $(DEPS_train_gpt2cp_cpu)
 DEPS_bench_attention_cpu = $(DEPS_train_gpt2cp_cpu)
 DEPS_bench_classifier = $(DEPS_train_gpt2cp_cpu)
+DEPS_bench_sgemm = $(DEPS_train_gpt2cp_cpu)
 DEPS_run = run
 DEPS_test = test
 DEPS_encode = encode
@@ -47,7 +48,9 @@ ifneq ($(DEPS_SETS),)
   endif
 endif
 
-CFLAGS = -O3 -march=native -Wall -Wextra -Wno-unused-function -std=gnu11
+# -fno-math-errno: sqrtf without errno, so that AdamW's loop vectorises (IEEE sqrt and
+# division: the same bits as the scalar loop)
+CFLAGS = -O3 -march=native -fno-math-errno -Wall -Wextra -Wno-unused-function -std=gnu11
 LDLIBS = -lm
 DEPS = $(wildcard cp/*.h llmc/*.h train/*.h) train_common.h
 
@@ -191,6 +194,10 @@ bench_attention: dev/bench/attention_algorithms.c $(DEPS)
 bench_classifier: dev/bench/classifier.c $(DEPS)
 	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
 
+# dev benchmark: OpenBLAS's sgemm GFLOP/s, the bar of the CPU trainer's speed (dev/bench/README.md)
+bench_sgemm: dev/bench/sgemm_rate.c llmc/utils.h
+	$(CC) $(CFLAGS) $< -o $@ $(LDLIBS)
+
 # dev benchmark: ms per block pair of the CPU attention, tiles vs loops (dev/bench/README.md)
 bench_attention_cpu: dev/bench/attention_cpu.c $(DEPS) $(CPU_FLAGS_STAMP)
 	$(MPICC) $(CFLAGS) $< -o $@ $(LDLIBS)
@@ -211,4 +218,4 @@ gpu_probe: dev/cuda/gpu_probe.cu
 	$(NVCC) -O2 -arch=sm_$(GPU_ARCH) $< -o $@
 
 clean:
-	rm -rf train_gpt2cp_cpu train_gpt2cp encode cp_layout loss_mask bench_attention bench_classifier bench_attention_cpu bench_long_fit bench_attention_gpu gpu_probe $(BUILD_DIR) gpu_prep
+	rm -rf train_gpt2cp_cpu train_gpt2cp encode cp_layout loss_mask bench_attention bench_classifier bench_sgemm bench_attention_cpu bench_long_fit bench_attention_gpu gpu_probe $(BUILD_DIR) gpu_prep

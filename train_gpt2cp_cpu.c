@@ -129,7 +129,7 @@ static void sample(const TrainConfig *cfg, GPT2 *model, Comm *self, TrainRun *ru
 // as the run will fill it. OpenBLAS may pack the whole of a product's operand into
 // a buffer of its own: for the classifier's weight gradient (dwte (Vp, C) +=
 // dlogits^T lnf over a chunk of K tokens) that is K x Vp floats, as much as the
-// chunk's logits (with OpenBLAS 0.3.21 on Haswell: 32 MiB at Vp 50304 from C 352
+// chunk's logits (with OpenBLAS 0.3.21 on Haswell: all of them at Vp 50304 from C 352
 // on, next to nothing below: the library's choice; dev/bench/README.md). Whether it
 // does is measured: products of that shape with Vp cut to BLAS_PROBE_ROWS / 4
 // (which also starts the library), then to BLAS_PROBE_ROWS: where the second grew

@@ -15,19 +15,23 @@ V_t, dO_t the tiles' rows, all products by cblas_sgemm:
     S = scale Q_t K_t^T (-inf where masked),  m' = max(m, rowmax S)
     P = exp(S - m'),  l = l exp(m - m') + rowsum P,  acc = acc exp(m - m') + P V_t
     then o_blk = acc / l, lse_blk = m + log l, merged as merge_block_row
-  backward, P recomputed from the saved lse, D = rowsum(dO * O):
-    P = exp(S - lse),  dP = dO_t V_t^T,  dS = P * (dP - D)
-    dQ_t += scale dS K_t                   (per query tile, over its key tiles)
-    dV_t += P^T dO_t,  dK_t += scale dS^T Q_t   (per key tile, over its query tiles;
-                                           there S^T, P^T, dS^T are computed as such)
+  backward (one head, its key tiles in order, each over its query tiles), P
+  recomputed from the saved lse, D = rowsum(dO * O), all three as rows per key
+  (S^T, P^T, dS^T), so that two of the three products below are NN:
+    P^T = exp(S^T - lse),  dP^T = V_t dO_t^T,  dS^T = P^T * (dP^T - D)
+    dV_t += P^T dO_t,  dK_t += scale dS^T Q_t,  dQ_t += scale (dS^T)^T K_t
 
 Only tiles are stored: per thread an S and a dS tile and the running acc, m, l
-of one query tile. The work items are (b, h, tile) for every tile of every row
-and head, handed out dynamically over the OpenMP threads, so that every core is
-busy even when B * NH is smaller than their number; each output row is written
-by one item in a fixed order (no atomics), so the result does not depend on the
-thread count. Inside the parallel loop OpenBLAS's OpenMP build runs each sgemm
-on the calling thread. exp is vec_expf, which vectorises.
+of one query tile. The forward's work items are (b, h, query tile), handed out
+dynamically over the OpenMP threads, so that every core is busy even when B * NH
+is smaller than their number. The backward's are (b, h): one thread owns a
+head's dQ, dK and dV, so it computes each tile pair's P and dS once (five
+products a pair, not the seven of a pass over query tiles for dQ and another
+over key tiles for dK and dV, which the GPU's thousands of blocks a head need);
+below B * NH items some threads wait. Each output row is written by one item in
+a fixed order (no atomics), so the result does not depend on the thread count.
+Inside the parallel loop OpenBLAS's OpenMP build runs each sgemm on the calling
+thread. exp is vec_expf, which vectorises.
 
 The tile sizes are OpenBLAS's: its small-matrix kernels (no packing) take the
 products of these shapes (dev/bench/README.md has the measurements).
@@ -117,7 +121,7 @@ static int tile_stride(int by_keys) { return by_keys ? ATTN_TILE_Q : ATTN_TILE_K
 
 // The scores of a tile pair, -inf where the mask hides a pair: S = scale Q_t K_t^T
 // (nq, nk), or with `by_keys` its transpose S^T = scale K_t Q_t^T (nk, nq), which
-// the key tiles' backward needs as rows (so that every later product is NN).
+// the backward needs as rows (so that its dK and dV products are NN).
 // S: ATTN_TILE_Q * ATTN_TILE_K floats, row stride tile_stride   q: (nq, HS)   k: (nk, HS)
 static void tile_scores(float *S, const TilePair *tp, const float *q, const float *k, int HS, float scale,
                         int by_keys) {
@@ -203,13 +207,12 @@ static void attend_block_forward_tiled(AttentionQueries *aq, const KVBlock *blk,
     tiled_block_end(&tb);
 }
 
-// P = exp(S - lse) and dS = P * (dP - D) of one tile pair of head bh, dP = dO_t V_t^T:
-// what both backward passes need. With `by_keys` both come transposed (rows are
-// keys): P^T and dS^T from S^T and dP^T = V_t dO_t^T.
-// P, dS: (nq, nk), or (nk, nq) by keys, row stride tile_stride
-static void tile_probabilities(float *P, float *dS, const TiledBlock *tb, const TilePair *tp, size_t bh,
-                               const float *lse, int by_keys) {
-    int T = tb->T, HS = tb->HS, ld = tile_stride(by_keys);
+// P^T = exp(S^T - lse) and dS^T = P^T * (dP^T - D) of one tile pair of head bh,
+// dP^T = V_t dO_t^T: rows are keys, columns queries.
+// PT, dST: (nk, nq), row stride tile_stride(1)
+static void tile_probabilities(float *PT, float *dST, const TiledBlock *tb, const TilePair *tp, size_t bh,
+                               const float *lse) {
+    int T = tb->T, HS = tb->HS, ld = tile_stride(1);
     const AttentionQueries *aq = tb->aq;
     const float *q = aq->q + (bh * T + tp->i0) * HS;
     const float *k = tb->blk->k + (bh * T + tp->j0) * HS;
@@ -217,65 +220,45 @@ static void tile_probabilities(float *P, float *dS, const TiledBlock *tb, const 
     const float *dout = aq->dout + (bh * T + tp->i0) * HS;
     const float *row_lse = lse + bh * T + tp->i0; // (nq) per query
     const float *drow = aq->drow + bh * T + tp->i0;
-    tile_scores(P, tp, q, k, HS, tb->scale, by_keys);
-    int rows = by_keys ? tp->nk : tp->nq, cols = by_keys ? tp->nq : tp->nk;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, cols, HS,
-                1.0f, by_keys ? v : dout, HS, by_keys ? dout : v, HS, 0.0f, dS, ld);
-    for (int r = 0; r < rows; r++) {
-        float *p = P + r * ld, *ds = dS + r * ld;
-        if (by_keys) { // column c is query c
-            #pragma omp simd
-            for (int c = 0; c < cols; c++) {
-                p[c] = vec_expf(p[c] - row_lse[c]);
-                ds[c] = p[c] * (ds[c] - drow[c]);
-            }
-        } else {       // row r is query r
-            float lse_r = row_lse[r], d_r = drow[r];
-            #pragma omp simd
-            for (int c = 0; c < cols; c++) {
-                p[c] = vec_expf(p[c] - lse_r);
-                ds[c] = p[c] * (ds[c] - d_r);
-            }
+    tile_scores(PT, tp, q, k, HS, tb->scale, 1);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tp->nk, tp->nq, HS,
+                1.0f, v, HS, dout, HS, 0.0f, dST, ld);
+    for (int r = 0; r < tp->nk; r++) { // row r is key r, column c query c
+        float *p = PT + r * ld, *ds = dST + r * ld;
+        #pragma omp simd
+        for (int c = 0; c < tp->nq; c++) {
+            p[c] = vec_expf(p[c] - row_lse[c]);
+            ds[c] = p[c] * (ds[c] - drow[c]);
         }
     }
 }
 
-// dQ of one query tile: its key tiles' scale dS K_t, in key order.
-// scratch: 2 * ATTN_TILE_Q * ATTN_TILE_K floats
-static void tiled_backward_query_tile(const TiledBlock *tb, int b, size_t bh, int qt, const float *lse,
-                                      float *scratch) {
-    int T = tb->T, HS = tb->HS;
-    float *P = scratch, *dS = scratch + ATTN_TILE_Q * ATTN_TILE_K;
-    for (int kt = 0; kt < tb->k_tiles; kt++) {
-        TilePair tp = tile_pair(tb, b, qt, kt);
-        if (tp.vis == BLOCK_SKIP) { continue; }
-        tile_probabilities(P, dS, tb, &tp, bh, lse, 0);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tp.nq, HS, tp.nk,
-                    tb->scale, dS, tile_stride(0), tb->blk->k + (bh * T + tp.j0) * HS, HS,
-                    1.0f, tb->aq->dq + (bh * T + tp.i0) * HS, HS);
-    }
-}
-
-// dK and dV of one key tile: its query tiles' scale dS^T Q_t and P^T dO_t, in query order.
+// dQ, dK and dV of head bh of row b against the whole block: per key tile, in
+// order, its query tiles' P^T and dS^T, then dV_t += P^T dO_t, dK_t += scale dS^T Q_t
+// and dQ_t += scale dS K_t (dS^T read transposed). Each query tile's dQ gets its key
+// tiles' terms in key order, each key tile's dK and dV its query tiles' in query order.
 // dk, dv: (B, NH, T, HS)   scratch: 2 * ATTN_TILE_Q * ATTN_TILE_K floats
-static void tiled_backward_key_tile(const TiledBlock *tb, int b, size_t bh, int kt, const float *lse,
-                                    float *dk, float *dv, float *scratch) {
+static void tiled_backward_head(const TiledBlock *tb, int b, size_t bh, const float *lse, float *dk, float *dv,
+                                float *scratch) {
     int T = tb->T, HS = tb->HS, ld = tile_stride(1);
     float *PT = scratch, *dST = scratch + ATTN_TILE_Q * ATTN_TILE_K;
-    for (int qt = 0; qt < tb->q_tiles; qt++) {
-        TilePair tp = tile_pair(tb, b, qt, kt);
-        if (tp.vis == BLOCK_SKIP) { continue; }
-        tile_probabilities(PT, dST, tb, &tp, bh, lse, 1);
-        size_t q_rows = (bh * T + tp.i0) * HS, k_rows = (bh * T + tp.j0) * HS;
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tp.nk, HS, tp.nq,
-                    1.0f, PT, ld, tb->aq->dout + q_rows, HS, 1.0f, dv + k_rows, HS);
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tp.nk, HS, tp.nq,
-                    tb->scale, dST, ld, tb->aq->q + q_rows, HS, 1.0f, dk + k_rows, HS);
+    for (int kt = 0; kt < tb->k_tiles; kt++) {
+        for (int qt = 0; qt < tb->q_tiles; qt++) {
+            TilePair tp = tile_pair(tb, b, qt, kt);
+            if (tp.vis == BLOCK_SKIP) { continue; }
+            tile_probabilities(PT, dST, tb, &tp, bh, lse);
+            size_t q_rows = (bh * T + tp.i0) * HS, k_rows = (bh * T + tp.j0) * HS;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tp.nk, HS, tp.nq,
+                        1.0f, PT, ld, tb->aq->dout + q_rows, HS, 1.0f, dv + k_rows, HS);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tp.nk, HS, tp.nq,
+                        tb->scale, dST, ld, tb->aq->q + q_rows, HS, 1.0f, dk + k_rows, HS);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, tp.nq, HS, tp.nk,
+                        tb->scale, dST, ld, tb->blk->k + k_rows, HS, 1.0f, tb->aq->dq + q_rows, HS);
+        }
     }
 }
 
-// Adds one block's share to dQ and to the block's dK | dV, by tiles: one pass over
-// the query tiles (dQ), one over the key tiles (dK, dV), each recomputing P.
+// Adds one block's share to dQ and to the block's dK | dV, by tiles, a head per item.
 // dkv: 2 x (B, NH, T, HS), zeroed by the caller
 static void attend_block_backward_tiled(AttentionQueries *aq, const KVBlock *blk, const float *lse, float *dkv) {
     TiledBlock tb = tiled_block_begin(aq, blk);
@@ -286,15 +269,7 @@ static void attend_block_backward_tiled(AttentionQueries *aq, const KVBlock *blk
     {
         float *scratch = (float *)mallocCheck(2 * (size_t)ATTN_TILE_Q * ATTN_TILE_K * sizeof(float));
         #pragma omp for schedule(dynamic, 1)
-        for (long item = 0; item < bhs * tb.q_tiles; item++) {
-            size_t bh = (size_t)(item / tb.q_tiles);
-            tiled_backward_query_tile(&tb, (int)(bh / NH), bh, (int)(item % tb.q_tiles), lse, scratch);
-        }
-        #pragma omp for schedule(dynamic, 1)
-        for (long item = 0; item < bhs * tb.k_tiles; item++) {
-            size_t bh = (size_t)(item / tb.k_tiles);
-            tiled_backward_key_tile(&tb, (int)(bh / NH), bh, (int)(item % tb.k_tiles), lse, dk, dv, scratch);
-        }
+        for (long bh = 0; bh < bhs; bh++) { tiled_backward_head(&tb, (int)(bh / NH), (size_t)bh, lse, dk, dv, scratch); }
         free(scratch);
     }
     tiled_block_end(&tb);

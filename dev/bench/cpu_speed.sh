@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The CPU twin's speed end to end, against the machine and against PyTorch, in one
+# run (dev/bench/README.md):
+#   1. OpenBLAS's sgemm rate on the same threads (bench_sgemm, 2048^3), the bar;
+#   2. `-e d12 -b 1` at each T of -t: ms per step, tok/s, and the rate of the FLOPs
+#      the model needs, as a share of sgemm's. FLOPs per token, causal attention's
+#      visible half: 6 (12 L C^2 + V C) + 6 L C T, V = 50257 (the padding is not
+#      needed), whatever the code happens to compute besides;
+#   3. with -c 1, the four shapes of the PyTorch comparison, ours and
+#      dev/bench/gpt2_torch.py -d cpu (Debian's torch, same threads) side by side:
+#      tiny (1 layer, C 64, a vocabulary of 512, B 4, T 256), d2 (B 4, T 1024),
+#      6 layers C 384 (d6, B 4, T 1024) and d12 (B 1, T 1024). Without torch the
+#      table says so and goes on.
+#
+#   bash dev/bench/cpu_speed.sh [-t "1024 8192"] [-x STEPS] [-n THREADS] [-c 0|1] [-p TRAINER]
+#
+# A trainer's time is the mean of its steps after the first (the first touches every
+# buffer). -p times another build of the trainer (an older one, for a before/after
+# in the same run). The load average is printed before and after: the figures mean
+# something only on an otherwise idle machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+Ts="1024 8192" steps=3 threads=2 compare=0 trainer=./train_gpt2cp_cpu
+usage() { echo "usage: $0 [-t \"T ...\"] [-x STEPS (>= 2)] [-n THREADS] [-c 0|1] [-p TRAINER]" >&2; exit 1; }
+while [ $# -gt 0 ]; do
+    [ $# -ge 2 ] || usage
+    case $1 in
+    -t) Ts=$2 ;;
+    -x) steps=$2 ;;
+    -n) threads=$2 ;;
+    -c) compare=$2 ;;
+    -p) trainer=$2 ;;
+    *) usage ;;
+    esac
+    shift 2
+done
+[[ $steps =~ ^[0-9]+$ && $steps -ge 2 && $threads =~ ^[1-9][0-9]*$ && $compare =~ ^[01]$ ]] || usage
+make -s train_gpt2cp_cpu bench_sgemm
+[ -x "$trainer" ] || { echo "error: trainer '$trainer' is not an executable" >&2; exit 1; }
+export OMP_NUM_THREADS=$threads
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+load() { cut -d' ' -f1-3 /proc/loadavg; }
+echo "load average before: $(load); $threads thread(s); trainer $trainer"
+
+sgemm=$(./bench_sgemm | tee /dev/stderr | awk '{ print $4 }')
+
+# train FLAGS...: the mean ms of the steps after the first ("-" when the run failed)
+train() {
+    "$trainer" "$@" -x "$steps" -v 0 -s 0 > "$work/run.out" 2>&1 || { echo "-"; return; }
+    awk '$1 == "step" && ++n > 1 { s += $13; k++ } END { if (k) printf "%.1f", s / k; else print "-" }' "$work/run.out"
+}
+
+echo
+echo "| T | ms per step | tok/s | MFLOP per token | GFLOP/s | of sgemm's $sgemm GFLOP/s |"
+echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+for T in $Ts; do
+    ms=$(train -e d12 -b 1 -t "$T")
+    awk -v T="$T" -v ms="$ms" -v peak="$sgemm" 'BEGIN {
+        L = 12; C = 768; V = 50257
+        flop = 6 * (12 * L * C * C + V * C) + 6 * L * C * T
+        if (ms == "-") { printf "| %d | failed | | %.0f | | |\n", T, flop / 1e6; exit }
+        tps = T / (ms / 1000); rate = tps * flop / 1e9
+        printf "| %d | %.1f | %.1f | %.0f | %.1f | %.1f%% |\n", T, ms, tps, flop / 1e6, rate, 100 * rate / peak }'
+done
+
+if [ "$compare" = 1 ]; then
+    echo
+    have_torch=0
+    python3 -c "import torch" 2> /dev/null && have_torch=1
+    [ $have_torch = 1 ] || echo "(no torch in python3: PyTorch left out; apt-get install python3-torch)"
+    # the tiny model: d1's random init cut to a vocabulary of 512 and its data mapped to it
+    "$trainer" -e d1 -x 0 -n 1 -v 0 -s 0 -o "$work/d1" > /dev/null
+    python3 test/lib/llmc_files.py small "$work/d1/model_00000000.bin" "$work/tiny.bin" \
+        dev/data/austen/austen_train.bin "$work/tiny_data.bin" 512 256
+    echo "| shape | ours (tok/s) | PyTorch (tok/s) | ours / PyTorch |"
+    echo "| --- | ---: | ---: | ---: |"
+    for shape in "tiny|-e $work/tiny.bin -i $work/tiny_data.bin -j $work/tiny_data.bin -b 4 -t 256|-L 1 -C 64 -NH 1 -V 512 -b 4 -t 256" \
+                 "d2|-e d2 -b 4 -t 1024|-L 2 -C 128 -NH 2 -V 50304 -b 4 -t 1024" \
+                 "d6|-e d6 -b 4 -t 1024|-L 6 -C 384 -NH 6 -V 50304 -b 4 -t 1024" \
+                 "d12|-e d12 -b 1 -t 1024|-L 12 -C 768 -NH 12 -V 50304 -b 1 -t 1024"; do
+        IFS='|' read -r name ours theirs <<< "$shape"
+        # shellcheck disable=SC2086
+        ms=$(train $ours)
+        B=$(awk '{ for (i = 1; i < NF; i++) if ($i == "-b") print $(i + 1) }' <<< "$ours")
+        T=$(awk '{ for (i = 1; i < NF; i++) if ($i == "-t") print $(i + 1) }' <<< "$ours")
+        our_tps=$(awk -v ms="$ms" -v n=$((B * T)) 'BEGIN { if (ms == "-") print "-"; else printf "%.0f", n / (ms / 1000) }')
+        torch_tps=-
+        if [ $have_torch = 1 ]; then
+            # shellcheck disable=SC2086
+            torch_tps=$(python3 dev/bench/gpt2_torch.py -d cpu -p fp32 -x "$steps" $theirs 2> "$work/torch.err" |
+                        awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s,") print $i }')
+            [ -n "$torch_tps" ] || torch_tps=-
+        fi
+        ratio=$(awk -v a="$our_tps" -v b="$torch_tps" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.2f×", a / b }')
+        echo "| $name (B $B, T $T) | $our_tps | $torch_tps | $ratio |"
+    done
+fi
+echo
+echo "load average after: $(load)"
