@@ -109,13 +109,23 @@ endif
 CUDA_DEPS = $(wildcard cp/*.h cp/*.cuh llmc/*.h llmc/*.cuh train/*.h) train_common.h
 CMAKE_CUDA_ARGS = $(if $(HAVE_NVCC),-DCMAKE_CUDA_COMPILER=$(shell command -v $(NVCC)) -DGPU_ARCH=$(GPU_ARCH))
 
-.PHONY: all test run clean gpu_prep
+.PHONY: all test run clean gpu_prep FORCE
+
+# The flags stamps: a file per kind of build holding the flags it was last built
+# with, rewritten (by its rule, when a target that needs it is made, never while
+# make reads this file) only when they change, so that a change rebuilds what
+# depends on it and nothing else does.
+# (each stamp sets STAMP_FLAGS for its own recipe, write_flags_stamp)
+write_flags_stamp = @mkdir -p $(@D); echo '$(STAMP_FLAGS)' | cmp -s - $@ || echo '$(STAMP_FLAGS)' > $@
+FORCE:
 
 all: train_gpt2cp_cpu
 
 # the flags the CPU trainer was last built with: a change (SAN=1, NO_BLAS=1) rebuilds it
 CPU_FLAGS_STAMP = $(BUILD_DIR)/cpu_flags
-$(shell mkdir -p $(BUILD_DIR); echo '$(CFLAGS) $(LDLIBS)' | cmp -s - $(CPU_FLAGS_STAMP) || echo '$(CFLAGS) $(LDLIBS)' > $(CPU_FLAGS_STAMP))
+$(CPU_FLAGS_STAMP): STAMP_FLAGS = $(CFLAGS) $(LDLIBS)
+$(CPU_FLAGS_STAMP): FORCE
+	$(write_flags_stamp)
 
 train_gpt2cp_cpu: train_gpt2cp_cpu.c $(DEPS) $(CPU_FLAGS_STAMP)
 	$(NO_OPENBLAS_NOTE)
@@ -123,7 +133,9 @@ train_gpt2cp_cpu: train_gpt2cp_cpu.c $(DEPS) $(CPU_FLAGS_STAMP)
 
 # likewise the GPU trainer's (PRECISION=FP32 after a BF16 build rebuilds it)
 GPU_FLAGS_STAMP = $(BUILD_DIR)/gpu_flags
-$(shell echo '$(NVCC_FLAGS) $(CUDA_LDLIBS)' | cmp -s - $(GPU_FLAGS_STAMP) || echo '$(NVCC_FLAGS) $(CUDA_LDLIBS)' > $(GPU_FLAGS_STAMP))
+$(GPU_FLAGS_STAMP): STAMP_FLAGS = $(NVCC_FLAGS) $(CUDA_LDLIBS)
+$(GPU_FLAGS_STAMP): FORCE
+	$(write_flags_stamp)
 
 train_gpt2cp: train_gpt2cp.cu $(CUDA_DEPS) $(GPU_FLAGS_STAMP)
 	$(NVCC) $(NVCC_FLAGS) $(call nvcc_pass,$(MPI_COMPILE_FLAGS)) $< -o $@ $(call nvcc_pass,$(MPI_LINK_FLAGS)) $(CUDA_LDLIBS)
@@ -141,18 +153,21 @@ ifeq ($(SAN),1)
   HAVE_NVCC =
 endif
 
+# the suite's build and CTest run as many jobs as this machine has cores
+NPROC := $(shell nproc 2> /dev/null || echo 2)
+
 test:
 	@# every tool a test runs is built here, before CTest: a test that ran make itself
 	@# would relink a tool that a test beside it is running (they share the repo root)
 	$(MAKE) train_gpt2cp_cpu encode cp_layout loss_mask
 	$(if $(HAVE_NVCC),,@echo "note: no nvcc at $(NVCC): train_gpt2cp and the GPU tests are not built (set CUDA_HOME)")
 	cmake -S test -B $(TEST_BUILD_DIR) -DCMAKE_BUILD_TYPE=Release -DSAN=$(SAN) -DNO_BLAS=$(NO_BLAS) $(CMAKE_CUDA_ARGS) > /dev/null
-	@# the GPU trainer (one nvcc process) builds beside the suite's binaries, so that both cores stay busy
-	$(if $(HAVE_NVCC),$(MAKE) train_gpt2cp & gpu=$$!;) cmake --build $(TEST_BUILD_DIR) -j 2; status=$$?; \
+	@# the GPU trainer (one nvcc process) builds beside the suite's binaries, so that every core stays busy
+	$(if $(HAVE_NVCC),$(MAKE) train_gpt2cp & gpu=$$!;) cmake --build $(TEST_BUILD_DIR) -j $(NPROC); status=$$?; \
 		$(if $(HAVE_NVCC),wait $$gpu || status=1;) exit $$status
 	@# after CTest's output, each skipped test with its reason (test/lib/skip_summary.py);
 	@# make's exit status stays CTest's
-	cd $(TEST_BUILD_DIR) && rm -f ctest.xml && ctest --output-on-failure -j 2 --output-junit ctest.xml $(CTEST_ARGS); \
+	cd $(TEST_BUILD_DIR) && rm -f ctest.xml && ctest --output-on-failure -j $(NPROC) --output-junit ctest.xml $(CTEST_ARGS); \
 		status=$$?; python3 $(CURDIR)/test/lib/skip_summary.py ctest.xml; exit $$status
 
 run:
@@ -172,7 +187,9 @@ ifeq ($(SAN),1)
   TOOL_CFLAGS += -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 endif
 TOOL_FLAGS_STAMP = $(BUILD_DIR)/tool_flags
-$(shell echo '$(TOOL_CFLAGS)' | cmp -s - $(TOOL_FLAGS_STAMP) || echo '$(TOOL_CFLAGS)' > $(TOOL_FLAGS_STAMP))
+$(TOOL_FLAGS_STAMP): STAMP_FLAGS = $(TOOL_CFLAGS)
+$(TOOL_FLAGS_STAMP): FORCE
+	$(write_flags_stamp)
 
 # text to llm.c token files: GPT-2's BPE, the pre-tokenizer regex run by PCRE2
 encode: encode.c llmc/bpe.h llmc/tokenizer.h llmc/utf8.h llmc/utils.h llmc/tool_outputs.h $(TOOL_FLAGS_STAMP)

@@ -13,6 +13,7 @@
 #      table says so and goes on.
 #
 #   bash dev/bench/cpu_speed.sh [-t "1024 8192"] [-x STEPS] [-n THREADS] [-c 0|1] [-p TRAINER]
+#   bash dev/bench/cpu_speed.sh -t "" -c 1          (the PyTorch comparison alone)
 #
 # A trainer's time is the mean of its steps after the first (the first touches every
 # buffer). -p times another build of the trainer (an older one, for a before/after
@@ -43,7 +44,9 @@ trap 'rm -rf "$work"' EXIT
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "load average before: $(load); $threads thread(s); trainer $trainer"
 
-sgemm=$(./bench_sgemm | tee /dev/stderr | awk '{ print $4 }')
+line=$(./bench_sgemm)
+echo "$line"
+sgemm=$(awk '{ print $4 }' <<< "$line")
 
 # train FLAGS...: the mean ms of the steps after the first ("-" when the run failed)
 train() {
@@ -51,45 +54,51 @@ train() {
     awk '$1 == "step" && ++n > 1 { s += $13; k++ } END { if (k) printf "%.1f", s / k; else print "-" }' "$work/run.out"
 }
 
-echo
-echo "| T | ms per step | tok/s | MFLOP per token | GFLOP/s | of sgemm's $sgemm GFLOP/s |"
-echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
-for T in $Ts; do
-    ms=$(train -e d12 -b 1 -t "$T")
-    awk -v T="$T" -v ms="$ms" -v peak="$sgemm" 'BEGIN {
-        L = 12; C = 768; V = 50257
-        flop = 6 * (12 * L * C * C + V * C) + 6 * L * C * T
-        if (ms == "-") { printf "| %d | failed | | %.0f | | |\n", T, flop / 1e6; exit }
-        tps = T / (ms / 1000); rate = tps * flop / 1e9
-        printf "| %d | %.1f | %.1f | %.0f | %.1f | %.1f%% |\n", T, ms, tps, flop / 1e6, rate, 100 * rate / peak }'
-done
+if [ -n "$Ts" ]; then
+    echo
+    echo "| T | ms per step | tok/s | MFLOP per token | GFLOP/s | of sgemm's $sgemm GFLOP/s |"
+    echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+    for T in $Ts; do
+        ms=$(train -e d12 -b 1 -t "$T")
+        awk -v T="$T" -v ms="$ms" -v peak="$sgemm" 'BEGIN {
+            L = 12; C = 768; V = 50257
+            flop = 6 * (12 * L * C * C + V * C) + 6 * L * C * T
+            if (ms == "-") { printf "| %d | failed | | %.0f | | |\n", T, flop / 1e6; exit }
+            tps = T / (ms / 1000); rate = tps * flop / 1e9
+            printf "| %d | %.1f | %.1f | %.0f | %.1f | %.1f%% |\n", T, ms, tps, flop / 1e6, rate, 100 * rate / peak }'
+    done
+fi
 
 if [ "$compare" = 1 ]; then
     echo
+    # Debian's torch is in the system's python3, which a python3 of one's own may hide
     have_torch=0
-    python3 -c "import torch" 2> /dev/null && have_torch=1
-    [ $have_torch = 1 ] || echo "(no torch in python3: PyTorch left out; apt-get install python3-torch)"
+    for torch_python in python3 /usr/bin/python3; do
+        "$torch_python" -c "import torch" 2> /dev/null && { have_torch=1; break; }
+    done
+    [ $have_torch = 1 ] || echo "(no torch in python3 or /usr/bin/python3: PyTorch left out; apt-get install python3-torch)"
     # the tiny model: d1's random init cut to a vocabulary of 512 and its data mapped to it
     "$trainer" -e d1 -x 0 -n 1 -v 0 -s 0 -o "$work/d1" > /dev/null
     python3 test/lib/llmc_files.py small "$work/d1/model_00000000.bin" "$work/tiny.bin" \
         dev/data/austen/austen_train.bin "$work/tiny_data.bin" 512 256
     echo "| shape | ours (tok/s) | PyTorch (tok/s) | ours / PyTorch |"
     echo "| --- | ---: | ---: | ---: |"
-    for shape in "tiny|-e $work/tiny.bin -i $work/tiny_data.bin -j $work/tiny_data.bin -b 4 -t 256|-L 1 -C 64 -NH 1 -V 512 -b 4 -t 256" \
-                 "d2|-e d2 -b 4 -t 1024|-L 2 -C 128 -NH 2 -V 50304 -b 4 -t 1024" \
-                 "d6|-e d6 -b 4 -t 1024|-L 6 -C 384 -NH 6 -V 50304 -b 4 -t 1024" \
-                 "d12|-e d12 -b 1 -t 1024|-L 12 -C 768 -NH 12 -V 50304 -b 1 -t 1024"; do
-        IFS='|' read -r name ours theirs <<< "$shape"
+    # name|our flags|gpt2_torch.py's flags|steps (the tiny one's take milliseconds: more of them)
+    for shape in "tiny|-e $work/tiny.bin -i $work/tiny_data.bin -j $work/tiny_data.bin -b 4 -t 256|-L 1 -C 64 -NH 1 -V 512 -b 4 -t 256|50" \
+                 "d2|-e d2 -b 4 -t 1024|-L 2 -C 128 -NH 2 -V 50304 -b 4 -t 1024|$steps" \
+                 "d6|-e d6 -b 4 -t 1024|-L 6 -C 384 -NH 6 -V 50304 -b 4 -t 1024|$steps" \
+                 "d12|-e d12 -b 1 -t 1024|-L 12 -C 768 -NH 12 -V 50304 -b 1 -t 1024|$steps"; do
+        IFS='|' read -r name ours theirs shape_steps <<< "$shape"
         # shellcheck disable=SC2086
-        ms=$(train $ours)
+        ms=$(steps=$shape_steps train $ours)
         B=$(awk '{ for (i = 1; i < NF; i++) if ($i == "-b") print $(i + 1) }' <<< "$ours")
         T=$(awk '{ for (i = 1; i < NF; i++) if ($i == "-t") print $(i + 1) }' <<< "$ours")
         our_tps=$(awk -v ms="$ms" -v n=$((B * T)) 'BEGIN { if (ms == "-") print "-"; else printf "%.0f", n / (ms / 1000) }')
         torch_tps=-
         if [ $have_torch = 1 ]; then
             # shellcheck disable=SC2086
-            torch_tps=$(python3 dev/bench/gpt2_torch.py -d cpu -p fp32 -x "$steps" $theirs 2> "$work/torch.err" |
-                        awk '{ for (i = 1; i < NF; i++) if ($(i + 1) == "tok/s,") print $i }')
+            torch_tps=$("$torch_python" dev/bench/gpt2_torch.py -d cpu -p fp32 -x "$shape_steps" $theirs 2> "$work/torch.err" |
+                        awk '{ for (i = 1; i < NF; i++) if ($(i + 1) ~ /^tok\/s,?$/) print $i }')
             [ -n "$torch_tps" ] || torch_tps=-
         fi
         ratio=$(awk -v a="$our_tps" -v b="$torch_tps" 'BEGIN { if (a == "-" || b == "-") print "-"; else printf "%.2f×", a / b }')
