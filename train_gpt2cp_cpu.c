@@ -18,6 +18,7 @@ group of cp ranks that share every sequence of the replica's batch. Per step:
 
 Same flags as the GPU trainer; see -h.
 */
+#include <malloc.h>
 #include "train_common.h"
 #include "cp/comm_mpi.h"
 #include "cp/loss.h"
@@ -129,7 +130,7 @@ static void sample(const TrainConfig *cfg, GPT2 *model, Comm *self, TrainRun *ru
 // as the run will fill it. OpenBLAS may pack the whole of a product's operand into
 // a buffer of its own: for the classifier's weight gradient (dwte (Vp, C) +=
 // dlogits^T lnf over a chunk of K tokens) that is K x Vp floats, as much as the
-// chunk's logits (with OpenBLAS 0.3.21 on Haswell: all of them at Vp 50304 from C 352
+// chunk's logits (with OpenBLAS 0.3.21 on Haswell: 32 MiB at Vp 50304 from C 352
 // on, next to nothing below: the library's choice; dev/bench/README.md). Whether it
 // does is measured: products of that shape with Vp cut to BLAS_PROBE_ROWS / 4
 // (which also starts the library), then to BLAS_PROBE_ROWS: where the second grew
@@ -181,6 +182,12 @@ static int model_file_version(void) {
 
 int main(int argc, char **argv) {
     train_runtime_init(&argc, &argv);
+    // Every block of a MiB and more from its own mmap: then calloc's pages stay
+    // untouched until written, as the memory estimate counts them. glibc's default
+    // threshold rises past a large block once one is freed (the start-up probe's, a
+    // step's), and a later calloc (the sampler's activations, 14 MiB at -g 64) then
+    // reuses heap memory and clears all of it: 16 MiB above the estimate at d2, T 4096.
+    mallopt(M_MMAP_THRESHOLD, 1 << 20);
     TrainConfig cfg;
     train_config_defaults(&cfg);
     int help = parse_train_args(argc, argv, &cfg, NULL);

@@ -5,12 +5,14 @@ over the vocabulary and cross-entropy against the target, over chunks of tokens.
 Why chunks: a token's logits are Vp floats (201 KB at GPT-2's vocabulary, more
 than all the layers of a small model keep per token), so holding the logits of
 every local token would make the classifier the largest activation and grow it
-with T. Instead the tokens go through in chunks of chunk_rows rows (at most 64 MiB
-of logits, classifier_chunk_rows: 333 rows at GPT-2's vocabulary), and only one
-chunk's logits exist at a time. Why not fewer rows: the chunk's three matmuls get
+with T. Instead the tokens go through in chunks of chunk_rows rows (at most 32 MiB
+of logits, classifier_chunk_rows: 166 rows at GPT-2's vocabulary), and only one
+chunk's logits exist at a time. The size is a trade: the chunk's three matmuls get
 thinner and OpenBLAS runs them slower (on an idle machine, 2 threads, T 1024: 166
-rows, 32 MiB, took 1.22x the unchunked classifier's time at C 768 and 1.32x at
-C 128; 332 rows 1.06x and 1.12x; dev/bench/README.md).
+rows took 1.22x the unchunked classifier's time at C 768 and 1.32x at C 128; 332
+rows, 64 MiB, 1.06x and 1.12x; 41 rows about 1.6x; dev/bench/README.md), while a
+larger chunk is filled only from more local tokens, so below them the classifier's
+memory grows with T / cp (at 64 MiB, a cp 4 rank of T 1024 would hold 256 rows).
 
 Why the classifier's backward runs in the forward pass: the gradient of a chunk
 needs its probabilities, which are gone once the next chunk overwrites them. Two
@@ -46,7 +48,7 @@ lanes' sums are added in double. The loss is log(sum) - (logit[target] - max).
 #define IGNORE_INDEX (-100)
 
 // the logits of one chunk take at most this much memory
-#define CLASSIFIER_CHUNK_BYTES ((size_t)64 << 20)
+#define CLASSIFIER_CHUNK_BYTES ((size_t)32 << 20)
 #define SOFTMAX_LANES 16
 
 // Rows per chunk for a vocabulary of Vp: as many as fit CLASSIFIER_CHUNK_BYTES, at
