@@ -6,13 +6,16 @@ file under train/:
     train/agree.h          the checks that every rank runs the same job
     train/model_init.h     the run's model on the host: its configuration, checks, weights
     train/memory.h         the estimated peak memory per rank, and the check that it fits
+    train/cpu_runtime_memory.h the CPU twin's process besides its buffers (OpenBLAS's probe)
     train/progress.h       the start-up table, the progress line, peak memory
     train/outputs.h        what a run writes: its -o directory (owned, locked), no output an input
     train/run.h            the run's data, logs and schedule, each batch's sharding, each step's chores
     train/between_steps.h  validation, HellaSwag, and at which steps they, samples and checkpoints run
     train/resume.h         checkpoints and resume
+    train/checkpoint_files.h   a checkpoint's files: paths, state files, DONE markers
     train/sample.h         sampling
     train/zero.h           ZeRO-1 (-z 1): each rank's shard of the optimizer state, the parameter gather
+    train/test_hooks.h     the environment variables only tests set
 
 and, here, the start of a run that ties them together; cp/mesh_mpi.h gives both
 the mesh's MPI communicators. The trainers differ only in where the model runs.

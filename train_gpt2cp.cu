@@ -44,17 +44,9 @@ fp32 build -f 1 (default) lets cuBLAS use TF32 tensor cores, -f 0 is full fp32
 #include "cp/loss.cuh"
 #include "cp/attention.cuh"
 #include "llmc/gpt2.cuh"
+#include "train/test_hooks.h"
 
 #define TRANSPORTS "transport: nccl | mpi"
-// The model files this build writes: llm.c's bf16 ones (version 5) from a BF16
-// build, as llm.c's bf16 trainer writes them, fp32 ones (version 3) from FP32.
-// Either loads in both trainers (llmc/checkpoint.h).
-#ifdef ENABLE_BF16
-#define MODEL_FILE_VERSION CHECKPOINT_VERSION_BF16
-#else
-#define MODEL_FILE_VERSION CHECKPOINT_VERSION_FP32
-#endif
-
 typedef struct {
     Mesh mesh;
     Comm *world;   // every rank, device memory: parameters, gradients and the loss
@@ -138,7 +130,7 @@ static Ranks ranks_init(int cp_size, int ulysses_size, int with_ulysses, int use
 
 static void ranks_free(Ranks *r) {
     Comm *comms[] = {r->world, r->cp, r->self, r->cp_host, r->dp_host, r->ulysses, r->ulysses_host, r->ring};
-    for (int i = 0; i < 8; i++) {
+    for (size_t i = 0; i < sizeof(comms) / sizeof(comms[0]); i++) {
         if (comms[i] != NULL) { comms[i]->destroy(comms[i]); }
     }
 }
@@ -258,6 +250,17 @@ static void sample(const TrainConfig *cfg, GPT2Cuda *model, Comm *self, TrainRun
     free(s.logits_x);
 }
 
+// The model files this build writes: llm.c's bf16 ones (version 5) from a BF16
+// build, as llm.c's bf16 trainer writes them, fp32 ones (version 3) from FP32.
+// Either loads in both trainers (llmc/checkpoint.h).
+static int model_file_version(void) {
+#ifdef ENABLE_BF16
+    return CHECKPOINT_VERSION_BF16;
+#else
+    return CHECKPOINT_VERSION_FP32;
+#endif
+}
+
 int main(int argc, char **argv) {
     train_runtime_init(&argc, &argv);
     TrainConfig cfg;
@@ -293,9 +296,15 @@ int main(int argc, char **argv) {
              sizeof(floatX) != sizeof(float) ? "" : cfg.tf32 ? ", TF32 on" : ", TF32 off");
     GPT2 host;
     TrainRun run;
-    TrainerMemory memory = {trainer_name, cfg.transport, cp_attention_cuda_bytes, activations_cuda_extra_bytes,
-                            sizeof(floatX), GPT2_CUDA_WEIGHT_COPY_BYTES, 0,
-                            device_memory_available};
+    TrainerMemory memory = {.name = trainer_name,
+                            .transport = cfg.transport,
+                            .attention_bytes = cp_attention_cuda_bytes,
+                            .device_token_bytes = activations_cuda_extra_bytes,
+                            .value_bytes = sizeof(floatX),
+                            .weight_copy_bytes = GPT2_CUDA_WEIGHT_COPY_BYTES,
+                            .host = 0,
+                            .available = device_memory_available,
+                            .runtime_bytes = NULL};
     train_run_start(&run, &host, &cfg, layout, mesh, &memory);
     GPT2Cuda model;
     load_model(&model, &host, ranks.world, run.params_from_shards, cfg.gelu_fusion != 0);
@@ -308,11 +317,9 @@ int main(int argc, char **argv) {
     CpAttentionCommsCuda comms = {ranks.cp, ranks.cp_host, ranks.ulysses, ranks.ulysses_host, ranks.ring};
     cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.stages, cfg.B,
                            run.local_T, c.channels, c.num_heads);
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, {NULL, NULL}, NULL};
+    Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention};
     step_loss_cuda_init(&tr.step_loss);
-    // GPT2CP_TEST_HOST_WAITS=1 (test only): each rank prints how often each training
-    // step waited for the device (dev/cuda/emu/trainer.sh holds them to one)
-    int print_host_waits = getenv("GPT2CP_TEST_HOST_WAITS") != NULL;
+    int print_host_waits = test_hook_host_waits();
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -327,7 +334,7 @@ int main(int argc, char **argv) {
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
         if (run_checkpoints(&run, &cfg, step, last_step)) {
             gpt2_cuda_to_host(&model);
-            save_checkpoint(&run, &cfg, mesh, &model.host, step, MODEL_FILE_VERSION);
+            save_checkpoint(&run, &cfg, mesh, &model.host, step, model_file_version());
         }
         if (last_step) { break; }
 

@@ -23,6 +23,8 @@ Same flags as the GPU trainer; see -h.
 #include "cp/comm_mpi.h"
 #include "cp/loss.h"
 #include "cp/attention.h"
+#include "train/cpu_runtime_memory.h"
+#include "train/test_hooks.h"
 
 typedef struct {
     Mesh mesh;
@@ -49,7 +51,7 @@ static Ranks ranks_init(int cp_size, int ulysses_size) {
 
 static void ranks_free(Ranks *r) {
     Comm *comms[] = {r->world, r->cp, r->dp, r->self, r->ulysses, r->ring};
-    for (int i = 0; i < 6; i++) { comms[i]->destroy(comms[i]); }
+    for (size_t i = 0; i < sizeof(comms) / sizeof(comms[0]); i++) { comms[i]->destroy(comms[i]); }
 }
 
 typedef struct {
@@ -125,59 +127,10 @@ static void sample(const TrainConfig *cfg, GPT2 *model, Comm *self, TrainRun *ru
     activations_free(&s.acts);
 }
 
-// What the process holds besides the run's own buffers: what it holds now (the
-// program, MPI, the libraries: process_resident_bytes), and OpenBLAS's work buffer
-// as the run will fill it. OpenBLAS may pack the whole of a product's operand into
-// a buffer of its own: for the classifier's weight gradient (dwte (Vp, C) +=
-// dlogits^T lnf over a chunk of K tokens) that is K x Vp floats, as much as the
-// chunk's logits (with OpenBLAS 0.3.21 on Haswell: 32 MiB at Vp 50304 from C 352
-// on, next to nothing below: the library's choice; dev/bench/README.md). Whether it
-// does is measured: products of that shape with Vp cut to BLAS_PROBE_ROWS / 4
-// (which also starts the library), then to BLAS_PROBE_ROWS: where the second grew
-// the process by most of the K x 3/4 BLAS_PROBE_ROWS floats packing takes (the
-// library's own start-up is a few MiB), the library packs, and the rest of the
-// operand's rows are counted. (The other products' operands are smaller: their
-// rows are at most 4 C, far fewer than Vp.)
-#define BLAS_PROBE_ROWS 32768
-static size_t cpu_runtime_bytes(GPT2Config c, int chunk_rows) {
-    size_t packed = 0;
-#ifndef NO_BLAS
-    size_t K = (size_t)chunk_rows, C = (size_t)c.channels, Vp = (size_t)c.padded_vocab_size;
-    size_t rows = Vp < BLAS_PROBE_ROWS ? Vp : BLAS_PROBE_ROWS, first = rows / 4;
-    float *dout = (float *)callocCheck(K * rows, sizeof(float));
-    float *inp = (float *)callocCheck(K * C, sizeof(float));
-    float *dweight = (float *)callocCheck(rows * C, sizeof(float));
-    memset(dout, 0, K * rows * sizeof(float)); // every page touched before the measure
-    memset(inp, 0, K * C * sizeof(float));
-    memset(dweight, 0, rows * C * sizeof(float));
-    size_t resident[2], n[2] = {first, rows};
-    for (int i = 0; i < 2; i++) {
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)n[i], (int)C, (int)K, 1.0f, dout, (int)n[i], inp,
-                    (int)C, 1.0f, dweight, (int)C);
-        resident[i] = process_resident_bytes();
-    }
-    free(dout);
-    free(inp);
-    free(dweight);
-    size_t signal = K * (rows - first) * sizeof(float);
-    if (resident[1] > resident[0] && resident[1] - resident[0] >= signal / 4 * 3 && Vp > rows) {
-        packed = K * (Vp - rows) * sizeof(float); // the probe's own rows are resident already
-    }
-#else
-    (void)c;
-    (void)chunk_rows;
-#endif
-    return process_resident_bytes() + packed;
-}
-
-// The model files the twin writes: fp32 (version 3). Test only: with
-// GPT2CP_TEST_BF16_MODEL_FILE=1 in the environment, bf16 ones (version 5), as the GPU
-// trainer's BF16 build writes them: the weights rounded to bf16, so not exact, and
-// the exact fp32 master weights in the state files (llmc/checkpoint.h's optional
-// section), which the resume then takes. No trainer of this build needs the
-// section, so this is how test/e2e_zero.sh checks it end to end on the CPU.
+// The model files the twin writes: fp32 (version 3), as llm.c's fp32 trainer;
+// bf16 ones (version 5) only where a test asks (train/test_hooks.h).
 static int model_file_version(void) {
-    return getenv("GPT2CP_TEST_BF16_MODEL_FILE") ? CHECKPOINT_VERSION_BF16 : CHECKPOINT_VERSION_FP32;
+    return test_hook_bf16_model_file() ? CHECKPOINT_VERSION_BF16 : CHECKPOINT_VERSION_FP32;
 }
 
 int main(int argc, char **argv) {
@@ -205,8 +158,15 @@ int main(int argc, char **argv) {
 
     GPT2 model;
     TrainRun run;
-    TrainerMemory memory = {"cpu (fp32, OpenMP)", "mpi", cp_attention_bytes, NULL, sizeof(float), 0, 1,
-                            host_memory_available, cpu_runtime_bytes};
+    TrainerMemory memory = {.name = "cpu (fp32, OpenMP)",
+                            .transport = "mpi",
+                            .attention_bytes = cp_attention_bytes,
+                            .device_token_bytes = NULL,
+                            .value_bytes = sizeof(float),
+                            .weight_copy_bytes = 0,
+                            .host = 1,
+                            .available = host_memory_available,
+                            .runtime_bytes = cpu_runtime_bytes};
     train_run_start(&run, &model, &cfg, layout, mesh, &memory);
     GPT2Config c = model.config;
     // every rank built the same weights; rank 0's are broadcast all the same, so
@@ -219,7 +179,7 @@ int main(int argc, char **argv) {
     CpAttentionComms comms = {ranks.cp, ranks.ulysses, ranks.ring};
     cp_attention_init(&attention, (CpAttentionKind)kind, comms, cfg.stages, cfg.B, run.local_T, c.channels,
                       c.num_heads);
-    Trainer tr = {&cfg, &run, &ranks, &model, &acts, &attention, {NULL, NULL, NULL}, {{0.0, 0.0}, 0.0}};
+    Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;

@@ -77,7 +77,7 @@ largest rank's bytes:
 The counts touch every pair: O(B T^2) time, so T is capped at MAX_T and B * T at
 MAX_BT.
 */
-#define _DEFAULT_SOURCE // mkdtemp; M_PI of llmc/rand.h (through llmc/gpt2.h)
+#define _DEFAULT_SOURCE // mkdtemp; M_PI of llmc/rand.h (through llmc/gpt2_init.h)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +89,7 @@ MAX_BT.
 #include "../cp/block_mask.h"
 #include "../cp/attention_cost.h"
 #include "../cp/layout_balance.h"
-#include "../llmc/gpt2.h"
+#include "../llmc/gpt2_init.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/tool_outputs.h"
 

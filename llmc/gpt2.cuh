@@ -36,7 +36,7 @@ more to bucket the embedding gradients (llmc/encoder.cuh).
 #include "cuda_common.cuh"
 #include "encoder.cuh"
 #include "gelu.cuh"
-#include "gpt2.h"
+#include "checkpoint.h"
 #include "layernorm.cuh"
 #include "matmul.cuh"
 #include "residual.cuh"

@@ -247,7 +247,7 @@ grep -q '^no target: the loss masks kept none of the targets of 1 of the 3 train
     fail "the end does not count the step with no target: $(tail -n 3 "$out")"
 # the outlier detectors of -sl and -sg saw the 2 steps with a loss, not the third's
 # zeros: their counts, the first uint64 of each after the state file's 1024 + 32 x 8
-# header bytes (llmc/checkpoint.h), are 2
+# header bytes (train/checkpoint_files.h), are 2
 counts=$(od -An -tu8 -j $((1024 + 32 * 8)) -N 8 "$WORK/notarget_steps/state_00000003_00000.bin" | tr -d ' ')
 counts+=" $(od -An -tu8 -j $((1024 + 32 * 8 + (4 + 128) * 8)) -N 8 "$WORK/notarget_steps/state_00000003_00000.bin" | tr -d ' ')"
 [[ $counts == "2 2" ]] || fail "the outlier detectors saw the step with no target: counts $counts, expected 2 2"

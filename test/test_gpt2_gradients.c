@@ -39,7 +39,7 @@ also makes the point generic.
 #include "cp/comm_mpi.h"
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
-#include "llmc/gpt2.h"
+#include "llmc/gpt2_init.h"
 #include "test/lib/test_utils.h"
 
 #define B 2

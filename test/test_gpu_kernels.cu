@@ -63,7 +63,7 @@ With no GPU the binary exits 77 (skipped).
 #include "cp/sharder.h"
 #include "llmc/cp_async.cuh"
 #include "llmc/gpt2.cuh"
-#include "llmc/gpt2.h"
+#include "llmc/gpt2_init.h"
 #include "llmc/mma.cuh"
 #include "llmc/mma_tiles.cuh"
 #include "test/lib/gpu_test_utils.cuh"

@@ -19,7 +19,7 @@ an independent Python generator (test/e2e_llmc_compat.sh).
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include "llmc/gpt2.h"
+#include "llmc/gpt2_init.h"
 #include "llmc/rand.h"
 #include "test/lib/test_utils.h"
 

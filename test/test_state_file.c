@@ -1,5 +1,5 @@
 /*
-The state file (llmc/checkpoint.h, version 5): its header, the moments of a range
+The state file (train/checkpoint_files.h, version 5): its header, the moments of a range
 of the flat parameter vector (all of it at -z 0, a rank's shard at -z 1) and the
 optional section of the fp32 master weights of that range.
 
@@ -24,7 +24,7 @@ optional section of the fp32 master weights of that range.
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-#include "llmc/checkpoint.h"
+#include "train/checkpoint_files.h"
 #include "test/lib/test_utils.h"
 
 #define NUM_PARAMETERS 1000

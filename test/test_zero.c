@@ -19,7 +19,7 @@ MPI test of ZeRO-1 (train/zero.h) and of the sharded AdamW update it drives.
 #include <stdlib.h>
 #include <string.h>
 #include "cp/comm_mpi.h"
-#include "llmc/gpt2.h"
+#include "llmc/gpt2_init.h"
 #include "train/zero.h"
 #include "test/lib/test_utils.h"
 

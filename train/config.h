@@ -19,7 +19,8 @@ context-parallel ones.
 #include "../cp/attention_kind.h"
 #include "../cp/layout.h"
 #include "../cp/sharder.h"
-#include "../llmc/gpt2.h"
+#include "../llmc/gpt2_init.h"
+#include "checkpoint_files.h"
 #include "../llmc/schedulers.h"
 #include "../llmc/utils.h"
 

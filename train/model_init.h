@@ -10,7 +10,7 @@ the layout), and its weights.
 #include "../cp/layout.h"
 #include "../cp/mesh.h"
 #include "../cp/sharder.h"
-#include "../llmc/checkpoint.h"
+#include "checkpoint_files.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/utils.h"
 #include "config.h"

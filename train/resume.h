@@ -1,5 +1,5 @@
 /*
-Checkpoints and resume (llmc/checkpoint.h has the files): which checkpoint -y 1
+Checkpoints and resume (train/checkpoint_files.h has the files): which checkpoint -y 1
 resumes from, restoring the training state from it, and writing one so that a
 crash at any moment leaves a complete earlier one in charge.
 */
@@ -14,7 +14,7 @@ crash at any moment leaves a complete earlier one in charge.
 #include "../cp/comm_mpi.h"
 #include "../cp/layout.h"
 #include "../cp/mesh.h"
-#include "../llmc/checkpoint.h"
+#include "checkpoint_files.h"
 #include "../llmc/gpt2.h"
 #include "../llmc/utils.h"
 #include "agree.h"

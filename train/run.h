@@ -21,7 +21,7 @@ skip it), the progress line and log, the per-token loss gather (-tl).
 #include "../cp/loss.h"
 #include "../cp/mesh.h"
 #include "../cp/sharder.h"
-#include "../llmc/checkpoint.h"
+#include "checkpoint_files.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/eval_loader.h"
 #include "../llmc/gpt2.h"

@@ -42,7 +42,7 @@ Output: "name  value" lines; sizes as "bytes MiB", the max over the ranks.
 #include "../../cp/ring_attention.h"
 #include "../../cp/sharder.h"
 #include "../../cp/ulysses_attention.h"
-#include "../../llmc/gpt2.h"
+#include "../../llmc/gpt2_init.h"
 #include "../../llmc/rand.h"
 
 #define MIB (1024.0 * 1024.0)

@@ -1,12 +1,12 @@
 /*
-libFuzzer target: the checkpoint parser (llmc/gpt2.h, gpt2_read_checkpoint), the
+libFuzzer target: the checkpoint parser (llmc/checkpoint.h, gpt2_read_checkpoint), the
 code behind -e FILE. An accepted file is version 3 (fp32) or 5 (bf16), has a
 valid configuration, the exact size its header describes at its version's bytes
 per parameter, and only finite parameters.
 */
 #include <math.h>
 #include "fuzz_input.h"
-#include "llmc/gpt2.h"
+#include "llmc/checkpoint.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     FuzzInput in = fuzz_input_open(data, size);

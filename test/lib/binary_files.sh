@@ -54,7 +54,7 @@ put_u64() {
     put_i32 "$1" $(($2 + 4)) $((($3 >> 32) & 0xFFFFFFFF))
 }
 
-# state_reseal FILE: recomputes a state file's header checksum (llmc/checkpoint.h:
+# state_reseal FILE: recomputes a state file's header checksum (train/checkpoint_files.h:
 # 1024 bytes of int32, 32 uint64, the two outlier detectors of 132 x 8 bytes each,
 # 4096 bytes of -e; the checksum is uint64 [31], computed with itself 0), so that a
 # test can craft header fields the checksum would otherwise reject first

@@ -1,5 +1,5 @@
 /*
-The trainers' model file writer (gpt2_save_checkpoint, llmc/gpt2.h) on weights of
+The trainers' model file writer (gpt2_save_checkpoint, llmc/checkpoint.h) on weights of
 any bits, for test/e2e_model_bf16.sh:
 
     model_file_writer WEIGHTS maxT V Vp L NH C VERSION OUT
@@ -10,7 +10,7 @@ them, since a non-finite loss stops the run, but the bf16 rounding must still
 give the GPU's bits for them), and the model is written as version VERSION (3 or
 5) to OUT, as a trainer's checkpoint writes it.
 */
-#include "llmc/gpt2.h"
+#include "llmc/checkpoint.h"
 
 int main(int argc, char **argv) {
     if (argc != 10) {
