@@ -17,7 +17,8 @@ decide at once whether
     BLOCK_MASKED  some pairs are: the mask is evaluated per pair
 
 With round_robin the halves are exactly the two chunks a rank owns, so this is the
-classic zigzag skipping; with contiguous it skips the upper triangle of blocks. No
+classic zigzag skipping; with contiguous it skips the upper triangle of blocks
+(`dev/cp_layout -steps 1` prints every rank's table at every ring step). No
 layout is named here: the ranges come from the indices alone. The tiled CPU
 attention (cp/attention_block_tiled.h) applies the same rule to its tiles
 (sub_block_range over a tile); cp/tile_visibility.cuh, the GPU twin of this file,

@@ -89,7 +89,12 @@ static void ring_attention_forward(RingAttention *ra, float *out, float *lse, co
     //   src >  rank           both key chunks lie after query chunk r (skipped)
     //                         and before query chunk 2cp-1-r (full)
     // so every rank computes half a block at every step (test_attention_algorithms
-    // checks these tables for every layout).
+    // checks these tables for every layout). To see them, `./cp_layout -t 16 -cp 4
+    // -cl round_robin -steps 1` prints one line per (step, rank) from
+    // block_visibility_table (q0, q1: query chunks r, 2cp-1-r; k0, k1: key chunks
+    // src, 2cp-1-src): at step 0 q0k0 and q1k1 MASKED, q0k1 SKIP, q1k0 FULL; with
+    // src < rank q0k0 and q1k0 FULL, q0k1 and q1k1 SKIP; with src > rank q0k0 and
+    // q0k1 SKIP, q1k0 and q1k1 FULL. -cl contiguous and -cl striped print theirs.
     int cur = 0;
     for (int step = 0; step < cp; step++) {
         void *exchange = NULL;

@@ -4,6 +4,7 @@ attention work each rank does, for one (T, cp, layout). Optionally draws it as a
 
     make cp_layout
     ./cp_layout -t 16 -cp 4 -cl round_robin
+    ./cp_layout -t 16 -cp 4 -cl round_robin -steps 1
     ./cp_layout -t 1024 -cp 4 -cl contiguous -png docs/contiguous.png
     ./cp_layout -t 1024 -cp 4 -cl packed -i dev/data/austen/austen_train.bin -b 8 -dm 1
     ./cp_layout -t 1024 -cp 4 -cl striped
@@ -55,6 +56,16 @@ rank (the next block comes from a neighbour that must have finished its own):
                                        longer a ring in lock step takes than work
                                        spread evenly (1.000: balanced at every step)
 A step where no rank has any work of a column counts as balanced there (1.000).
+
+With -steps 1 the ring's case analysis follows, one line per (step, rank), steps
+in order: which K/V block the rank meets and what block_visibility_table (the
+trainer's own call, cp/attention_block.h) makes of each (query half, key half)
+pair, qAkB for query half A against key half B. Row 0 of the batch only (with
+documents each row has its own), and always the ring's halves, whatever -tile:
+    halves step 1 rank 2 <- K/V of rank 1: q0k0 FULL   q0k1 SKIP   q1k0 FULL   q1k1 SKIP
+    $3 the step  $5 the rank  $10 the rank the block started on, with a colon
+    $12 $14 $16 $18 the visibilities of q0k0 q0k1 q1k0 q1k1
+Under round_robin these are the zigzag's three cases of cp/ring_attention.h.
 
 With -dm 1 a line says how far each layout spreads the documents, what an exchange
 that sends K/V only to the ranks whose queries see it pays for:
@@ -173,7 +184,7 @@ static int shard_all_ranks(CpSharder *sh, CpLayoutKind kind, int cp, int chunk, 
 }
 
 static const char *visibility_name(BlockVisibility v) {
-    return v == BLOCK_SKIP ? "BLOCK_SKIP" : v == BLOCK_FULL ? "BLOCK_FULL" : "BLOCK_MASKED";
+    return v == BLOCK_SKIP ? "SKIP" : v == BLOCK_FULL ? "FULL" : "MASKED";
 }
 
 // The tiles a block of Tl tokens is cut into: the ring's RING_SUBBLOCKS sub-blocks
@@ -224,7 +235,7 @@ static void ring_work(const CpSharder *sh, int cp, int tile, Work *work, Work *s
                                 // a tile decision that disagrees with its own pairs would
                                 // make these numbers (and the trainers) silently wrong
                                 if ((visible && !computed) || (!visible && vis == BLOCK_FULL)) {
-                                    fatal("cp/block_mask.h: rank %d row %d step %d tile (%d, %d) is %s but pair "
+                                    fatal("cp/block_mask.h: rank %d row %d step %d tile (%d, %d) is BLOCK_%s but pair "
                                           "(q %d, k %d) is %s", r, b, s, a, c, visibility_name(vis), qi, kj,
                                           visible ? "visible" : "masked");
                                 }
@@ -408,6 +419,33 @@ static void print_steps(const Work *step_work, int cp) {
     }
     printf(ROW_LABEL " %14.3f %14.3f %14.3f\n", "ring", "-", "-", "-", max_sum[0] / mean_sum[0],
            max_sum[1] / mean_sum[1], max_sum[2] / mean_sum[2]);
+}
+
+// -steps 1: the ring step by step as the trainer computes it. At step s rank r holds
+// the K/V block of rank (r - s) mod cp, and block_visibility_table decides each
+// (query half, key half) pair, the call cp/attention_block.h makes for every row.
+// Row 0 only: with documents each row has its own table.
+static void print_step_halves(const CpSharder *sh, int cp) {
+    int Tl = sh[0].layout.local_len;
+    printf("# the ring's halves, row 0: at step s rank r meets the K/V block of rank (r - s) mod cp; qAkB: query "
+           "half A against key half B, SKIP (not computed), FULL (no mask) or MASKED (mask per pair)\n");
+    for (int s = 0; s < cp; s++) {
+        for (int r = 0; r < cp; r++) {
+            int src = (r - s + cp) % cp;
+            const ShardLayout *q = &sh[r].layout, *k = &sh[src].layout;
+            BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS];
+            SubBlock qs[RING_SUBBLOCKS], ks[RING_SUBBLOCKS];
+            block_visibility_table(q->global_index, q->document, k->global_index, k->document, Tl, vis, qs, ks);
+            printf("halves step %d rank %d <- K/V of rank %d:", s, r, src);
+            for (int a = 0; a < RING_SUBBLOCKS; a++) {
+                for (int c = 0; c < RING_SUBBLOCKS; c++) {
+                    int last = a == RING_SUBBLOCKS - 1 && c == RING_SUBBLOCKS - 1;
+                    printf(" q%dk%d %-*s", a, c, last ? 0 : 6, visibility_name(vis[a][c]));
+                }
+            }
+            printf("\n");
+        }
+    }
 }
 
 // What -i read, for the table: "FILE: B rows of T tokens from its start, D documents
@@ -649,7 +687,7 @@ static void print_comm(const CpSharder *sh, int cp, int U, int depth) {
 
 static void print_usage(FILE *out) {
     fprintf(out, "usage: cp_layout -t T -cp N -cl contiguous|round_robin|striped|packed|solver|identity [-cc N]"
-                    " [-i FILE [-b B] [-dm 0|1]] [-tile R] [-m dN [-cu U]] [-png FILE] [-h]\n"
+                    " [-i FILE [-b B] [-dm 0|1]] [-tile R] [-steps 0|1] [-m dN [-cu U]] [-png FILE] [-h]\n"
                     "  -t    sequence length T (1..%d)\n"
                     "  -cp   context-parallel size (ranks in the ring, >= 1)\n"
                     "  -cl   layout (cp/layout.h); identity needs -cp 1, packed needs -dm 1\n"
@@ -660,6 +698,8 @@ static void print_usage(FILE *out) {
                     "  -dm   with -i, 1: an EOT token (%d) opens a document, attention is masked to documents\n"
                     "  -tile count computed pairs in tiles of R rows, as the tiled attention cuts a block (the GPU\n"
                     "        kernels and the CPU's BLAS build: 64; default: the ring's %d sub-blocks per block)\n"
+                    "  -steps 1: also print, for each ring step and rank, the K/V block it meets and each\n"
+                    "        (query half, key half) pair's SKIP, FULL or MASKED (row 0; halves whatever -tile)\n"
                     "  -m    a model preset dN (d12: GPT-2 124M): also print each attention algorithm's\n"
                     "        bytes and messages per rank and layer\n"
                     "  -cu   with -m, the Ulysses degree of hybrid (default 2, or 1 where 2 does not divide cp)\n"
@@ -693,7 +733,7 @@ static int parse_int(const char *flag, const char *value) {
 
 int main(int argc, char **argv) {
     int T = 0, cp = 0, kind = -1, have_T = 0, have_cp = 0, B = 1, documents = 0, have_B = 0, have_dm = 0;
-    int depth = 0, U = 0, tile = 0, chunk = 0;
+    int depth = 0, U = 0, tile = 0, chunk = 0, show_steps = 0;
     const char *png = NULL, *input = NULL;
     for (int i = 1; i < argc; i++) {
         const char *flag = argv[i];
@@ -704,7 +744,7 @@ int main(int argc, char **argv) {
         int known = strcmp(flag, "-t") == 0 || strcmp(flag, "-cp") == 0 || strcmp(flag, "-cl") == 0
                     || strcmp(flag, "-png") == 0 || strcmp(flag, "-i") == 0 || strcmp(flag, "-b") == 0
                     || strcmp(flag, "-dm") == 0 || strcmp(flag, "-m") == 0 || strcmp(flag, "-cu") == 0
-                    || strcmp(flag, "-tile") == 0 || strcmp(flag, "-cc") == 0;
+                    || strcmp(flag, "-tile") == 0 || strcmp(flag, "-cc") == 0 || strcmp(flag, "-steps") == 0;
         if (!known) { usage_error("unknown flag '%s'", flag); }
         if (i + 1 >= argc) { usage_error("%s needs a value", flag); }
         const char *value = argv[++i];
@@ -725,6 +765,11 @@ int main(int argc, char **argv) {
         else if (strcmp(flag, "-cu") == 0) { U = parse_int(flag, value); }
         else if (strcmp(flag, "-cc") == 0) {
             if ((chunk = parse_int(flag, value)) < 1) { usage_error("-cc %d: a chunk has at least 1 token", chunk); }
+        }
+        else if (strcmp(flag, "-steps") == 0) {
+            if ((show_steps = parse_int(flag, value)) != 0 && show_steps != 1) {
+                usage_error("-steps %d: must be 0 or 1", show_steps);
+            }
         }
         else if (strcmp(flag, "-tile") == 0) {
             if ((tile = parse_int(flag, value)) < 1) { usage_error("-tile %d: a tile has at least 1 row", tile); }
@@ -786,6 +831,7 @@ int main(int argc, char **argv) {
 
     print_table(sh, cp, tile, work, &st, &cp1, input ? data : NULL);
     print_steps(step_work, cp);
+    if (show_steps) { print_step_halves(sh, cp); }
     check_area_and_spread(sh, cp, tile, work, &batch);
     if (depth > 0) { print_comm(sh, cp, U, depth); }
     fflush(stdout);

@@ -9,6 +9,8 @@
 # hand, and on the Austen data its useful pairs within 1% of balanced and its
 # documents on fewer ranks than packed's and striped's. Group-cast's "# comm" line
 # (from the batch's plans) by hand on one document and on documents of 50 tokens.
+# -steps 1: every (step, rank)'s SKIP / FULL / MASKED halves for contiguous,
+# round_robin and striped against a table derived here from the layouts' definitions.
 # Run from the repo root (CTest does), after `make cp_layout`.
 set -euo pipefail
 
@@ -227,6 +229,67 @@ expect "-t 16 -cp 4 -cl contiguous" \
     "total - - - 144 136 136" \
     "cp1 - - - 192 136 136"
 
+# -steps 1: the ring step by step, one "halves" line per (step, rank), against the
+# table worked out here from the layouts' definitions alone. Rank r holds, with n =
+# T/cp tokens per rank (T a multiple of 2 cp: no padding), in local order:
+#   contiguous   r*n .. r*n+n-1
+#   round_robin  chunk r then chunk 2cp-1-r, chunks of n/2
+#   striped      r, r+cp, r+2cp, ...
+# At step s rank r meets the block of rank (r - s) mod cp; each side is cut into
+# halves of local positions [0, n/2) and [n/2, n), and a (query half, key half)
+# pair is SKIP when every key index exceeds every query index, FULL when every
+# key index is at most every query index, else MASKED.
+expected_halves() {
+    awk -v layout="$1" -v T="$2" -v cp="$3" '
+        # the global index of local token i of rank r
+        function g(r, i,   c) {
+            if (layout == "contiguous") return r * n + i
+            if (layout == "striped") return i * cp + r
+            c = n / 2
+            return i < c ? r * c + i : (2 * cp - 1 - r) * c + i - c
+        }
+        # lo, hi: the least and greatest index of half h of rank r
+        function half_range(r, h,   i, x) {
+            lo = T; hi = -1
+            for (i = int(h * n / 2); i < int((h + 1) * n / 2); i++) {
+                x = g(r, i); if (x < lo) lo = x; if (x > hi) hi = x
+            }
+        }
+        function visibility(q, a, k, b,   qlo, qhi) {
+            half_range(q, a); qlo = lo; qhi = hi
+            half_range(k, b)
+            return lo > qhi ? "SKIP" : hi <= qlo ? "FULL" : "MASKED"
+        }
+        BEGIN {
+            n = T / cp
+            for (s = 0; s < cp; s++) for (r = 0; r < cp; r++) {
+                src = (r - s + cp) % cp
+                line = "halves step " s " rank " r " <- K/V of rank " src ":"
+                for (a = 0; a < 2; a++) for (b = 0; b < 2; b++) line = line " q" a "k" b " " visibility(r, a, src, b)
+                print line
+            }
+        }'
+}
+for cl in contiguous round_robin striped; do
+    for tc in "16 4" "24 3" "8 2"; do
+        read -r T cp <<< "$tc"
+        got=$("$tool" -t "$T" -cp "$cp" -cl "$cl" -steps 1 | awk '$1 == "halves" { $1 = $1; print }')
+        want=$(expected_halves "$cl" "$T" "$cp")
+        [ "$got" = "$want" ] || fail "cp_layout -t $T -cp $cp -cl $cl -steps 1"$'\n'"got:"$'\n'"$got"$'\n'"want:"$'\n'"$want"
+    done
+done
+# the zigzag's three cases as cp/ring_attention.h states them, at T 16, cp 4: every
+# step-0 line is the diagonal, a block from an earlier rank has q0k0 q1k0 FULL and
+# both k1 SKIP, one from a later rank both q0 SKIP and both q1 FULL
+"$tool" -t 16 -cp 4 -cl round_robin -steps 1 | awk '$1 == "halves" {
+        src = $10 + 0
+        if (src == $5) want = "MASKED SKIP FULL MASKED"
+        else if (src < $5) want = "FULL SKIP FULL SKIP"
+        else want = "SKIP SKIP FULL FULL"
+        if ($12 " " $14 " " $16 " " $18 != want) { print; bad = 1 }
+    } END { exit bad }' > "$tmp/why" || fail "round_robin T 16 cp 4 is not the three cases: $(cat "$tmp/why")"
+[ -z "$("$tool" -t 16 -cp 4 -cl round_robin -steps 0 | awk '$1 == "halves"')" ] || fail "-steps 0 printed halves"
+
 # ----------------------------------------------------------------------------
 # Properties over many (T, cp, layout): the owned ranges cover 0..P-1 exactly once,
 # real + pad = P and real sums to T, computed >= visible >= useful on every rank,
@@ -439,6 +502,7 @@ bad_flags "-t is required"
 bad_flags "-cl is required" -t 8 -cp 2
 bad_flags "unknown layout 'zigzag'" -t 8 -cp 2 -cl zigzag
 bad_flags "-tile 0: a tile has at least 1 row" -t 8 -cp 2 -cl striped -tile 0
+bad_flags "-steps 2: must be 0 or 1" -t 8 -cp 2 -cl striped -steps 2
 bad_flags "needs an integer" -t 8x -cp 2 -cl contiguous
 bad_flags "needs a value" -t 8 -cp 2 -cl contiguous -png
 bad_flags "unknown flag" -t 8 -cp 2 -cl contiguous -x 1
@@ -557,4 +621,4 @@ done
 read -r ring_docs gc_docs < <(awk '$2 == "comm" && $3 == "ring" { r = $5 } $2 == "comm" && $3 == "groupcast" { g = $14 } END { print r, g }' "$tmp/comm_docs")
 [ $((gc_docs * 10)) -lt "$ring_docs" ] || fail "documents of 50: group-cast's largest rank sends $gc_docs bytes forward, not a tenth of the ring's $ring_docs"
 echo "comm groupcast: by hand on one document and on documents of 50 tokens (largest rank forward $gc_docs bytes, the ring $ring_docs)"
-echo "OK: hand-computed cases, $checked configurations, real data with documents, bad flags, png, communication"
+echo "OK: hand-computed cases, the ring's halves step by step, $checked configurations, real data with documents, bad flags, png, communication"

@@ -194,7 +194,7 @@ help() {
 }
 help "$ENCODE" -o -v -vn -tk -h
 help "$LOSS_MASK" -i -a -tk -o -h
-help "$CP_LAYOUT" -t -cp -cl -cc -i -b -dm -tile -m -cu -png -h
+help "$CP_LAYOUT" -t -cp -cl -cc -i -b -dm -tile -steps -m -cu -png -h
 
 if [[ $failures -gt 0 ]]; then
     echo "FAIL tool_files: $failures check(s) failed"
