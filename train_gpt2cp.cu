@@ -147,18 +147,6 @@ static void load_model(GPT2Cuda *model, GPT2 *host, Comm *world, int from_shards
     cuda_sync();
 }
 
-// The model's floatX weights and the activations hold the bytes the start-up
-// estimate counted (train/memory.h), so that the check that the run fits checked
-// what was allocated.
-static void check_memory_counted(const TrainerMemory *tm, const GPT2Cuda *model, const ActivationsCuda *acts) {
-    size_t counted = activation_bytes(model->config, acts->B, acts->T, acts->recompute, tm->value_bytes, NULL);
-    if (acts->num_bytes != counted || tm->weight_copy_bytes != GPT2_CUDA_WEIGHT_COPY_BYTES) {
-        fatal("the activations took %zu device bytes, the memory estimate counts %zu (and %zu bytes a weight of "
-              "the floatX copy for %zu): the estimate and the allocation have drifted apart",
-              acts->num_bytes, counted, tm->weight_copy_bytes, GPT2_CUDA_WEIGHT_COPY_BYTES);
-    }
-}
-
 typedef struct {
     const TrainConfig *cfg;
     TrainRun *run;
@@ -312,7 +300,7 @@ int main(int argc, char **argv) {
 
     ActivationsCuda acts;
     activations_cuda_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
-    check_memory_counted(&memory, &model, &acts);
+    check_memory_counted(&memory, c, acts.B, acts.T, acts.recompute, acts.num_bytes, GPT2_CUDA_WEIGHT_COPY_BYTES);
     CpAttentionCuda attention;
     CpAttentionCommsCuda comms = {ranks.cp, ranks.cp_host, ranks.ulysses, ranks.ulysses_host, ranks.ring};
     cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.stages, cfg.B,

@@ -175,6 +175,7 @@ int main(int argc, char **argv) {
 
     Activations acts;
     activations_init(&acts, c, cfg.B, run.local_T, cfg.recompute);
+    check_memory_counted(&memory, c, acts.B, acts.T, acts.recompute, acts.num_bytes, 0);
     CpAttention attention;
     CpAttentionComms comms = {ranks.cp, ranks.ulysses, ranks.ring};
     cp_attention_init(&attention, (CpAttentionKind)kind, comms, cfg.stages, cfg.B, run.local_T, c.channels,

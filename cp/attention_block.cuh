@@ -12,7 +12,7 @@ what they work on is defined beside it:
   cp/attention_queries.cuh  what stays on this rank (AttentionQueriesCuda), the
                             run's precision and tile rows
   cp/kv_block.cuh           the visiting K/V block, where its dK | dV go
-  cp/tile_visibility.cuh    the batch's coordinates and tile visibility (the GPU
+  cp/block_mask.cuh    the batch's coordinates and tile visibility (the GPU
                             twin of cp/block_mask.h)
   cp/attention_row_steps.cuh  the kernels' per-row steps: online softmax, the
                             (o, lse) merge, the dK, dV store
@@ -33,7 +33,7 @@ The plain kernels convert the tiles to fp32 as they load them into shared memory
 
 Tiles: R rows of queries or keys (R = 64; 32 at HS 128, for registers and shared
 memory), one warp per 16 rows. Each (query tile, key tile) pair is computed as the
-batch's visibility table says (cp/tile_visibility.cuh, built once per batch, so the
+batch's visibility table says (cp/block_mask.cuh, built once per batch, so the
 layers' passes only read it): BLOCK_SKIP computes nothing, BLOCK_FULL evaluates
 no mask, BLOCK_MASKED evaluates pair_visible per element (and the bounds of a
 partial tile at the end of a row).
@@ -81,7 +81,7 @@ same bits every run.
 #include "attention_queries.cuh"
 #include "attention_row_steps.cuh"
 #include "kv_block.cuh"
-#include "tile_visibility.cuh"
+#include "block_mask.cuh"
 #include "../llmc/cuda_common.cuh"
 #include "../llmc/mma_tiles.cuh"
 

@@ -51,8 +51,8 @@ mode). dev/bench/kernel_model.py weighs the two designs.
 
 #include "attention_queries.cuh"
 #include "attention_row_steps.cuh"
-#include "tile_visibility.cuh"
-#include "../llmc/cp_async.cuh"
+#include "block_mask.cuh"
+#include "../llmc/async_copy.cuh"
 #include "../llmc/cuda_common.cuh"
 #include "../llmc/mma_tiles.cuh"
 

@@ -1,10 +1,10 @@
 /*
 What stays on this rank while the K/V blocks come by, on the GPU: the GPU twin of
-cp/attention_block.h's AttentionQueries. Every GPU algorithm holds one
+cp/attention_queries.h's AttentionQueries. Every GPU algorithm holds one
 (AttentionQueriesCuda), and the block kernels (cp/attention_block.cuh) read it for
 every visiting block. The queries themselves stay where the qkv projection left
 them; held here are D = rowsum(dO * O), in the BF16 build the fp32 sums over the
-blocks, and the batch's coordinates and tile visibility (cp/tile_visibility.cuh).
+blocks, and the batch's coordinates and tile visibility (cp/block_mask.cuh).
 Here too the choices of a run it is made for: the products' precision
 (llmc/mma_tiles.cuh), the head sizes the kernels are built for and their tile
 rows, and whether the sums over blocks go straight into the outputs.
@@ -13,7 +13,7 @@ rows, and whether the sums over blocks go straight into the outputs.
 #define CP_ATTENTION_QUERIES_CUH
 
 #include "comm.h"
-#include "tile_visibility.cuh"
+#include "block_mask.cuh"
 #include "../llmc/cuda_common.cuh"
 #include "../llmc/mma_tiles.cuh"
 

@@ -21,7 +21,7 @@ classic zigzag skipping; with contiguous it skips the upper triangle of blocks
 (`dev/cp_layout -steps 1` prints every rank's table at every ring step). No
 layout is named here: the ranges come from the indices alone. The tiled CPU
 attention (cp/attention_block_tiled.h) applies the same rule to its tiles
-(sub_block_range over a tile); cp/tile_visibility.cuh, the GPU twin of this file,
+(sub_block_range over a tile); cp/block_mask.cuh, the GPU twin of this file,
 applies it to each pair of tiles the GPU kernels meet.
 */
 #ifndef CP_BLOCK_MASK_H

@@ -1,9 +1,9 @@
 /*
 A K/V block on the GPU: the keys and values of one rank's T local tokens as the
 block kernels (cp/attention_block.cuh) read them (KVBlockCuda), and where a
-block's dK | dV go (DkvRowsCuda). The GPU twin of cp/attention_block.h's KVBlock,
+block's dK | dV go (DkvRowsCuda). The GPU twin of cp/kv_block.h's KVBlock,
 but for the coordinates: they do not travel with the block, since every rank's
-are gathered once per batch (cp/tile_visibility.cuh); the block names whose
+are gathered once per batch (cp/block_mask.cuh); the block names whose
 tokens it holds.
 
 K and V are token-major in the storage precision (floatX): this rank's own block

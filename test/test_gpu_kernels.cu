@@ -10,7 +10,7 @@ figure of its fragment (which lane, which half of which register, receives each
 element); the three ldmatrix loads of mma.cuh's header feeding mma m16n8k16 bf16
 against a plain product, and the bf16 tile products built from them
 (llmc/mma_tiles.cuh: padded tiles, both B layouts, A read transposed, a product's
-accumulators as the next one's A) likewise; cp.async (llmc/cp_async.cuh) against a table of the bytes
+accumulators as the next one's A) likewise; cp.async (llmc/async_copy.cuh) against a table of the bytes
 each copy leaves (zero-filled past src_bytes), and three groups in flight landing at
 wait_group 2, 1, 0. On a GPU these check the hardware; under the emulation, the
 emulator's instructions.
@@ -61,7 +61,7 @@ With no GPU the binary exits 77 (skipped).
 #include "cp/ring_attention.cuh"
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
-#include "llmc/cp_async.cuh"
+#include "llmc/async_copy.cuh"
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_init.h"
 #include "llmc/mma.cuh"
@@ -134,7 +134,7 @@ static double check_rel_device_x(const char *what, const floatX *got_device, con
     return rel;
 }
 
-// ---- the warp-level loads that feed the tensor cores (llmc/mma.cuh, llmc/cp_async.cuh)
+// ---- the warp-level loads that feed the tensor cores (llmc/mma.cuh, llmc/async_copy.cuh)
 
 // ldmatrix's fragment of one 8 x 8 matrix, written out from the PTX ISA's figure of
 // it ("Warp-level matrix load instruction: ldmatrix"): each row read by a group of

@@ -90,6 +90,21 @@ static size_t activation_bytes(GPT2Config c, int B, int T, int recompute, size_t
     return total;
 }
 
+// After the allocations: the activations of B rows of T tokens took `allocated`
+// bytes and the weights' copy `weight_copy_bytes` a parameter, what the start-up
+// estimate counted (the same table, fill_in_activation_bytes), so that the check
+// that the run fits checked what was allocated. Both trainers call it after
+// their activations are allocated.
+static void check_memory_counted(const TrainerMemory *tm, GPT2Config c, int B, int T, int recompute, size_t allocated,
+                                 size_t weight_copy_bytes) {
+    size_t counted = activation_bytes(c, B, T, recompute, tm->value_bytes, NULL);
+    if (allocated != counted || tm->weight_copy_bytes != weight_copy_bytes) {
+        fatal("the activations took %zu bytes, the memory estimate counts %zu (and %zu bytes a weight of the "
+              "weights' copy for %zu): the estimate and the allocation have drifted apart",
+              allocated, counted, tm->weight_copy_bytes, weight_copy_bytes);
+    }
+}
+
 // The estimated peak of one rank of a run of B rows of T tokens, local_T of them
 // per rank (the padded row / cp), dp replicas (a world of dp x cp ranks).
 static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainConfig *cfg, GPT2Config c,

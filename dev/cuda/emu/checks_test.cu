@@ -15,7 +15,7 @@ the runtime returns, said here as "launch refused: ...".
 #include <stdio.h>
 #include <string.h>
 #include "cp/comm_mpi.h"
-#include "llmc/cp_async.cuh"
+#include "llmc/async_copy.cuh"
 #include "llmc/cuda_common.cuh"
 #include "llmc/mma.cuh"
 
@@ -259,21 +259,21 @@ static const InstructionCase ldmatrix_cases[] = {
     {"ldmatrix_x1_unused_lanes", LDM_X1_UNUSED_LANES, "-", NULL},
 }, cp_async_cases[] = {
     {"cp_async_wait_then_barrier", CPA_WAIT_BARRIER, "-", NULL},
-    {"cp_async_read_before_wait", CPA_READ_BEFORE_WAIT, "racecheck", "cp_async.cuh"},
-    {"cp_async_write_before_wait", CPA_WRITE_IN_FLIGHT, "racecheck", "cp_async.cuh"},
-    {"cp_async_barrier_before_wait", CPA_BARRIER_BEFORE_WAIT, "racecheck", "cp_async.cuh"},
+    {"cp_async_read_before_wait", CPA_READ_BEFORE_WAIT, "racecheck", "async_copy.cuh"},
+    {"cp_async_write_before_wait", CPA_WRITE_IN_FLIGHT, "racecheck", "async_copy.cuh"},
+    {"cp_async_barrier_before_wait", CPA_BARRIER_BEFORE_WAIT, "racecheck", "async_copy.cuh"},
     {"cp_async_wait_without_barrier", CPA_WAIT_NO_BARRIER, "racecheck|initcheck", NULL},
-    {"cp_async_wait_without_commit", CPA_WAIT_NO_COMMIT, "racecheck", "cp_async.cuh"},
+    {"cp_async_wait_without_commit", CPA_WAIT_NO_COMMIT, "racecheck", "async_copy.cuh"},
     {"cp_async_wait_1_older_group", CPA_OLDER_GROUP, "-", NULL},
-    {"cp_async_wait_1_newer_group", CPA_NEWER_GROUP, "racecheck", "cp_async.cuh"},
-    {"cp_async_exit_in_flight", CPA_EXIT_IN_FLIGHT, "synccheck", "cp_async.cuh"},
+    {"cp_async_wait_1_newer_group", CPA_NEWER_GROUP, "racecheck", "async_copy.cuh"},
+    {"cp_async_exit_in_flight", CPA_EXIT_IN_FLIGHT, "synccheck", "async_copy.cuh"},
     {"cp_async_misaligned", CPA_MISALIGNED, "memcheck", NULL},
     {"cp_async_src_bytes_over", CPA_SRC_BYTES_OVER, "memcheck", NULL},
     {"cp_async_to_global", CPA_TO_GLOBAL, "memcheck", NULL},
     {"cp_async_from_shared", CPA_FROM_SHARED, "memcheck", NULL},
     {"cp_async_zero_fill_past_end", CPA_ZERO_FILL_PAST_END, "-", NULL},
-    {"cp_async_source_changed", CPA_SOURCE_CHANGED, "racecheck", "cp_async.cuh"},
-    {"cp_async_source_written_after_barrier", CPA_SOURCE_AFTER_BARRIER, "racecheck", "cp_async.cuh"},
+    {"cp_async_source_changed", CPA_SOURCE_CHANGED, "racecheck", "async_copy.cuh"},
+    {"cp_async_source_written_after_barrier", CPA_SOURCE_AFTER_BARRIER, "racecheck", "async_copy.cuh"},
     {"cp_async_uninitialised_source", CPA_WAIT_BARRIER, "initcheck", NULL}, // from a fresh allocation
 };
 static const size_t LDMATRIX_CASES = sizeof(ldmatrix_cases) / sizeof(ldmatrix_cases[0]);

@@ -1,5 +1,5 @@
 /*
-cp.async (llmc/cp_async.cuh): copies from global to shared memory that a thread
+cp.async (llmc/async_copy.cuh): copies from global to shared memory that a thread
 issues and that land when the same thread waits for their group, as the PTX ISA
 describes them ("Data Movement and Conversion Instructions: cp.async").
 

@@ -27,8 +27,8 @@ each). dst (shared memory) and src (global memory) are aligned to the copy's siz
 Built from them: rows_load_async (rows of a 16-bit tensor into a padded shared
 tile) and words_load_async (a run of 4-byte elements), both zero past a length.
 */
-#ifndef LLMC_CP_ASYNC_CUH
-#define LLMC_CP_ASYNC_CUH
+#ifndef LLMC_ASYNC_COPY_CUH
+#define LLMC_ASYNC_COPY_CUH
 
 #include <stdint.h>
 #include <cuda_runtime.h>
@@ -98,4 +98,4 @@ __device__ static __forceinline__ void words_load_async(T4 *dst, const T4 *src, 
     }
 }
 
-#endif // LLMC_CP_ASYNC_CUH
+#endif // LLMC_ASYNC_COPY_CUH

@@ -23,8 +23,8 @@ flash kernels (cp/attention_block_flash.cuh) keep their rows' coordinates in
 registers (lane_rows_load) and mask a warp's scores at once (scores_mask).
 Nothing here depends on the layout that produced the shard: only global indices.
 */
-#ifndef CP_TILE_VISIBILITY_CUH
-#define CP_TILE_VISIBILITY_CUH
+#ifndef CP_BLOCK_MASK_CUH
+#define CP_BLOCK_MASK_CUH
 
 #include "block_mask.h"
 #include "comm.h"
@@ -206,4 +206,4 @@ __device__ static __forceinline__ void scores_mask(float s[NT][4], const LaneRow
     }
 }
 
-#endif // CP_TILE_VISIBILITY_CUH
+#endif // CP_BLOCK_MASK_CUH
