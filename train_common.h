@@ -10,6 +10,7 @@ file under train/:
     train/progress.h       the start-up table, the progress line, peak memory
     train/outputs.h        what a run writes: its -o directory (owned, locked), no output an input
     train/run.h            the run's data, logs and schedule, each batch's sharding, each step's chores
+    train/token_losses.h   the -tl file: each step's per-token losses in global order
     train/between_steps.h  validation, HellaSwag, and at which steps they, samples and checkpoints run
     train/resume.h         checkpoints and resume
     train/checkpoint_files.h   a checkpoint's files: paths, state files, DONE markers

@@ -339,7 +339,7 @@ int main(int argc, char **argv) {
                                                            run.train_loader.loss_mask, &sh, run.grad_accum_steps));
             gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
             if (cfg.token_loss_path) {
-                write_token_losses(&run, &cfg, &sh, ranks.cp_host, ranks.dp_host, shard_losses(&tr),
+                write_token_losses(&run.token_losses, &sh, ranks.cp_host, ranks.dp_host, shard_losses(&tr),
                                    run.train_loader.loss_mask);
             }
             cp_sharder_free(&sh);

@@ -463,8 +463,8 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     s.loss_outliers = run->loss_outliers;
     s.grad_norm_outliers = run->grad_norm_outliers;
     snprintf(s.init, sizeof(s.init), "%s", cfg->init); // fits: validate_train_config
-    if (run->token_loss_fp != NULL) { // rank 0: the -tl file as it stands (every row flushed)
-        off_t bytes = ftello(run->token_loss_fp);
+    if (run->token_losses.fp != NULL) { // rank 0: the -tl file as it stands (every row flushed)
+        off_t bytes = ftello(run->token_losses.fp);
         s.token_loss_bytes = bytes > 0 ? (uint64_t)bytes : 0;
         if (s.token_loss_bytes > 0 && token_loss_tail(cfg->token_loss_path, s.token_loss_bytes, &s.token_loss_tail) != 0) {
             fatal("cannot read back '%s' (-tl) for the checkpoint: %s", cfg->token_loss_path, strerror(errno));

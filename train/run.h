@@ -2,7 +2,7 @@
 The host side of a run, shared by both trainers: the data, logs, schedule and
 outputs of a run (TrainRun), each batch's sharding, and the chores of each
 training step: the update's checks (a non-finite loss ends the run, -sl and -sg
-skip it), the progress line and log, the per-token loss gather (-tl).
+skip it), the progress line and log. The -tl file is train/token_losses.h's.
 */
 #ifndef TRAIN_RUN_H
 #define TRAIN_RUN_H
@@ -21,7 +21,6 @@ skip it), the progress line and log, the per-token loss gather (-tl).
 #include "../cp/loss.h"
 #include "../cp/mesh.h"
 #include "../cp/sharder.h"
-#include "checkpoint_files.h"
 #include "../llmc/dataloader.h"
 #include "../llmc/eval_loader.h"
 #include "../llmc/gpt2.h"
@@ -31,10 +30,12 @@ skip it), the progress line and log, the per-token loss gather (-tl).
 #include "../llmc/schedulers.h"
 #include "../llmc/tokenizer.h"
 #include "../llmc/utils.h"
+#include "checkpoint_files.h"
 #include "config.h"
 #include "outputs.h"
 #include "memory.h"
 #include "progress.h"
+#include "token_losses.h"
 
 #define SAMPLE_SEED 1337
 
@@ -53,9 +54,7 @@ typedef struct {
     int run_hellaswag;      // -h 1 and its file is there
     Tokenizer tokenizer;
     Logger logger;
-    FILE *token_loss_fp;    // -tl, open on the master only
-    float *loss_rows;       // (B, T) this replica's gathered per-token losses
-    float *loss_all_rows;   // (dp * B, T) every replica's
+    TokenLosses token_losses; // -tl
     LrSchedule schedule;
     Rng sample_rng;
     OutlierDetector loss_outliers, grad_norm_outliers; // -sl, -sg
@@ -86,35 +85,6 @@ static uint64_t new_run_id(void) {
     return id;
 }
 
-// Rank 0: how the -tl file `path` continues a run resumed from state s, whose run
-// had written s->token_loss_bytes to its -tl file. The same file (its bytes before
-// that point have the checksum the state recorded: token_loss_tail) keeps them, cut
-// back to them (a run that went on past the checkpoint wrote more) whatever shape
-// the new run's rows have; the new rows follow. A new or empty file starts at the
-// resumed step. Any other file holds bytes that are not the checkpoint's run's,
-// which cutting would lose: -1 with the reason. *keep: the bytes kept.
-static int token_losses_resume_plan(const char *path, const TrainState *s, off_t *keep, char *why, size_t why_size) {
-    struct stat st;
-    *keep = 0;
-    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size == 0) {
-        if (s->token_loss_bytes > 0) {
-            printf("note: -tl %s is a new file: the per-token losses of the steps before %d are in the -tl file of "
-                   "the run that wrote the checkpoint; this one's start at step %d\n", path, s->step, s->step);
-        }
-        return 0;
-    }
-    uint64_t sum;
-    if (s->token_loss_bytes == 0 || (uint64_t)st.st_size < s->token_loss_bytes ||
-        token_loss_tail(path, s->token_loss_bytes, &sum) != 0 || sum != s->token_loss_tail) {
-        return problem(why, why_size, "-tl '%s' holds %lld bytes that are not the per-token losses the checkpoint's "
-                       "run wrote (%llu bytes%s): resuming would cut them; give -tl that run's file, or a new one", path,
-                       (long long)st.st_size, (unsigned long long)s->token_loss_bytes,
-                       s->token_loss_bytes == 0 ? ": it had no -tl" : "");
-    }
-    *keep = (off_t)s->token_loss_bytes;
-    return 0;
-}
-
 // The run's outputs, opened once it is known what they continue: main.log
 // (master) and the -tl file. A fresh run (resumed NULL) starts both. A run resumed
 // from state *resumed (checked whole) cuts main.log back to the lines logged up to
@@ -131,16 +101,7 @@ static void open_run_outputs(TrainRun *run, const TrainConfig *cfg, const Mesh *
     }
     fail_if_any_rank(problem_found);
     logger_init(&run->logger, cfg->output_dir, master, resumed ? resumed->step : -1);
-    if (cfg->token_loss_path && master) {
-        const char *path = cfg->token_loss_path;
-        run->token_loss_fp = open_output_file(path, resumed != NULL);
-        struct stat st;
-        if (resumed && fstat(fileno(run->token_loss_fp), &st) == 0 && S_ISREG(st.st_mode) && st.st_size > keep &&
-            ftruncate(fileno(run->token_loss_fp), keep) != 0) {
-            fatal("cannot cut '%s' back to the %lld bytes written before the checkpoint: %s", path, (long long)keep,
-                  strerror(errno));
-        }
-    }
+    if (master) { token_losses_open(&run->token_losses, resumed != NULL, keep); }
 }
 
 // -h 1: the eval file, as llm.c: one that is not there is noted and the eval
@@ -229,11 +190,8 @@ static void train_run_init(TrainRun *run, const TrainConfig *cfg, CpLayoutKind l
     // the tokenizer only prints samples: a run that prints none does not read it
     if (cfg->sample_every > 0) { tokenizer_init(&run->tokenizer, cfg->tokenizer_path, c.vocab_size); }
     check_outputs_are_not_inputs(cfg);
+    token_losses_init(&run->token_losses, cfg->token_loss_path, cfg->B, cfg->T, mesh->dp_size);
     if (!run->resumed) { open_run_outputs(run, cfg, mesh, NULL); }
-    if (cfg->token_loss_path) {
-        run->loss_rows = (float *)mallocCheck((size_t)cfg->B * cfg->T * sizeof(float));
-        run->loss_all_rows = (float *)mallocCheck((size_t)mesh->dp_size * cfg->B * cfg->T * sizeof(float));
-    }
     LrSchedule schedule = {(LrScheduleKind)lr_schedule_from_name(cfg->lr_schedule), cfg->learning_rate, cfg->warmup,
                            run->steps, cfg->final_lr_fraction};
     run->schedule = schedule;
@@ -264,10 +222,8 @@ static void shard_rows(CpSharder *sh, const int *inputs, const int *targets, con
 }
 
 static void train_run_free(TrainRun *run, const TrainConfig *cfg) {
-    if (run->token_loss_fp) { fcloseCheck(run->token_loss_fp, cfg->token_loss_path); }
+    token_losses_free(&run->token_losses);
     release_output_dir();
-    free(run->loss_rows);
-    free(run->loss_all_rows);
     logger_free(&run->logger);
     tokenizer_free(&run->tokenizer);
     if (run->run_hellaswag) { evalloader_free(&run->eval_loader); }
@@ -387,29 +343,6 @@ static void print_no_target_summary(const TrainRun *run, int master) {
     printf("no target: the loss masks kept none of the targets of %d of the %d training step(s) run and of %d "
            "validation(s): these have no loss (\"none\" above, NaN in main.log)\n", run->no_target_steps,
            run->steps - run->start_step, run->no_target_vals);
-}
-
-// Gathers the step's per-token losses to global order: the CP group's shards into
-// (B, T) rows, then the replicas' rows into (dp * B, T); the master appends them.
-// A target the loss mask leaves out has no loss: it is written as NaN.
-// losses: (B, Tl) host; loss_mask: (B, T) the batch's, or NULL; cp, dp: host-memory
-// transports of the CP and DP groups.
-static void write_token_losses(TrainRun *run, const TrainConfig *cfg, CpSharder *sh, Comm *cp, Comm *dp,
-                               const float *losses, const unsigned char *loss_mask) {
-    int B = sh->layout.B, T = sh->layout.original_seq_len;
-    if (cp_gather_tokens(sh, cp, losses, (size_t)B * sh->layout.local_len, sizeof(float), 1, run->loss_rows) !=
-        CP_OK) {
-        fatal("%s", sh->error);
-    }
-    for (size_t i = 0; loss_mask != NULL && i < (size_t)B * T; i++) {
-        if (!loss_mask[i]) { run->loss_rows[i] = NAN; }
-    }
-    dp->all_gather(dp, run->loss_rows, run->loss_all_rows, (size_t)B * T * sizeof(float));
-    if (run->token_loss_fp != NULL) {
-        fwriteCheck(run->loss_all_rows, sizeof(float), (size_t)dp->size * B * T, run->token_loss_fp,
-                    cfg->token_loss_path);
-        fflushCheck(run->token_loss_fp, cfg->token_loss_path);
-    }
 }
 
 #endif // TRAIN_RUN_H
