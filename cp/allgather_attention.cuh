@@ -112,8 +112,20 @@ static void allgather_attention_cuda_backward(AllgatherAttentionCuda *ag, floatX
     attention_backward_end_cuda(&ag->queries, dqkv);
 }
 
-// allgather_attention_cuda_verbs(ag): the GPU model's attention verbs (device pointers), computed by
-// all-gather attention
-ATTENTION_VERBS_OF(allgather_attention_cuda, AllgatherAttentionCuda, AttentionVerbsCuda, floatX)
+// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the AllgatherAttentionCuda
+static void allgather_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
+    allgather_attention_cuda_forward((AllgatherAttentionCuda *)ctx, out, lse, qkv);
+}
+
+static void allgather_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                                   const floatX *out, const float *lse) {
+    allgather_attention_cuda_backward((AllgatherAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the GPU model's attention verbs (device pointers), computed by all-gather attention
+static AttentionVerbsCuda allgather_attention_cuda_verbs(AllgatherAttentionCuda *ag) {
+    AttentionVerbsCuda verbs = {ag, allgather_attention_cuda_forward_verb, allgather_attention_cuda_backward_verb};
+    return verbs;
+}
 
 #endif // CP_ALLGATHER_ATTENTION_CUH

@@ -122,7 +122,20 @@ static void allgather_attention_backward(AllgatherAttention *ag, float *dqkv, co
     attention_backward_end(&ag->queries, dqkv, ag->dkv_own);
 }
 
-// allgather_attention_verbs(ag): the model's attention verbs, computed by all-gather attention
-ATTENTION_VERBS_OF(allgather_attention, AllgatherAttention, AttentionVerbs, float)
+// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the AllgatherAttention
+static void allgather_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
+    allgather_attention_forward((AllgatherAttention *)ctx, out, lse, qkv);
+}
+
+static void allgather_attention_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                              const float *out, const float *lse) {
+    allgather_attention_backward((AllgatherAttention *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the model's attention verbs, computed by all-gather attention
+static AttentionVerbs allgather_attention_verbs(AllgatherAttention *ag) {
+    AttentionVerbs verbs = {ag, allgather_attention_forward_verb, allgather_attention_backward_verb};
+    return verbs;
+}
 
 #endif // CP_ALLGATHER_ATTENTION_H

@@ -17,7 +17,7 @@ The transport: a small closed set of verbs with open implementations.
     broadcast                root's buffer to every rank
     barrier
 
-Implementations (each fills a Comm):
+Implementations (each a table of its verbs, which comm_new copies into a Comm):
     cp/comm_mpi.h            MPI on host memory (the CPU twin)
     cp/comm_nccl.cuh         NCCL on device memory (the GPU trainer)
     cp/comm_mpi_staged.cuh   MPI on device memory through host copies, for several
@@ -31,6 +31,7 @@ buffers are in whatever memory the implementation works on.
 #define CP_COMM_H
 
 #include <stddef.h>
+#include "../llmc/utils.h"
 
 typedef enum { COMM_FLOAT, COMM_DOUBLE, COMM_INT32 } CommType;
 
@@ -70,6 +71,18 @@ struct Comm {
     void (*barrier)(Comm *comm);
     void (*destroy)(Comm *comm);
 };
+
+// A Comm of `size` ranks, this one `rank`, over an implementation's state `impl`,
+// whose verbs are those of `verbs` (the implementation's table: a Comm with only
+// its verbs set).
+static Comm *comm_new(const Comm *verbs, void *impl, int rank, int size) {
+    Comm *comm = (Comm *)mallocCheck(sizeof(Comm));
+    *comm = *verbs;
+    comm->rank = rank;
+    comm->size = size;
+    comm->impl = impl;
+    return comm;
+}
 
 static size_t comm_type_size(CommType type) {
     switch (type) {

@@ -486,17 +486,31 @@ static size_t comm_mpi_max_bytes(void) {
     return (size_t)v;
 }
 
+// cp/comm.h's verbs over MPI on host memory
+static const Comm comm_mpi_verbs = {
+    .ring_start = comm_mpi_ring_start,
+    .ring_wait = comm_mpi_ring_wait,
+    .all_reduce_sum = comm_mpi_all_reduce_sum,
+    .all_gather = comm_mpi_all_gather,
+    .reduce_scatter_sum = comm_mpi_reduce_scatter_sum,
+    .all_to_all = comm_mpi_all_to_all,
+    .all_to_all_v_start = comm_mpi_all_to_all_v_start,
+    .all_to_all_v_wait = comm_mpi_all_to_all_v_wait,
+    .broadcast = comm_mpi_broadcast,
+    .barrier = comm_mpi_barrier,
+    .destroy = comm_mpi_destroy,
+};
+
 // Wraps an MPI communicator (the Comm takes ownership of communicators it did not
 // get as MPI_COMM_WORLD or MPI_COMM_SELF). Collective over mc.
 static Comm *comm_mpi_create(MPI_Comm mc) {
-    Comm *comm = (Comm *)callocCheck(1, sizeof(Comm));
     CommMPI *impl = (CommMPI *)callocCheck(1, sizeof(CommMPI));
     impl->comm = mc;
     impl->max_bytes = comm_mpi_max_bytes();
-    MPI_Comm_rank(mc, &comm->rank);
-    MPI_Comm_size(mc, &comm->size);
+    int rank, size;
+    MPI_Comm_rank(mc, &rank);
+    MPI_Comm_size(mc, &size);
     COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(mc, &impl->arrivals));
-    int size = comm->size;
     impl->world_ranks = (int *)mallocCheck(size * sizeof(int));
     impl->awaited = (int *)mallocCheck(size * sizeof(int));
     for (int r = 0; r < size; r++) { impl->world_ranks[r] = comm_world_rank(mc, r); }
@@ -506,21 +520,9 @@ static Comm *comm_mpi_create(MPI_Comm mc) {
     impl->op_peers = (int *)mallocCheck(sizeof(int));
     for (int peer = 0; peer < size; peer++) {
         impl->requests[peer] = MPI_REQUEST_NULL;
-        if (peer != comm->rank) { comm_mpi_post_arrival(impl, peer); }
+        if (peer != rank) { comm_mpi_post_arrival(impl, peer); }
     }
-    comm->impl = impl;
-    comm->ring_start = comm_mpi_ring_start;
-    comm->ring_wait = comm_mpi_ring_wait;
-    comm->all_reduce_sum = comm_mpi_all_reduce_sum;
-    comm->all_gather = comm_mpi_all_gather;
-    comm->reduce_scatter_sum = comm_mpi_reduce_scatter_sum;
-    comm->all_to_all = comm_mpi_all_to_all;
-    comm->all_to_all_v_start = comm_mpi_all_to_all_v_start;
-    comm->all_to_all_v_wait = comm_mpi_all_to_all_v_wait;
-    comm->broadcast = comm_mpi_broadcast;
-    comm->barrier = comm_mpi_barrier;
-    comm->destroy = comm_mpi_destroy;
-    return comm;
+    return comm_new(&comm_mpi_verbs, impl, rank, size);
 }
 
 #endif // CP_COMM_MPI_H

@@ -271,30 +271,31 @@ static void comm_staged_destroy(Comm *comm) {
     free(comm);
 }
 
+// cp/comm.h's verbs on device memory, staged through MPI on host memory; an
+// all-to-all-v is waited for as a ring step is
+static const Comm comm_staged_verbs = {
+    .ring_start = comm_staged_ring_start,
+    .ring_wait = comm_staged_ring_wait,
+    .all_reduce_sum = comm_staged_all_reduce_sum,
+    .all_gather = comm_staged_all_gather,
+    .reduce_scatter_sum = comm_staged_reduce_scatter_sum,
+    .all_to_all = comm_staged_all_to_all,
+    .all_to_all_v_start = comm_staged_all_to_all_v_start,
+    .all_to_all_v_wait = comm_staged_ring_wait,
+    .broadcast = comm_staged_broadcast,
+    .barrier = comm_staged_barrier,
+    .destroy = comm_staged_destroy,
+};
+
 // Wraps the ranks of `mc` (taking ownership of mc unless it is MPI_COMM_WORLD or
 // MPI_COMM_SELF). compute: the stream that produces and consumes the buffers.
 static Comm *comm_mpi_staged_create(MPI_Comm mc, cudaStream_t compute) {
-    Comm *comm = (Comm *)callocCheck(1, sizeof(Comm));
     CommMpiStaged *impl = (CommMpiStaged *)callocCheck(1, sizeof(CommMpiStaged));
     impl->host = comm_mpi_create(mc);
-    comm->rank = impl->host->rank;
-    comm->size = impl->host->size;
     comm_streams_init(&impl->streams, compute);
     comm_exchanges_init(impl->slots);
     cudaCheck(cudaEventCreateWithFlags(&impl->downloaded, cudaEventDisableTiming));
-    comm->impl = impl;
-    comm->ring_start = comm_staged_ring_start;
-    comm->ring_wait = comm_staged_ring_wait;
-    comm->all_to_all_v_start = comm_staged_all_to_all_v_start;
-    comm->all_to_all_v_wait = comm_staged_ring_wait;
-    comm->all_reduce_sum = comm_staged_all_reduce_sum;
-    comm->all_gather = comm_staged_all_gather;
-    comm->reduce_scatter_sum = comm_staged_reduce_scatter_sum;
-    comm->all_to_all = comm_staged_all_to_all;
-    comm->broadcast = comm_staged_broadcast;
-    comm->barrier = comm_staged_barrier;
-    comm->destroy = comm_staged_destroy;
-    return comm;
+    return comm_new(&comm_staged_verbs, impl, impl->host->rank, impl->host->size);
 }
 
 #endif // CP_COMM_MPI_STAGED_CUH

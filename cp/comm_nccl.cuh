@@ -289,37 +289,39 @@ static void comm_nccl_destroy(Comm *comm) {
     free(comm);
 }
 
+// cp/comm.h's verbs on device memory over NCCL; an all-to-all-v is waited for as a
+// ring step is
+static const Comm comm_nccl_verbs = {
+    .ring_start = comm_nccl_ring_start,
+    .ring_wait = comm_nccl_ring_wait,
+    .all_reduce_sum = comm_nccl_all_reduce_sum,
+    .all_gather = comm_nccl_all_gather,
+    .reduce_scatter_sum = comm_nccl_reduce_scatter_sum,
+    .all_to_all = comm_nccl_all_to_all,
+    .all_to_all_v_start = comm_nccl_all_to_all_v_start,
+    .all_to_all_v_wait = comm_nccl_ring_wait,
+    .broadcast = comm_nccl_broadcast,
+    .barrier = comm_nccl_barrier,
+    .destroy = comm_nccl_destroy,
+};
+
 // Builds the NCCL communicator of the ranks of `mc` (taking ownership of mc unless
 // it is MPI_COMM_WORLD or MPI_COMM_SELF). The device must be set already.
 // compute: the stream that produces and consumes the buffers passed to the verbs.
 static Comm *comm_nccl_create(MPI_Comm mc, cudaStream_t compute) {
-    Comm *comm = (Comm *)callocCheck(1, sizeof(Comm));
     CommNccl *impl = (CommNccl *)callocCheck(1, sizeof(CommNccl));
     impl->host = comm_mpi_create(mc);
-    comm->rank = impl->host->rank;
-    comm->size = impl->host->size;
-    impl->world_ranks = (int *)mallocCheck(comm->size * sizeof(int));
-    for (int r = 0; r < comm->size; r++) { impl->world_ranks[r] = comm_world_rank(mc, r); }
+    int rank = impl->host->rank, size = impl->host->size;
+    impl->world_ranks = (int *)mallocCheck(size * sizeof(int));
+    for (int r = 0; r < size; r++) { impl->world_ranks[r] = comm_world_rank(mc, r); }
     ncclUniqueId id;
-    if (comm->rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
+    if (rank == 0) { ncclCheck(ncclGetUniqueId(&id)); }
     impl->host->broadcast(impl->host, &id, sizeof(id), 0);
-    COMM_BLOCKING("ncclCommInitRank", ncclCheck(ncclCommInitRank(&impl->nccl, comm->size, id, comm->rank)));
+    COMM_BLOCKING("ncclCommInitRank", ncclCheck(ncclCommInitRank(&impl->nccl, size, id, rank)));
     comm_nccl_watch_add(impl->nccl);
     comm_streams_init(&impl->streams, compute);
     comm_exchanges_init(impl->slots);
-    comm->impl = impl;
-    comm->ring_start = comm_nccl_ring_start;
-    comm->ring_wait = comm_nccl_ring_wait;
-    comm->all_to_all_v_start = comm_nccl_all_to_all_v_start;
-    comm->all_to_all_v_wait = comm_nccl_ring_wait;
-    comm->all_reduce_sum = comm_nccl_all_reduce_sum;
-    comm->all_gather = comm_nccl_all_gather;
-    comm->reduce_scatter_sum = comm_nccl_reduce_scatter_sum;
-    comm->all_to_all = comm_nccl_all_to_all;
-    comm->broadcast = comm_nccl_broadcast;
-    comm->barrier = comm_nccl_barrier;
-    comm->destroy = comm_nccl_destroy;
-    return comm;
+    return comm_new(&comm_nccl_verbs, impl, rank, size);
 }
 
 #endif // CP_COMM_NCCL_CUH

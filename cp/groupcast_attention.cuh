@@ -287,8 +287,20 @@ static void groupcast_attention_cuda_backward(GroupcastAttentionCuda *g, floatX 
     attention_backward_end_cuda(&g->queries, dqkv);
 }
 
-// groupcast_attention_cuda_verbs(g): the GPU model's attention verbs (device pointers), computed by
-// group-cast attention
-ATTENTION_VERBS_OF(groupcast_attention_cuda, GroupcastAttentionCuda, AttentionVerbsCuda, floatX)
+// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the GroupcastAttentionCuda
+static void groupcast_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
+    groupcast_attention_cuda_forward((GroupcastAttentionCuda *)ctx, out, lse, qkv);
+}
+
+static void groupcast_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                                   const floatX *out, const float *lse) {
+    groupcast_attention_cuda_backward((GroupcastAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the GPU model's attention verbs (device pointers), computed by group-cast attention
+static AttentionVerbsCuda groupcast_attention_cuda_verbs(GroupcastAttentionCuda *g) {
+    AttentionVerbsCuda verbs = {g, groupcast_attention_cuda_forward_verb, groupcast_attention_cuda_backward_verb};
+    return verbs;
+}
 
 #endif // CP_GROUPCAST_ATTENTION_CUH

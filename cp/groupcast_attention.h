@@ -319,7 +319,20 @@ static void groupcast_attention_backward(GroupcastAttention *ga, float *dqkv, co
     attention_backward_end(&ga->queries, dqkv, ga->dkv_own);
 }
 
-// groupcast_attention_verbs(ga): the model's attention verbs, computed by group-cast attention
-ATTENTION_VERBS_OF(groupcast_attention, GroupcastAttention, AttentionVerbs, float)
+// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the GroupcastAttention
+static void groupcast_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
+    groupcast_attention_forward((GroupcastAttention *)ctx, out, lse, qkv);
+}
+
+static void groupcast_attention_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                              const float *out, const float *lse) {
+    groupcast_attention_backward((GroupcastAttention *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the model's attention verbs, computed by group-cast attention
+static AttentionVerbs groupcast_attention_verbs(GroupcastAttention *ga) {
+    AttentionVerbs verbs = {ga, groupcast_attention_forward_verb, groupcast_attention_backward_verb};
+    return verbs;
+}
 
 #endif // CP_GROUPCAST_ATTENTION_H

@@ -161,7 +161,20 @@ static void ring_attention_cuda_backward(RingAttentionCuda *ra, floatX *dqkv, co
     attention_backward_end_cuda(&ra->queries, dqkv);
 }
 
-// ring_attention_cuda_verbs(ra): the GPU model's attention verbs (device pointers), computed by this ring
-ATTENTION_VERBS_OF(ring_attention_cuda, RingAttentionCuda, AttentionVerbsCuda, floatX)
+// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the RingAttentionCuda
+static void ring_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
+    ring_attention_cuda_forward((RingAttentionCuda *)ctx, out, lse, qkv);
+}
+
+static void ring_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                              const floatX *out, const float *lse) {
+    ring_attention_cuda_backward((RingAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the GPU model's attention verbs (device pointers), computed by this ring
+static AttentionVerbsCuda ring_attention_cuda_verbs(RingAttentionCuda *ra) {
+    AttentionVerbsCuda verbs = {ra, ring_attention_cuda_forward_verb, ring_attention_cuda_backward_verb};
+    return verbs;
+}
 
 #endif // CP_RING_ATTENTION_CUH

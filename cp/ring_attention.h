@@ -149,7 +149,20 @@ static void ring_attention_backward(RingAttention *ra, float *dqkv, const float 
     attention_backward_end(&ra->queries, dqkv, ra->dkv_buf[acc]);
 }
 
-// ring_attention_verbs(ra): the model's attention verbs, computed by this ring
-ATTENTION_VERBS_OF(ring_attention, RingAttention, AttentionVerbs, float)
+// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the RingAttention
+static void ring_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
+    ring_attention_forward((RingAttention *)ctx, out, lse, qkv);
+}
+
+static void ring_attention_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
+                                         const float *lse) {
+    ring_attention_backward((RingAttention *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the model's attention verbs, computed by this ring
+static AttentionVerbs ring_attention_verbs(RingAttention *ra) {
+    AttentionVerbs verbs = {ra, ring_attention_forward_verb, ring_attention_backward_verb};
+    return verbs;
+}
 
 #endif // CP_RING_ATTENTION_H

@@ -158,8 +158,20 @@ static void ulysses_attention_cuda_backward(UlyssesAttentionCuda *ua, floatX *dq
     ulysses_exchange_run_cuda(ua, &back, ULYSSES_GROUP);
 }
 
-// ulysses_attention_cuda_verbs(ua): the GPU model's attention verbs (device pointers), computed by
-// Ulysses (and the ring across its groups)
-ATTENTION_VERBS_OF(ulysses_attention_cuda, UlyssesAttentionCuda, AttentionVerbsCuda, floatX)
+// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the UlyssesAttentionCuda
+static void ulysses_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
+    ulysses_attention_cuda_forward((UlyssesAttentionCuda *)ctx, out, lse, qkv);
+}
+
+static void ulysses_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
+                                                 const floatX *out, const float *lse) {
+    ulysses_attention_cuda_backward((UlyssesAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the GPU model's attention verbs (device pointers), computed by Ulysses (and the ring across its groups)
+static AttentionVerbsCuda ulysses_attention_cuda_verbs(UlyssesAttentionCuda *ua) {
+    AttentionVerbsCuda verbs = {ua, ulysses_attention_cuda_forward_verb, ulysses_attention_cuda_backward_verb};
+    return verbs;
+}
 
 #endif // CP_ULYSSES_ATTENTION_CUH

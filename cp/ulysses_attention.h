@@ -148,8 +148,20 @@ static void ulysses_attention_backward(UlyssesAttention *ua, float *dqkv, const 
     ulysses_exchange_run(ua, &back, ULYSSES_GROUP);
 }
 
-// ulysses_attention_verbs(ua): the model's attention verbs, computed by Ulysses (and
-// the ring across its groups)
-ATTENTION_VERBS_OF(ulysses_attention, UlyssesAttention, AttentionVerbs, float)
+// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the UlyssesAttention
+static void ulysses_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
+    ulysses_attention_forward((UlyssesAttention *)ctx, out, lse, qkv);
+}
+
+static void ulysses_attention_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
+                                            const float *out, const float *lse) {
+    ulysses_attention_backward((UlyssesAttention *)ctx, dqkv, dout, qkv, out, lse);
+}
+
+// the model's attention verbs, computed by Ulysses (and the ring across its groups)
+static AttentionVerbs ulysses_attention_verbs(UlyssesAttention *ua) {
+    AttentionVerbs verbs = {ua, ulysses_attention_forward_verb, ulysses_attention_backward_verb};
+    return verbs;
+}
 
 #endif // CP_ULYSSES_ATTENTION_H

@@ -3,8 +3,8 @@ The attention verbs of the GPU model (llmc/attention_verbs.h on device memory),
 in the build's storage precision (llmc/precision.cuh): the activations they read
 and write are floatX, the log-sum-exp of each query row stays fp32. cp/ supplies
 them (cp/attention.cuh: ring, all-gather, Ulysses or their hybrid); the GPU model
-only calls them. ATTENTION_VERBS_OF (llmc/attention_verbs.h) defines an
-algorithm's verbs, with VERBS AttentionVerbsCuda and FLOAT floatX for these.
+only calls them. An algorithm's file writes them out as llmc/attention_verbs.h
+says (cp/ring_attention.cuh: ring_attention_cuda_verbs).
 */
 #ifndef LLMC_ATTENTION_VERBS_CUH
 #define LLMC_ATTENTION_VERBS_CUH

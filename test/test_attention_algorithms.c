@@ -57,6 +57,7 @@ check_block_skipping.
 #include "cp/sharder.h"
 #include "cp/ulysses_attention.h"
 #include "test/lib/reference_attention.h"
+#include "test/lib/test_comm.h"
 #include "test/lib/test_utils.h"
 
 #define B 2
@@ -422,9 +423,7 @@ static void check_block_skipping(CpLayoutKind kind, int T, int rank, int np) {
 
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
-    MPI_Comm dup;
-    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    Comm *comm = comm_mpi_create(dup);
+    Comm *comm = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
     int np = comm->size;
     ucomms = ulysses_comms_init(comm);
     int Ts[] = {3, 7, 16, 37, 100}; // 3 and 7 (at np 4): sub-blocks of one token

@@ -42,6 +42,7 @@ after all ranks passed a barrier no message is left unmatched (MPI_Iprobe).
 #include <stdlib.h>
 #include <string.h>
 #include "cp/comm_mpi.h"
+#include "test/lib/test_comm.h"
 #include "test/lib/test_utils.h"
 
 #define CANARY -12345
@@ -338,19 +339,14 @@ static int stop_before(Comm *comm, const char *verb) {
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
     if (argc == 3 && strcmp(argv[1], "stop") == 0) {
-        MPI_Comm world;
-        MPI_Comm_dup(MPI_COMM_WORLD, &world);
-        return stop_before(comm_mpi_create(world), argv[2]);
+        return stop_before(comm_mpi_create(comm_duplicate(MPI_COMM_WORLD)), argv[2]);
     }
-    MPI_Comm dup;
-    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    Comm *comm = comm_mpi_create(dup);
+    Comm *comm = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
     check_verbs(comm, 100003);
     comm->destroy(comm);
     // the per-call limit lowered: transfers in pieces of at most 24 bytes
     setenv("GPT2CP_TEST_MPI_MAX_BYTES", "24", 1);
-    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    comm = comm_mpi_create(dup);
+    comm = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
     check_verbs(comm, 1003);
     if (comm->rank == 0) {
         printf("test_comm_mpi np %d: OK, reduce_scatter_sum and all_reduce_sum of 3 types x 3 counts, all_to_all, "

@@ -40,6 +40,7 @@ also makes the point generic.
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
 #include "llmc/gpt2_init.h"
+#include "test/lib/test_comm.h"
 #include "test/lib/test_utils.h"
 
 #define B 2
@@ -86,9 +87,7 @@ static double finite_difference(Setup *s, float *param) {
 
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv); // a singleton: no mpirun needed
-    MPI_Comm self;
-    MPI_Comm_dup(MPI_COMM_SELF, &self);
-    Comm *comm = comm_mpi_create(self);
+    Comm *comm = comm_mpi_create(comm_duplicate(MPI_COMM_SELF));
 
     Setup s;
     GPT2Config config = {.max_seq_len = 16, .vocab_size = 37, .padded_vocab_size = 40,

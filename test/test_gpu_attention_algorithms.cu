@@ -91,6 +91,7 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #include "cp/ulysses_attention.cuh"
 #include "cp/ulysses_attention.h"
 #include "test/lib/gpu_test_utils.cuh"
+#include "test/lib/test_comm.h"
 
 #define B 2
 #define MAX_SEQ_LEN 512
@@ -270,10 +271,14 @@ static void check_gpu(const char *what_base, MmaPrecision precision, AttentionVe
     free(got); free(again); free(part); free(part_ref);
 }
 
-// The CPU algorithm's forward and backward, then the GPU's in the build's precisions.
+// What the GPU algorithm holds (`held` device bytes, in the build's precision) against
+// what the memory estimate counts for it (`counted`, its _cuda_bytes function); the
+// CPU algorithm's forward and backward, then the GPU's in the build's precisions.
 static void check_algorithm(const char *label, const char *algorithm, AttentionVerbs cpu, AttentionVerbsCuda gpu,
-                            AttentionQueriesCuda *gpu_queries, const float *qkv, const float *dout, int BT, int C,
-                            int NH) {
+                            AttentionQueriesCuda *gpu_queries, size_t held, size_t counted, const float *qkv,
+                            const float *dout, int BT, int C, int NH) {
+    CHECK(held == counted, "%s %s: allocated %zu device bytes, its memory estimate counts %zu", algorithm, label, held,
+          counted);
     size_t nqkv = (size_t)BT * 3 * C, nout = (size_t)BT * C, nlse = (size_t)BT * NH;
     float *out = (float *)mallocCheck(nout * sizeof(float));
     float *lse = (float *)mallocCheck(nlse * sizeof(float));
@@ -342,11 +347,10 @@ static void check_ulysses(int i, const char *label, const ShardLayout *layout, c
     UlyssesAttentionCuda gpu;
     ulysses_attention_cuda_init(&gpu, g->dev_group[i], g->host_group[i], g->dev_ring[i], B, Tl, C, NH);
     ulysses_attention_cuda_bind(&gpu, layout);
-    CHECK(gpu.bytes == ulysses_attention_cuda_bytes(g->U[i], g->dev_ring[i]->size, B, Tl, C, NH),
-          "%s: Ulysses allocated %zu device bytes, ulysses_attention_cuda_bytes counts %zu", label, gpu.bytes,
-          ulysses_attention_cuda_bytes(g->U[i], g->dev_ring[i]->size, B, Tl, C, NH));
     check_algorithm(label, i == 0 ? "ulysses" : "hybrid", ulysses_attention_verbs(&cpu),
-                    ulysses_attention_cuda_verbs(&gpu), &gpu.ring.queries, qkv, dout, B * Tl, C, NH);
+                    ulysses_attention_cuda_verbs(&gpu), &gpu.ring.queries, gpu.bytes,
+                    ulysses_attention_cuda_bytes(g->U[i], g->dev_ring[i]->size, B, Tl, C, NH), qkv, dout, B * Tl, C,
+                    NH);
     ulysses_attention_cuda_free(&gpu);
     ulysses_attention_free(&cpu);
 }
@@ -399,12 +403,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     RingAttentionCuda ring_gpu;
     ring_attention_cuda_init(&ring_gpu, dev_comm, B, Tl, C, NH);
     ring_attention_cuda_set_layout(&ring_gpu, &sh.layout);
-    // what the memory estimate counts is what is held (in the build's precision)
-    CHECK(ring_gpu.bytes == ring_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH),
-          "%s: the ring allocated %zu device bytes, ring_attention_cuda_bytes counts %zu", label, ring_gpu.bytes,
-          ring_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH));
     check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu),
-                    &ring_gpu.queries, qkv, dout, B * Tl, C, NH);
+                    &ring_gpu.queries, ring_gpu.bytes, ring_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH), qkv,
+                    dout, B * Tl, C, NH);
     ring_attention_cuda_free(&ring_gpu);
     ring_attention_free(&ring);
     AllgatherAttention ag;
@@ -413,11 +414,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     AllgatherAttentionCuda ag_gpu;
     allgather_attention_cuda_init(&ag_gpu, dev_comm, B, Tl, C, NH);
     allgather_attention_cuda_set_layout(&ag_gpu, &sh.layout);
-    CHECK(ag_gpu.bytes == allgather_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH),
-          "%s: all-gather allocated %zu device bytes, allgather_attention_cuda_bytes counts %zu", label, ag_gpu.bytes,
-          allgather_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH));
     check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu),
-                    &ag_gpu.queries, qkv, dout, B * Tl, C, NH);
+                    &ag_gpu.queries, ag_gpu.bytes, allgather_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH), qkv,
+                    dout, B * Tl, C, NH);
     allgather_attention_cuda_free(&ag_gpu);
     allgather_attention_free(&ag);
     // group-cast in as many stages as there are peers (the most exchanges in flight)
@@ -428,11 +427,9 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     GroupcastAttentionCuda gc_gpu;
     groupcast_attention_cuda_init(&gc_gpu, dev_comm, host_comm, S, B, Tl, C, NH);
     groupcast_attention_cuda_bind(&gc_gpu, &sh.layout);
-    CHECK(gc_gpu.bytes == groupcast_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH),
-          "%s: group-cast allocated %zu device bytes, groupcast_attention_cuda_bytes counts %zu", label, gc_gpu.bytes,
-          groupcast_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH));
     check_algorithm(label, "groupcast", groupcast_attention_verbs(&gc), groupcast_attention_cuda_verbs(&gc_gpu),
-                    &gc_gpu.queries, qkv, dout, B * Tl, C, NH);
+                    &gc_gpu.queries, gc_gpu.bytes, groupcast_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH), qkv,
+                    dout, B * Tl, C, NH);
     groupcast_attention_cuda_free(&gc_gpu);
     groupcast_attention_free(&gc);
 
@@ -690,11 +687,8 @@ int main(int argc, char **argv) {
     gpu_test_require_device(1);
     int devices = cuda_device_count(NULL, 0);
     cuda_init(fatal_rank % devices, 0);
-    MPI_Comm host_mc, dev_mc;
-    MPI_Comm_dup(MPI_COMM_WORLD, &host_mc);
-    MPI_Comm_dup(MPI_COMM_WORLD, &dev_mc);
-    Comm *host_comm = comm_mpi_create(host_mc);
-    Comm *dev_comm = comm_mpi_staged_create(dev_mc, cuda_ctx.stream);
+    Comm *host_comm = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
+    Comm *dev_comm = comm_mpi_staged_create(comm_duplicate(MPI_COMM_WORLD), cuda_ctx.stream);
     test_transport(dev_comm);
     if (host_comm->rank == 0) {
         test_mma("m16n8k8 tf32", mma_probe_kernel, 8, tf32_round, 4242);
@@ -738,9 +732,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(node, &node_ranks);
     MPI_Comm_free(&node);
     if (node_ranks <= devices) {
-        MPI_Comm nccl_mc;
-        MPI_Comm_dup(MPI_COMM_WORLD, &nccl_mc);
-        Comm *nccl = comm_nccl_create(nccl_mc, cuda_ctx.stream);
+        Comm *nccl = comm_nccl_create(comm_duplicate(MPI_COMM_WORLD), cuda_ctx.stream);
         test_transport(nccl);
         run_case(host_comm, nccl, kinds[nkinds - 1], 150, 1, 2, 32, 0);
         nccl->destroy(nccl);

@@ -67,6 +67,7 @@ With no GPU the binary exits 77 (skipped).
 #include "llmc/mma.cuh"
 #include "llmc/mma_tiles.cuh"
 #include "test/lib/gpu_test_utils.cuh"
+#include "test/lib/test_comm.h"
 
 #define B 2
 #define T 37   // odd: no kernel may assume a multiple of the warp
@@ -750,11 +751,8 @@ static void test_loss_stats(void) {
 
 // this rank alone over MPI: the host transport and the staged device transport
 static void self_comms(Comm **host, Comm **device) {
-    MPI_Comm self_host, self_dev;
-    MPI_Comm_dup(MPI_COMM_SELF, &self_host);
-    MPI_Comm_dup(MPI_COMM_SELF, &self_dev);
-    *host = comm_mpi_create(self_host);
-    *device = comm_mpi_staged_create(self_dev, cuda_ctx.stream);
+    *host = comm_mpi_create(comm_duplicate(MPI_COMM_SELF));
+    *device = comm_mpi_staged_create(comm_duplicate(MPI_COMM_SELF), cuda_ctx.stream);
 }
 
 // A training step's loss on the device (cp/loss.cuh) against cp/loss.h on the host,

@@ -23,6 +23,7 @@ Checked against what the layout must be, computed here independently:
 #include "test/lib/test_utils.h"
 #include "cp/comm_mpi.h"
 #include "cp/sharder.h"
+#include "test/lib/test_comm.h"
 
 #define EOT 7
 #define MAX_POS 4096
@@ -198,9 +199,7 @@ static void check_gather(Comm *comm, Rng *rng, int T) {
 
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
-    MPI_Comm dup;
-    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    Comm *comm = comm_mpi_create(dup);
+    Comm *comm = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
 
     worked_example();
     Rng rng;

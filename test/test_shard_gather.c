@@ -16,6 +16,7 @@ that cp_check_config rejects exactly those).
 #include <string.h>
 #include "cp/comm_mpi.h"
 #include "cp/sharder.h"
+#include "test/lib/test_comm.h"
 #include "test/lib/test_utils.h"
 
 #define B 3
@@ -102,9 +103,7 @@ static void check_roundtrip(CpSharder *sh, Comm *comm, int T) {
 
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
-    MPI_Comm dup;
-    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    Comm *comm = comm_mpi_create(dup);
+    Comm *comm = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
     int np = comm->size;
 
     int Ts[40], num_T = 0;

@@ -21,6 +21,7 @@ MPI test of ZeRO-1 (train/zero.h) and of the sharded AdamW update it drives.
 #include "cp/comm_mpi.h"
 #include "llmc/gpt2_init.h"
 #include "train/zero.h"
+#include "test/lib/test_comm.h"
 #include "test/lib/test_utils.h"
 
 static const size_t SIZES[] = {1, 2, 3, 5, 7, 8, 64, 1003, 100003};
@@ -138,9 +139,7 @@ static void check_sharded_update(void) {
 
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
-    MPI_Comm dup;
-    MPI_Comm_dup(MPI_COMM_WORLD, &dup);
-    Comm *world = comm_mpi_create(dup);
+    Comm *world = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
     check_shards();
     check_gather(world);
     check_sharded_update();
