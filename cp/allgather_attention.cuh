@@ -75,9 +75,11 @@ static KVBlockCuda allgather_block_cuda(const AllgatherAttentionCuda *ag, int ra
     return kv_block_cuda_view((const floatX *)(ag->kv_all + rank * ag->kv_bytes), ag->B, ag->T, ag->C, rank);
 }
 
+// The forward pass, as the verbs call it (llmc/attention_verbs.h): ctx is the AllgatherAttentionCuda.
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void allgather_attention_cuda_forward(AllgatherAttentionCuda *ag, floatX *out, float *lse,
+static void allgather_attention_cuda_forward(void *ctx, floatX *out, float *lse,
                                              const floatX *qkv) {
+    AllgatherAttentionCuda *ag = (AllgatherAttentionCuda *)ctx;
     Comm *comm = ag->comm;
     float *o = attention_forward_begin_cuda(&ag->queries, out, lse);
     kv_block_cuda_fill(ag->kv_own, qkv, ag->B, ag->T, ag->C);
@@ -88,9 +90,11 @@ static void allgather_attention_cuda_forward(AllgatherAttentionCuda *ag, floatX 
     attention_forward_end_cuda(&ag->queries, out);
 }
 
+// The backward pass, as the verbs call it: ctx as the forward's.
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void allgather_attention_cuda_backward(AllgatherAttentionCuda *ag, floatX *dqkv, const floatX *dout,
+static void allgather_attention_cuda_backward(void *ctx, floatX *dqkv, const floatX *dout,
                                               const floatX *qkv, const floatX *out, const float *lse) {
+    AllgatherAttentionCuda *ag = (AllgatherAttentionCuda *)ctx;
     Comm *comm = ag->comm;
     int C = ag->C;
     size_t n = (size_t)ag->B * ag->T * C;
@@ -112,19 +116,9 @@ static void allgather_attention_cuda_backward(AllgatherAttentionCuda *ag, floatX
     attention_backward_end_cuda(&ag->queries, dqkv);
 }
 
-// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the AllgatherAttentionCuda
-static void allgather_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
-    allgather_attention_cuda_forward((AllgatherAttentionCuda *)ctx, out, lse, qkv);
-}
-
-static void allgather_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
-                                                   const floatX *out, const float *lse) {
-    allgather_attention_cuda_backward((AllgatherAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
-}
-
 // the GPU model's attention verbs (device pointers), computed by all-gather attention
 static AttentionVerbsCuda allgather_attention_cuda_verbs(AllgatherAttentionCuda *ag) {
-    AttentionVerbsCuda verbs = {ag, allgather_attention_cuda_forward_verb, allgather_attention_cuda_backward_verb};
+    AttentionVerbsCuda verbs = {ag, allgather_attention_cuda_forward, allgather_attention_cuda_backward};
     return verbs;
 }
 

@@ -90,8 +90,10 @@ static KVBlock allgather_block(const AllgatherAttention *ag, int rank) {
     return kv_block_view(ag->kv_all + rank * ag->kv_bytes, ag->B, ag->NH, ag->T, ag->C / ag->NH);
 }
 
+// The forward pass, as the verbs call it (llmc/attention_verbs.h): ctx is the AllgatherAttention.
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void allgather_attention_forward(AllgatherAttention *ag, float *out, float *lse, const float *qkv) {
+static void allgather_attention_forward(void *ctx, float *out, float *lse, const float *qkv) {
+    AllgatherAttention *ag = (AllgatherAttention *)ctx;
     Comm *comm = ag->comm;
     KVBlock own = kv_block_view(ag->kv_own, ag->B, ag->NH, ag->T, ag->C / ag->NH);
     attention_forward_begin(&ag->queries, ag->layout, &own, qkv, lse);
@@ -103,9 +105,11 @@ static void allgather_attention_forward(AllgatherAttention *ag, float *out, floa
     attention_forward_end(&ag->queries, out);
 }
 
+// The backward pass, as the verbs call it: ctx as the forward's.
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void allgather_attention_backward(AllgatherAttention *ag, float *dqkv, const float *dout, const float *qkv,
+static void allgather_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                          const float *out, const float *lse) {
+    AllgatherAttention *ag = (AllgatherAttention *)ctx;
     Comm *comm = ag->comm;
     size_t dkv_floats = ag->dkv_bytes / sizeof(float);
     KVBlock own = kv_block_view(ag->kv_own, ag->B, ag->NH, ag->T, ag->C / ag->NH);
@@ -122,19 +126,9 @@ static void allgather_attention_backward(AllgatherAttention *ag, float *dqkv, co
     attention_backward_end(&ag->queries, dqkv, ag->dkv_own);
 }
 
-// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the AllgatherAttention
-static void allgather_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
-    allgather_attention_forward((AllgatherAttention *)ctx, out, lse, qkv);
-}
-
-static void allgather_attention_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                              const float *out, const float *lse) {
-    allgather_attention_backward((AllgatherAttention *)ctx, dqkv, dout, qkv, out, lse);
-}
-
 // the model's attention verbs, computed by all-gather attention
 static AttentionVerbs allgather_attention_verbs(AllgatherAttention *ag) {
-    AttentionVerbs verbs = {ag, allgather_attention_forward_verb, allgather_attention_backward_verb};
+    AttentionVerbs verbs = {ag, allgather_attention_forward, allgather_attention_backward};
     return verbs;
 }
 

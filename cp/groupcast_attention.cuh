@@ -213,8 +213,10 @@ static KVBlockCuda groupcast_unpack_cuda(GroupcastAttentionCuda *g, int d) {
     return kv_block_cuda_view(k, g->B, g->T, C, src);
 }
 
+// The forward pass, as the verbs call it (llmc/attention_verbs.h): ctx is the GroupcastAttentionCuda.
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void groupcast_attention_cuda_forward(GroupcastAttentionCuda *g, floatX *out, float *lse, const floatX *qkv) {
+static void groupcast_attention_cuda_forward(void *ctx, floatX *out, float *lse, const floatX *qkv) {
+    GroupcastAttentionCuda *g = (GroupcastAttentionCuda *)ctx;
     int cp = g->comm->size;
     float *o = attention_forward_begin_cuda(&g->queries, out, lse);
     if (cp > 1) { groupcast_pack_cuda(g, qkv); }
@@ -243,9 +245,11 @@ static void groupcast_sum_gradients_cuda(GroupcastAttentionCuda *g) {
     }
 }
 
+// The backward pass, as the verbs call it: ctx as the forward's.
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void groupcast_attention_cuda_backward(GroupcastAttentionCuda *g, floatX *dqkv, const floatX *dout,
+static void groupcast_attention_cuda_backward(void *ctx, floatX *dqkv, const floatX *dout,
                                               const floatX *qkv, const floatX *out, const float *lse) {
+    GroupcastAttentionCuda *g = (GroupcastAttentionCuda *)ctx;
     int B = g->B, T = g->T, C = g->C;
     int cp = g->comm->size;
     attention_backward_begin_cuda(&g->queries, dout, out);
@@ -287,19 +291,9 @@ static void groupcast_attention_cuda_backward(GroupcastAttentionCuda *g, floatX 
     attention_backward_end_cuda(&g->queries, dqkv);
 }
 
-// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the GroupcastAttentionCuda
-static void groupcast_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
-    groupcast_attention_cuda_forward((GroupcastAttentionCuda *)ctx, out, lse, qkv);
-}
-
-static void groupcast_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
-                                                   const floatX *out, const float *lse) {
-    groupcast_attention_cuda_backward((GroupcastAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
-}
-
 // the GPU model's attention verbs (device pointers), computed by group-cast attention
 static AttentionVerbsCuda groupcast_attention_cuda_verbs(GroupcastAttentionCuda *g) {
-    AttentionVerbsCuda verbs = {g, groupcast_attention_cuda_forward_verb, groupcast_attention_cuda_backward_verb};
+    AttentionVerbsCuda verbs = {g, groupcast_attention_cuda_forward, groupcast_attention_cuda_backward};
     return verbs;
 }
 

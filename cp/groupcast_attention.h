@@ -269,8 +269,10 @@ static int groupcast_source(const GroupcastAttention *ga, int d) {
     return (ga->comm->rank - d + ga->comm->size) % ga->comm->size;
 }
 
+// The forward pass, as the verbs call it (llmc/attention_verbs.h): ctx is the GroupcastAttention.
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void groupcast_attention_forward(GroupcastAttention *ga, float *out, float *lse, const float *qkv) {
+static void groupcast_attention_forward(void *ctx, float *out, float *lse, const float *qkv) {
+    GroupcastAttention *ga = (GroupcastAttention *)ctx;
     int cp = ga->comm->size;
     KVBlock own = kv_block_view(ga->kv_own, ga->B, ga->NH, ga->T, ga->C / ga->NH);
     attention_forward_begin(&ga->queries, ga->layout, &own, qkv, lse);
@@ -289,9 +291,11 @@ static void groupcast_attention_forward(GroupcastAttention *ga, float *out, floa
     attention_forward_end(&ga->queries, out);
 }
 
+// The backward pass, as the verbs call it: ctx as the forward's.
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void groupcast_attention_backward(GroupcastAttention *ga, float *dqkv, const float *dout, const float *qkv,
+static void groupcast_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                          const float *out, const float *lse) {
+    GroupcastAttention *ga = (GroupcastAttention *)ctx;
     int cp = ga->comm->size;
     KVBlock own = kv_block_view(ga->kv_own, ga->B, ga->NH, ga->T, ga->C / ga->NH);
     attention_backward_begin(&ga->queries, ga->layout, &own, qkv, dout, out);
@@ -319,19 +323,9 @@ static void groupcast_attention_backward(GroupcastAttention *ga, float *dqkv, co
     attention_backward_end(&ga->queries, dqkv, ga->dkv_own);
 }
 
-// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the GroupcastAttention
-static void groupcast_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
-    groupcast_attention_forward((GroupcastAttention *)ctx, out, lse, qkv);
-}
-
-static void groupcast_attention_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                              const float *out, const float *lse) {
-    groupcast_attention_backward((GroupcastAttention *)ctx, dqkv, dout, qkv, out, lse);
-}
-
 // the model's attention verbs, computed by group-cast attention
 static AttentionVerbs groupcast_attention_verbs(GroupcastAttention *ga) {
-    AttentionVerbs verbs = {ga, groupcast_attention_forward_verb, groupcast_attention_backward_verb};
+    AttentionVerbs verbs = {ga, groupcast_attention_forward, groupcast_attention_backward};
     return verbs;
 }
 

@@ -90,8 +90,10 @@ static KVBlockCuda ring_block(const RingAttentionCuda *ra, const floatX *qkv, co
     return kv_block_cuda_view(buf, ra->B, ra->T, ra->C, (comm->rank - step + comm->size) % comm->size);
 }
 
+// The forward pass, as the verbs call it (llmc/attention_verbs.h): ctx is the RingAttentionCuda.
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void ring_attention_cuda_forward(RingAttentionCuda *ra, floatX *out, float *lse, const floatX *qkv) {
+static void ring_attention_cuda_forward(void *ctx, floatX *out, float *lse, const floatX *qkv) {
+    RingAttentionCuda *ra = (RingAttentionCuda *)ctx;
     int cp = ra->comm->size;
     float *o = attention_forward_begin_cuda(&ra->queries, out, lse);
     if (cp > 1) { kv_block_cuda_fill(ra->kv_buf[0], qkv, ra->B, ra->T, ra->C); }
@@ -111,9 +113,11 @@ static void ring_attention_cuda_forward(RingAttentionCuda *ra, floatX *out, floa
     attention_forward_end_cuda(&ra->queries, out);
 }
 
+// The backward pass, as the verbs call it: ctx as the forward's.
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void ring_attention_cuda_backward(RingAttentionCuda *ra, floatX *dqkv, const floatX *dout,
+static void ring_attention_cuda_backward(void *ctx, floatX *dqkv, const floatX *dout,
                                          const floatX *qkv, const floatX *out, const float *lse) {
+    RingAttentionCuda *ra = (RingAttentionCuda *)ctx;
     int B = ra->B, T = ra->T, C = ra->C;
     int cp = ra->comm->size;
     attention_backward_begin_cuda(&ra->queries, dout, out);
@@ -161,19 +165,9 @@ static void ring_attention_cuda_backward(RingAttentionCuda *ra, floatX *dqkv, co
     attention_backward_end_cuda(&ra->queries, dqkv);
 }
 
-// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the RingAttentionCuda
-static void ring_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
-    ring_attention_cuda_forward((RingAttentionCuda *)ctx, out, lse, qkv);
-}
-
-static void ring_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
-                                              const floatX *out, const float *lse) {
-    ring_attention_cuda_backward((RingAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
-}
-
 // the GPU model's attention verbs (device pointers), computed by this ring
 static AttentionVerbsCuda ring_attention_cuda_verbs(RingAttentionCuda *ra) {
-    AttentionVerbsCuda verbs = {ra, ring_attention_cuda_forward_verb, ring_attention_cuda_backward_verb};
+    AttentionVerbsCuda verbs = {ra, ring_attention_cuda_forward, ring_attention_cuda_backward};
     return verbs;
 }
 

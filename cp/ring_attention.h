@@ -69,8 +69,10 @@ static void ring_attention_free(RingAttention *ra) {
     attention_queries_free(&ra->queries);
 }
 
+// The forward pass, as the verbs call it (llmc/attention_verbs.h): ctx is the RingAttention.
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void ring_attention_forward(RingAttention *ra, float *out, float *lse, const float *qkv) {
+static void ring_attention_forward(void *ctx, float *out, float *lse, const float *qkv) {
+    RingAttention *ra = (RingAttention *)ctx;
     int B = ra->B, T = ra->T, NH = ra->NH, HS = ra->C / NH;
     int cp = ra->comm->size;
     KVBlock blk[2] = {kv_block_view(ra->kv_buf[0], B, NH, T, HS), kv_block_view(ra->kv_buf[1], B, NH, T, HS)};
@@ -111,9 +113,11 @@ static void ring_attention_forward(RingAttention *ra, float *out, float *lse, co
     attention_forward_end(&ra->queries, out);
 }
 
+// The backward pass, as the verbs call it: ctx as the forward's.
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void ring_attention_backward(RingAttention *ra, float *dqkv, const float *dout, const float *qkv,
+static void ring_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                     const float *out, const float *lse) {
+    RingAttention *ra = (RingAttention *)ctx;
     int B = ra->B, T = ra->T, NH = ra->NH, HS = ra->C / NH;
     int cp = ra->comm->size;
     size_t n = (size_t)B * NH * T * HS;
@@ -149,19 +153,9 @@ static void ring_attention_backward(RingAttention *ra, float *dqkv, const float 
     attention_backward_end(&ra->queries, dqkv, ra->dkv_buf[acc]);
 }
 
-// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the RingAttention
-static void ring_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
-    ring_attention_forward((RingAttention *)ctx, out, lse, qkv);
-}
-
-static void ring_attention_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv, const float *out,
-                                         const float *lse) {
-    ring_attention_backward((RingAttention *)ctx, dqkv, dout, qkv, out, lse);
-}
-
 // the model's attention verbs, computed by this ring
 static AttentionVerbs ring_attention_verbs(RingAttention *ra) {
-    AttentionVerbs verbs = {ra, ring_attention_forward_verb, ring_attention_backward_verb};
+    AttentionVerbs verbs = {ra, ring_attention_forward, ring_attention_backward};
     return verbs;
 }
 

@@ -129,8 +129,10 @@ static void ulysses_exchange_add_floatx(UlyssesExchange *x, const floatX *local,
     ulysses_exchange_add_sized(x, (void *)local, group, (int)sizeof(floatX), fields, width, 0);
 }
 
+// The forward pass, as the verbs call it (llmc/attention_verbs.h): ctx is the UlyssesAttentionCuda.
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void ulysses_attention_cuda_forward(UlyssesAttentionCuda *ua, floatX *out, float *lse, const floatX *qkv) {
+static void ulysses_attention_cuda_forward(void *ctx, floatX *out, float *lse, const floatX *qkv) {
+    UlyssesAttentionCuda *ua = (UlyssesAttentionCuda *)ctx;
     int C = ua->C, NH = ua->NH;
     UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
     ulysses_exchange_add_floatx(&in, qkv, ua->qkv, 3, C);
@@ -142,9 +144,11 @@ static void ulysses_attention_cuda_forward(UlyssesAttentionCuda *ua, floatX *out
     ulysses_exchange_run_cuda(ua, &back, ULYSSES_GROUP);
 }
 
+// The backward pass, as the verbs call it: ctx as the forward's.
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C), all device
-static void ulysses_attention_cuda_backward(UlyssesAttentionCuda *ua, floatX *dqkv, const floatX *dout,
+static void ulysses_attention_cuda_backward(void *ctx, floatX *dqkv, const floatX *dout,
                                             const floatX *qkv, const floatX *out, const float *lse) {
+    UlyssesAttentionCuda *ua = (UlyssesAttentionCuda *)ctx;
     int C = ua->C, NH = ua->NH;
     UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
     ulysses_exchange_add_floatx(&in, qkv, ua->qkv, 3, C);
@@ -158,19 +162,9 @@ static void ulysses_attention_cuda_backward(UlyssesAttentionCuda *ua, floatX *dq
     ulysses_exchange_run_cuda(ua, &back, ULYSSES_GROUP);
 }
 
-// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the UlyssesAttentionCuda
-static void ulysses_attention_cuda_forward_verb(void *ctx, floatX *out, float *lse, const floatX *qkv) {
-    ulysses_attention_cuda_forward((UlyssesAttentionCuda *)ctx, out, lse, qkv);
-}
-
-static void ulysses_attention_cuda_backward_verb(void *ctx, floatX *dqkv, const floatX *dout, const floatX *qkv,
-                                                 const floatX *out, const float *lse) {
-    ulysses_attention_cuda_backward((UlyssesAttentionCuda *)ctx, dqkv, dout, qkv, out, lse);
-}
-
 // the GPU model's attention verbs (device pointers), computed by Ulysses (and the ring across its groups)
 static AttentionVerbsCuda ulysses_attention_cuda_verbs(UlyssesAttentionCuda *ua) {
-    AttentionVerbsCuda verbs = {ua, ulysses_attention_cuda_forward_verb, ulysses_attention_cuda_backward_verb};
+    AttentionVerbsCuda verbs = {ua, ulysses_attention_cuda_forward, ulysses_attention_cuda_backward};
     return verbs;
 }
 

@@ -119,8 +119,10 @@ static void ulysses_exchange_run(UlyssesAttention *ua, const UlyssesExchange *x,
     ulysses_move(x, ua->recv, ua->coords.slot, 1 - from, 0);
 }
 
+// The forward pass, as the verbs call it (llmc/attention_verbs.h): ctx is the UlyssesAttention.
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void ulysses_attention_forward(UlyssesAttention *ua, float *out, float *lse, const float *qkv) {
+static void ulysses_attention_forward(void *ctx, float *out, float *lse, const float *qkv) {
+    UlyssesAttention *ua = (UlyssesAttention *)ctx;
     int C = ua->C, NH = ua->NH;
     UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
     ulysses_exchange_add(&in, (float *)qkv, ua->qkv, 3, C, 0);
@@ -132,9 +134,11 @@ static void ulysses_attention_forward(UlyssesAttention *ua, float *out, float *l
     ulysses_exchange_run(ua, &back, ULYSSES_GROUP);
 }
 
+// The backward pass, as the verbs call it: ctx as the forward's.
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
-static void ulysses_attention_backward(UlyssesAttention *ua, float *dqkv, const float *dout, const float *qkv,
+static void ulysses_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
                                        const float *out, const float *lse) {
+    UlyssesAttention *ua = (UlyssesAttention *)ctx;
     int C = ua->C, NH = ua->NH;
     UlyssesExchange in = ulysses_exchange(ua->U, ua->B, ua->T);
     ulysses_exchange_add(&in, (float *)qkv, ua->qkv, 3, C, 0);
@@ -148,19 +152,9 @@ static void ulysses_attention_backward(UlyssesAttention *ua, float *dqkv, const 
     ulysses_exchange_run(ua, &back, ULYSSES_GROUP);
 }
 
-// the two passes as the verbs call them (llmc/attention_verbs.h): ctx is the UlyssesAttention
-static void ulysses_attention_forward_verb(void *ctx, float *out, float *lse, const float *qkv) {
-    ulysses_attention_forward((UlyssesAttention *)ctx, out, lse, qkv);
-}
-
-static void ulysses_attention_backward_verb(void *ctx, float *dqkv, const float *dout, const float *qkv,
-                                            const float *out, const float *lse) {
-    ulysses_attention_backward((UlyssesAttention *)ctx, dqkv, dout, qkv, out, lse);
-}
-
 // the model's attention verbs, computed by Ulysses (and the ring across its groups)
 static AttentionVerbs ulysses_attention_verbs(UlyssesAttention *ua) {
-    AttentionVerbs verbs = {ua, ulysses_attention_forward_verb, ulysses_attention_backward_verb};
+    AttentionVerbs verbs = {ua, ulysses_attention_forward, ulysses_attention_backward};
     return verbs;
 }
 

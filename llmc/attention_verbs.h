@@ -6,10 +6,10 @@ all-gather, Ulysses or their hybrid); with one rank it is plain causal attention
 T below is the number of tokens this rank holds. llmc/attention_verbs.cuh is the
 GPU model's twin, on device memory.
 
-Each algorithm's file writes its verbs out beside its two passes: NAME_forward_verb
-and NAME_backward_verb, which take ctx back to the algorithm's struct and run the
-pass, and NAME_verbs(algorithm), which returns them (cp/ring_attention.h:
-ring_attention_verbs).
+An algorithm's two passes are the verbs themselves: NAME_forward and NAME_backward
+take ctx, the algorithm's struct, as their first argument, and NAME_verbs(algorithm)
+returns them with it (cp/ring_attention.h: ring_attention_forward,
+ring_attention_backward, ring_attention_verbs).
 */
 #ifndef LLMC_ATTENTION_VERBS_H
 #define LLMC_ATTENTION_VERBS_H
