@@ -99,6 +99,70 @@ template <MmaPrecision P, int HS> struct AttnTile {
     static constexpr int LD_P = ROWS + 4; // a warp's 16 rows of probabilities
 };
 
+// What a plain kernel's thread works on: its block's own tile of (b, h) (a query
+// tile; the dK dV kernel's: a key tile), where its lane's accumulator elements lie
+// in the tiles (the mma's layout, llmc/mma.cuh: lane (g, t) holds rows g and g + 8
+// of its warp's 16, columns 2 t and 2 t + 1 of each 8-column block), the loads of
+// (b, h)'s tiles and coordinates into shared memory (fp32, zeros past T), and the
+// two products both backward kernels start a tile pair with.
+template <MmaPrecision P, int HS> struct PlainTileBlock {
+    using Tl = AttnTile<P, HS>;
+    static constexpr int R = Tl::ROWS, NT = R / 8;
+    const AttnBlockArgs &p;
+    int tile, h, b; // blockIdx
+    int warp, g, t; // the lane is (g, t) = (lane / 4, lane % 4) of warp `warp`
+    int T;          // tokens of a batch row
+    int tile_row0;  // the tile's first token: tile R
+    size_t brow;    // the batch row's first token row: b T
+    __device__ PlainTileBlock(const AttnBlockArgs &args) : p(args) {
+        tile = blockIdx.x; h = blockIdx.y; b = blockIdx.z;
+        warp = threadIdx.x / WARP_SIZE;
+        int lane = threadIdx.x % WARP_SIZE;
+        g = lane >> 2; t = lane & 3;
+        T = p.T;
+        tile_row0 = tile * R;
+        brow = (size_t)b * T;
+    }
+    // the tile row of the lane's row r (r 0: g, r 1: g + 8 of its warp's 16)
+    __device__ int lane_row(int r) const { return warp * 16 + g + 8 * r; }
+    // the tile column of element i (0..3) of the lane's 8-column block n
+    __device__ int lane_col(int n, int i) const { return 8 * n + 2 * t + (i & 1); }
+    // how query tile qt sees key tile kt: BLOCK_SKIP, _FULL or _MASKED (uniform over the block)
+    __device__ int sees(int qt, int kt) const {
+        return p.vis[((size_t)b * p.tiles + qt) * p.tiles + kt];
+    }
+    // shared (R, ld) <- head h of tokens [row0, row0 + R): queries, output gradients, keys, values
+    __device__ void queries_load(float *dst, int ld, int row0) const {
+        tile_load<HS, R, Tl::THREADS>(dst, ld, p.q + brow * p.q_stride + h * HS, p.q_stride, row0, T);
+    }
+    __device__ void dout_load(float *dst, int ld, int row0) const {
+        tile_load<HS, R, Tl::THREADS>(dst, ld, p.dout + brow * p.C + h * HS, p.C, row0, T);
+    }
+    __device__ void keys_load(float *dst, int ld, int row0) const {
+        tile_load<HS, R, Tl::THREADS>(dst, ld, p.k + brow * p.kv_stride + h * HS, p.kv_stride, row0, T);
+    }
+    __device__ void values_load(float *dst, int ld, int row0) const {
+        tile_load<HS, R, Tl::THREADS>(dst, ld, p.v + brow * p.kv_stride + h * HS, p.kv_stride, row0, T);
+    }
+    // shared (2, R) <- the indices, then the documents, of queries or keys [row0, row0 + R)
+    __device__ void query_coords_load(int *dst, int row0) const {
+        coords_load<R, Tl::THREADS>(dst, p.q_index + brow, p.q_doc + brow, row0, T);
+    }
+    __device__ void key_coords_load(int *dst, int row0) const {
+        coords_load<R, Tl::THREADS>(dst, p.k_index + brow, p.k_doc + brow, row0, T);
+    }
+    // s = x y^T and dp = u w^T for the warp's 16 rows of x and u: the dQ kernel's
+    // S = Q K^T and dP = dO V^T, the dK dV kernel's S^T = K Q^T and dP^T = V dO^T
+    // x, u: (R, LD_NK)   y, w: (R, LD_KN)   s, dp: (16, R) in fragments
+    __device__ void backward_products(float s[NT][4], float dp[NT][4], const float *x, const float *y, const float *u,
+                                      const float *w) const {
+        fragments_zero<NT>(s);
+        fragments_zero<NT>(dp);
+        warp_mma<P, NT, HS, B_NK>(s, x + warp * 16 * Tl::LD_NK, Tl::LD_NK, y, Tl::LD_KN);
+        warp_mma<P, NT, HS, B_NK>(dp, u + warp * 16 * Tl::LD_NK, Tl::LD_NK, w, Tl::LD_KN);
+    }
+};
+
 // ----------------------------------------------------------------------------
 // the kernels
 
@@ -119,34 +183,31 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forwar
     float *vs = ks + R * Tl::LD_NK;        // (R, LD_KN)
     float *ps = vs + R * Tl::LD_KN;        // (WARPS, 16, LD_P)
     int *coords = (int *)(ps + Tl::WARPS * 16 * Tl::LD_P); // (4, R)
-    int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
-    int T = p.T, q0 = qt * R;
-    size_t brow = (size_t)b * T; // the batch row's first token row
-    tile_load<HS, R, Tl::THREADS>(qs, Tl::LD_NK, p.q + brow * p.q_stride + h * HS, p.q_stride, q0, T);
-    coords_load<R, Tl::THREADS>(coords, p.q_index + brow, p.q_doc + brow, q0, T);
+    PlainTileBlock<P, HS> tb(p);
+    int qt = tb.tile, T = tb.T, q0 = tb.tile_row0;
+    tb.queries_load(qs, Tl::LD_NK, q0);
+    tb.query_coords_load(coords, q0);
     float acc[DT][4];
     fragments_zero<DT>(acc);
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f}; // rows g and g + 8 of the warp
-    float *pw = ps + warp * 16 * Tl::LD_P;
-    const unsigned char *vis = p.vis + ((size_t)b * p.tiles + qt) * p.tiles;
+    float *pw = ps + tb.warp * 16 * Tl::LD_P;
     for (int kt = 0; kt < p.tiles; kt++) {
-        int v = vis[kt];
+        int v = tb.sees(qt, kt);
         if (v == BLOCK_SKIP) { continue; } // uniform over the block
         int k0 = kt * R;
         __syncthreads(); // the last tile's K, V and coordinates are read
-        tile_load<HS, R, Tl::THREADS>(ks, Tl::LD_NK, p.k + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
-        tile_load<HS, R, Tl::THREADS>(vs, Tl::LD_KN, p.v + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
-        coords_load<R, Tl::THREADS>(coords + 2 * R, p.k_index + brow, p.k_doc + brow, k0, T);
+        tb.keys_load(ks, Tl::LD_NK, k0);
+        tb.values_load(vs, Tl::LD_KN, k0);
+        tb.key_coords_load(coords + 2 * R, k0);
         __syncthreads();
         float s[NT][4];
         fragments_zero<NT>(s);
-        warp_mma<P, NT, HS, B_NK>(s, qs + warp * 16 * Tl::LD_NK, Tl::LD_NK, ks, Tl::LD_NK);
+        warp_mma<P, NT, HS, B_NK>(s, qs + tb.warp * 16 * Tl::LD_NK, Tl::LD_NK, ks, Tl::LD_NK);
         #pragma unroll
         for (int n = 0; n < NT; n++) {
             #pragma unroll
             for (int i = 0; i < 4; i++) {
-                int qr = warp * 16 + g + 8 * (i >> 1), kc = 8 * n + 2 * t + (i & 1);
+                int qr = tb.lane_row(i >> 1), kc = tb.lane_col(n, i);
                 if (v == BLOCK_MASKED && !tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qr, k0, kc, T)) {
                     s[n][i] = -INFINITY;
                 }
@@ -158,7 +219,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forwar
         // the next tile's first __syncthreads orders these reads of P before its writes
         warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, vs, Tl::LD_KN);
     }
-    output_merge<HS>(p, acc, m, l, b, h, q0 + warp * 16);
+    output_merge<HS>(p, acc, m, l, tb.b, tb.h, q0 + tb.warp * 16);
 }
 
 template <MmaPrecision P, int HS> static constexpr size_t backward_shared_floats() {
@@ -180,44 +241,38 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
     float *ks = vs + R * Tl::LD_KN;        // (R, LD_KN) keys (read as B_NK and B_KN)
     float *ps = ks + R * Tl::LD_KN;        // (WARPS, 16, LD_P) dS
     int *coords = (int *)(ps + Tl::WARPS * 16 * Tl::LD_P); // (4, R)
-    int qt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
-    int T = p.T, q0 = qt * R;
-    size_t brow = (size_t)b * T;
-    tile_load<HS, R, Tl::THREADS>(qs, Tl::LD_NK, p.q + brow * p.q_stride + h * HS, p.q_stride, q0, T);
-    tile_load<HS, R, Tl::THREADS>(dos, Tl::LD_NK, p.dout + brow * p.C + h * HS, p.C, q0, T);
-    coords_load<R, Tl::THREADS>(coords, p.q_index + brow, p.q_doc + brow, q0, T);
+    PlainTileBlock<P, HS> tb(p);
+    int qt = tb.tile, T = tb.T, q0 = tb.tile_row0;
+    tb.queries_load(qs, Tl::LD_NK, q0);
+    tb.dout_load(dos, Tl::LD_NK, q0);
+    tb.query_coords_load(coords, q0);
     float lse[2], drow[2]; // rows g and g + 8 of the warp
     #pragma unroll
     for (int r = 0; r < 2; r++) {
-        int i = q0 + warp * 16 + g + 8 * r;
-        size_t row = ((size_t)b * p.NH + h) * T + i;
+        int i = q0 + tb.lane_row(r);
+        size_t row = ((size_t)tb.b * p.NH + tb.h) * T + i;
         lse[r] = i < T ? p.lse[row] : 0.0f;
         drow[r] = i < T ? p.drow[row] : 0.0f;
     }
     float acc[DT][4];
     fragments_zero<DT>(acc);
-    float *pw = ps + warp * 16 * Tl::LD_P;
-    const unsigned char *vis = p.vis + ((size_t)b * p.tiles + qt) * p.tiles;
+    float *pw = ps + tb.warp * 16 * Tl::LD_P;
     for (int kt = 0; kt < p.tiles; kt++) {
-        int v = vis[kt];
+        int v = tb.sees(qt, kt);
         if (v == BLOCK_SKIP) { continue; }
         int k0 = kt * R;
         __syncthreads();
-        tile_load<HS, R, Tl::THREADS>(ks, Tl::LD_KN, p.k + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
-        tile_load<HS, R, Tl::THREADS>(vs, Tl::LD_KN, p.v + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
-        coords_load<R, Tl::THREADS>(coords + 2 * R, p.k_index + brow, p.k_doc + brow, k0, T);
+        tb.keys_load(ks, Tl::LD_KN, k0);
+        tb.values_load(vs, Tl::LD_KN, k0);
+        tb.key_coords_load(coords + 2 * R, k0);
         __syncthreads();
         float s[NT][4], dp[NT][4];
-        fragments_zero<NT>(s);
-        fragments_zero<NT>(dp);
-        warp_mma<P, NT, HS, B_NK>(s, qs + warp * 16 * Tl::LD_NK, Tl::LD_NK, ks, Tl::LD_KN);
-        warp_mma<P, NT, HS, B_NK>(dp, dos + warp * 16 * Tl::LD_NK, Tl::LD_NK, vs, Tl::LD_KN);
+        tb.backward_products(s, dp, qs, ks, dos, vs);
         #pragma unroll
         for (int n = 0; n < NT; n++) {
             #pragma unroll
             for (int i = 0; i < 4; i++) {
-                int r = i >> 1, qr = warp * 16 + g + 8 * r, kc = 8 * n + 2 * t + (i & 1);
+                int r = i >> 1, qr = tb.lane_row(r), kc = tb.lane_col(n, i);
                 float ds = 0.0f;
                 if (v == BLOCK_FULL || tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qr, k0, kc, T)) {
                     float pr = expf(s[n][i] * p.scale - lse[r]);
@@ -231,7 +286,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         // the next tile's first __syncthreads orders these reads of dS before its writes
         warp_mma<P, DT, R, B_KN>(acc, pw, Tl::LD_P, ks, Tl::LD_KN);
     }
-    dq_rows_store<HS>(p, acc, b, h, q0 + warp * 16);
+    dq_rows_store<HS>(p, acc, tb.b, tb.h, q0 + tb.warp * 16);
 }
 
 // dK and dV of one key tile of the visiting block, (b, h), from this rank's queries.
@@ -248,27 +303,25 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
     int *coords = (int *)(ps + Tl::WARPS * 16 * Tl::LD_P); // (4, R)
     float *lse_s = (float *)(coords + 4 * R); // (R) lse of the query tile
     float *drow_s = lse_s + R;                // (R) D of the query tile
-    int kt = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
-    int warp = threadIdx.x / WARP_SIZE, lane = threadIdx.x % WARP_SIZE, g = lane >> 2, t = lane & 3;
-    int T = p.T, k0 = kt * R;
-    size_t brow = (size_t)b * T;
-    tile_load<HS, R, Tl::THREADS>(ks, Tl::LD_NK, p.k + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
-    tile_load<HS, R, Tl::THREADS>(vs, Tl::LD_NK, p.v + brow * p.kv_stride + h * HS, p.kv_stride, k0, T);
-    coords_load<R, Tl::THREADS>(coords + 2 * R, p.k_index + brow, p.k_doc + brow, k0, T);
+    PlainTileBlock<P, HS> tb(p);
+    int kt = tb.tile, T = tb.T, k0 = tb.tile_row0;
+    tb.keys_load(ks, Tl::LD_NK, k0);
+    tb.values_load(vs, Tl::LD_NK, k0);
+    tb.key_coords_load(coords + 2 * R, k0);
     float acc_dk[DT][4], acc_dv[DT][4];
     fragments_zero<DT>(acc_dk);
     fragments_zero<DT>(acc_dv);
-    float *pw = ps + warp * 16 * Tl::LD_P;
-    const float *lse_bh = p.lse + ((size_t)b * p.NH + h) * T;
-    const float *drow_bh = p.drow + ((size_t)b * p.NH + h) * T;
+    float *pw = ps + tb.warp * 16 * Tl::LD_P;
+    const float *lse_bh = p.lse + ((size_t)tb.b * p.NH + tb.h) * T;
+    const float *drow_bh = p.drow + ((size_t)tb.b * p.NH + tb.h) * T;
     for (int qt = 0; qt < p.tiles; qt++) {
-        int v = p.vis[((size_t)b * p.tiles + qt) * p.tiles + kt];
+        int v = tb.sees(qt, kt);
         if (v == BLOCK_SKIP) { continue; }
         int q0 = qt * R;
         __syncthreads();
-        tile_load<HS, R, Tl::THREADS>(qs, Tl::LD_KN, p.q + brow * p.q_stride + h * HS, p.q_stride, q0, T);
-        tile_load<HS, R, Tl::THREADS>(dos, Tl::LD_KN, p.dout + brow * p.C + h * HS, p.C, q0, T);
-        coords_load<R, Tl::THREADS>(coords, p.q_index + brow, p.q_doc + brow, q0, T);
+        tb.queries_load(qs, Tl::LD_KN, q0);
+        tb.dout_load(dos, Tl::LD_KN, q0);
+        tb.query_coords_load(coords, q0);
         for (int r = threadIdx.x; r < R; r += Tl::THREADS) {
             lse_s[r] = q0 + r < T ? lse_bh[q0 + r] : 0.0f;
             drow_s[r] = q0 + r < T ? drow_bh[q0 + r] : 0.0f;
@@ -276,15 +329,12 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         __syncthreads();
         // transposed scores: rows are this warp's keys, columns the tile's queries
         float st[NT][4], dpt[NT][4];
-        fragments_zero<NT>(st);
-        fragments_zero<NT>(dpt);
-        warp_mma<P, NT, HS, B_NK>(st, ks + warp * 16 * Tl::LD_NK, Tl::LD_NK, qs, Tl::LD_KN);
-        warp_mma<P, NT, HS, B_NK>(dpt, vs + warp * 16 * Tl::LD_NK, Tl::LD_NK, dos, Tl::LD_KN);
+        tb.backward_products(st, dpt, ks, qs, vs, dos);
         #pragma unroll
         for (int n = 0; n < NT; n++) {
             #pragma unroll
             for (int i = 0; i < 4; i++) {
-                int kr = warp * 16 + g + 8 * (i >> 1), qc = 8 * n + 2 * t + (i & 1);
+                int kr = tb.lane_row(i >> 1), qc = tb.lane_col(n, i);
                 float pt = 0.0f, dst = 0.0f;
                 if (v == BLOCK_FULL || tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qc, k0, kr, T)) {
                     pt = expf(st[n][i] * p.scale - lse_s[qc]);
@@ -303,7 +353,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         // the next tile's first __syncthreads orders these reads of dS^T before its writes
         warp_mma<P, DT, R, B_KN>(acc_dk, pw, Tl::LD_P, qs, Tl::LD_KN);
     }
-    dkv_rows_store<HS>(p, acc_dk, acc_dv, b, h, k0 + warp * 16);
+    dkv_rows_store<HS>(p, acc_dk, acc_dv, tb.b, tb.h, k0 + tb.warp * 16);
 }
 
 // drow[(b, h, t)] = dout . o over head h of token t in fp32, one thread per row, in the

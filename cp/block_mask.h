@@ -27,14 +27,9 @@ applies it to each pair of tiles the GPU kernels meet.
 #ifndef CP_BLOCK_MASK_H
 #define CP_BLOCK_MASK_H
 
-#define RING_SUBBLOCKS 2
+#include "../llmc/host_device.h" // the same functions serve the CPU loops and the CUDA kernels
 
-// the same functions serve the CPU loops and the CUDA kernels
-#ifdef __CUDACC__
-#define CP_HOST_DEVICE __host__ __device__
-#else
-#define CP_HOST_DEVICE
-#endif
+#define RING_SUBBLOCKS 2
 
 typedef enum { BLOCK_SKIP = 0, BLOCK_FULL = 1, BLOCK_MASKED = 2 } BlockVisibility;
 
@@ -45,7 +40,7 @@ typedef struct {
 } SubBlock;
 
 // the tokens [start, end) of a block and the ranges of their coordinates
-CP_HOST_DEVICE static SubBlock sub_block_range(const int *index, const int *document, int start, int end) {
+HOST_DEVICE static SubBlock sub_block_range(const int *index, const int *document, int start, int end) {
     SubBlock sb;
     sb.start = start;
     sb.end = end;
@@ -61,11 +56,11 @@ CP_HOST_DEVICE static SubBlock sub_block_range(const int *index, const int *docu
 }
 
 // sub-block s of a block of T tokens: [s*T/n, (s+1)*T/n)
-CP_HOST_DEVICE static SubBlock sub_block_of(const int *index, const int *document, int T, int s) {
+HOST_DEVICE static SubBlock sub_block_of(const int *index, const int *document, int T, int s) {
     return sub_block_range(index, document, s * T / RING_SUBBLOCKS, (s + 1) * T / RING_SUBBLOCKS);
 }
 
-CP_HOST_DEVICE static BlockVisibility block_visibility(const SubBlock *q, const SubBlock *k) {
+HOST_DEVICE static BlockVisibility block_visibility(const SubBlock *q, const SubBlock *k) {
     if (q->end == q->start || k->end == k->start) { return BLOCK_SKIP; }
     if (q->index_hi < k->index_lo) { return BLOCK_SKIP; } // every key lies after every query
     if (q->doc_hi < k->doc_lo || k->doc_hi < q->doc_lo) { return BLOCK_SKIP; } // no document in common
@@ -74,13 +69,13 @@ CP_HOST_DEVICE static BlockVisibility block_visibility(const SubBlock *q, const 
     return BLOCK_MASKED;
 }
 
-CP_HOST_DEVICE static int pair_visible(int q_index, int q_doc, int k_index, int k_doc) {
+HOST_DEVICE static int pair_visible(int q_index, int q_doc, int k_index, int k_doc) {
     return k_index <= q_index && k_doc == q_doc;
 }
 
 // The visibility of every (query sub-block, key sub-block) pair of one row.
 // vis: (RING_SUBBLOCKS, RING_SUBBLOCKS), [query sub-block][key sub-block]
-CP_HOST_DEVICE static void block_visibility_table(const int *q_index, const int *q_doc, const int *k_index, const int *k_doc,
+HOST_DEVICE static void block_visibility_table(const int *q_index, const int *q_doc, const int *k_index, const int *k_doc,
                                    int T, BlockVisibility vis[RING_SUBBLOCKS][RING_SUBBLOCKS],
                                    SubBlock qs[RING_SUBBLOCKS], SubBlock ks[RING_SUBBLOCKS]) {
     for (int s = 0; s < RING_SUBBLOCKS; s++) {

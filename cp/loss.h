@@ -11,10 +11,10 @@ ignore target too (cp/sharder.h): it counts in neither.
 #ifndef CP_LOSS_H
 #define CP_LOSS_H
 
-#include "block_mask.h" // CP_HOST_DEVICE
 #include "comm.h"
 #include "../llmc/adamw.h"
 #include "../llmc/classifier.h"
+#include "../llmc/host_device.h"
 
 typedef struct {
     double loss_sum;     // sum of the losses of the valid targets
@@ -58,7 +58,7 @@ static double global_valid_count(Comm *comm, const int *targets, size_t n) {
 // The weight of one token's loss in the mean loss: 1 / (valid targets of the global
 // batch), 0 when there are none. A training step needs it before its forward pass,
 // in which the classifier's backward runs (llmc/classifier.h).
-CP_HOST_DEVICE static float loss_weight(double global_valid_count) {
+HOST_DEVICE static float loss_weight(double global_valid_count) {
     return global_valid_count > 0 ? (float)(1.0 / global_valid_count) : 0.0f;
 }
 
@@ -72,7 +72,7 @@ CP_HOST_DEVICE static float loss_weight(double global_valid_count) {
 // of the step's mean loss: step_gradient_scale, which the trainers apply to the
 // gradient norm and the update's scale rather than in another pass over the
 // gradients. basis: 0 before the step's first micro-batch.
-CP_HOST_DEVICE static double loss_weight_basis(double basis, double global_valid_count, int micro_steps) {
+HOST_DEVICE static double loss_weight_basis(double basis, double global_valid_count, int micro_steps) {
     return basis > 0 ? basis : global_valid_count * micro_steps;
 }
 
@@ -92,7 +92,7 @@ typedef struct {
     double weight_basis; // 0 before the step's first micro-batch with valid targets
 } StepLoss;
 
-CP_HOST_DEVICE static void step_loss_start(StepLoss *s) {
+HOST_DEVICE static void step_loss_start(StepLoss *s) {
     s->stats.loss_sum = 0.0;
     s->stats.valid_count = 0.0;
     s->weight_basis = 0.0;
@@ -100,13 +100,13 @@ CP_HOST_DEVICE static void step_loss_start(StepLoss *s) {
 
 // The loss weight of the step's next micro-batch, which holds global_valid_count
 // valid targets (of the world), and takes part in the basis.
-CP_HOST_DEVICE static float step_loss_weight(StepLoss *s, double global_valid_count, int micro_steps) {
+HOST_DEVICE static float step_loss_weight(StepLoss *s, double global_valid_count, int micro_steps) {
     s->weight_basis = loss_weight_basis(s->weight_basis, global_valid_count, micro_steps);
     return loss_weight(s->weight_basis);
 }
 
 // a micro-batch's statistics (summed over the world) into the step's, in micro-batch order
-CP_HOST_DEVICE static void step_loss_add(StepLoss *s, LossStats batch) {
+HOST_DEVICE static void step_loss_add(StepLoss *s, LossStats batch) {
     s->stats.loss_sum += batch.loss_sum;
     s->stats.valid_count += batch.valid_count;
 }

@@ -25,7 +25,7 @@ of the group's row (cp/ulysses_layout.h). Group -> local is the mirror.
 #define CP_ULYSSES_EXCHANGE_H
 
 #include <stddef.h>
-#include "block_mask.h" // CP_HOST_DEVICE
+#include "../llmc/host_device.h"
 
 #define ULYSSES_MAX_TENSORS 4
 
@@ -78,8 +78,8 @@ static size_t ulysses_exchange_part(const UlyssesExchange *x) { return (size_t)x
 // Element idx of the all-to-all buffer (U parts) and its place on `side`: the
 // tensor (*tensor) and the element's index in it.
 // slot: (U, B, T) the group-row position of each rank's tokens
-CP_HOST_DEVICE static size_t ulysses_element_at(const UlyssesExchange *x, const int *slot, size_t idx, int side,
-                                                int *tensor) {
+HOST_DEVICE static size_t ulysses_element_at(const UlyssesExchange *x, const int *slot, size_t idx, int side,
+                                             int *tensor) {
     size_t part = (size_t)x->B * x->T * x->per_token;
     int r = (int)(idx / part);
     size_t rem = idx % part;

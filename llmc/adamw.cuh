@@ -1,7 +1,8 @@
 /*
-AdamW and gradient-norm clipping on the GPU (llmc/adamw.h): the same update per
-parameter; the bias corrections and the clip scale (grad_clip_scale) are computed
-on the host exactly as the CPU does.
+AdamW and gradient-norm clipping on the GPU (llmc/adamw.h): one thread a
+parameter runs the CPU's own update of it (adamw_parameter_update); the step's
+bias corrections (adamw_step) and the clip scale (grad_clip_scale) are computed on
+the host exactly as the CPU does.
 
 The master weights, gradients and moments are fp32 in every build; the update
 also writes each weight, rounded, into the model's copy in the storage precision
@@ -62,22 +63,13 @@ static void global_norm_squared_cuda(double *total, const float *grads, size_t n
     cudaCheckLaunch();
 }
 
+// adamw_parameter_update of every parameter, each rounded into params_x as well
 // params, grads, m, v: (n) fp32   params_x: (n) floatX, params rounded (may be params itself in the fp32 build)
 __global__ static void adamw_kernel(float *params, floatX *params_x, const float *grads, float *m, float *v, size_t n,
-                                    float lr,
-                                    float weight_decay, float grad_scale, float beta1_correction,
-                                    float beta2_correction) {
+                                    AdamWStep s) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) { return; }
-    float grad = grads[i] * grad_scale;
-    float mi = ADAMW_BETA1 * m[i] + (1.0f - ADAMW_BETA1) * grad;
-    float vi = ADAMW_BETA2 * v[i] + (1.0f - ADAMW_BETA2) * grad * grad;
-    m[i] = mi;
-    v[i] = vi;
-    float m_hat = mi / beta1_correction;
-    float v_hat = vi / beta2_correction;
-    float p = params[i];
-    p -= lr * (m_hat / (sqrtf(v_hat) + ADAMW_EPS) + weight_decay * p);
+    float p = adamw_parameter_update(s, params[i], grads[i], &m[i], &v[i]);
     params[i] = p;
     params_x[i] = to_floatX(p);
 }
@@ -96,10 +88,8 @@ static void round_to_floatX_cuda(floatX *out, const float *in, size_t n) {
 // One AdamW step over n parameters, params_x their floatX copy. t is the 1-based step count.
 static void adamw_update_cuda(float *params, floatX *params_x, const float *grads, float *m, float *v, size_t n,
                               float lr, float weight_decay, float grad_scale, int t) {
-    float beta1_correction = 1.0f - powf(ADAMW_BETA1, (float)t);
-    float beta2_correction = 1.0f - powf(ADAMW_BETA2, (float)t);
-    adamw_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(params, params_x, grads, m, v, n, lr, weight_decay,
-                                                                grad_scale, beta1_correction, beta2_correction);
+    AdamWStep s = adamw_step(lr, weight_decay, grad_scale, t);
+    adamw_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(params, params_x, grads, m, v, n, s);
     cudaCheckLaunch();
 }
 

@@ -334,38 +334,30 @@ __device__ static inline double warp_reduce_sum_double(double v) {
 }
 
 // Block-wide reductions for blocks of at most 1024 threads (a multiple of 32).
-// Every thread gets the result. shared: WARP_SIZE values of scratch.
-__device__ static inline float block_reduce_max(float v, float *shared) {
+// Every thread gets the result. shared: WARP_SIZE values of scratch. Each warp
+// reduces its values (WARP_REDUCE, one of the above), then every warp reduces the
+// warps' results, identity standing in past the last warp.
+template <typename T, T (*WARP_REDUCE)(T)> __device__ static inline T block_reduce(T v, T *shared, T identity) {
     int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
     int warps = blockDim.x / WARP_SIZE;
-    v = warp_reduce_max(v);
+    v = WARP_REDUCE(v);
     __syncthreads(); // shared may still be read by an earlier reduction
     if (lane == 0) { shared[warp] = v; }
     __syncthreads();
-    v = lane < warps ? shared[lane] : -INFINITY;
-    return warp_reduce_max(v);
+    v = lane < warps ? shared[lane] : identity;
+    return WARP_REDUCE(v);
+}
+
+__device__ static inline float block_reduce_max(float v, float *shared) {
+    return block_reduce<float, warp_reduce_max>(v, shared, -INFINITY);
 }
 
 __device__ static inline float block_reduce_sum(float v, float *shared) {
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    int warps = blockDim.x / WARP_SIZE;
-    v = warp_reduce_sum(v);
-    __syncthreads();
-    if (lane == 0) { shared[warp] = v; }
-    __syncthreads();
-    v = lane < warps ? shared[lane] : 0.0f;
-    return warp_reduce_sum(v);
+    return block_reduce<float, warp_reduce_sum>(v, shared, 0.0f);
 }
 
 __device__ static inline double block_reduce_sum_double(double v, double *shared) {
-    int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
-    int warps = blockDim.x / WARP_SIZE;
-    v = warp_reduce_sum_double(v);
-    __syncthreads();
-    if (lane == 0) { shared[warp] = v; }
-    __syncthreads();
-    v = lane < warps ? shared[lane] : 0.0;
-    return warp_reduce_sum_double(v);
+    return block_reduce<double, warp_reduce_sum_double>(v, shared, 0.0);
 }
 
 // ----------------------------------------------------------------------------
