@@ -331,11 +331,11 @@ int main(int argc, char **argv) {
         if (cfg.overfit_single_batch) { dataloader_reset(&run.train_loader); }
         // -d: the gradients of grad_accum_steps micro-batches add up, as the CPU twin
         gpt2_cuda_zero_grad(&model);
-        step_loss_cuda_start(&tr.step_loss);
+        step_loss_start_cuda(&tr.step_loss);
         for (int micro = 0; micro < run.grad_accum_steps; micro++) {
             CpSharder sh;
             dataloader_next_batch(&run.train_loader);
-            step_loss_cuda_add(&tr.step_loss, forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
+            step_loss_add_cuda(&tr.step_loss, forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
                                                            run.train_loader.loss_mask, &sh, run.grad_accum_steps));
             gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
             if (cfg.token_loss_path) {

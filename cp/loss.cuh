@@ -108,7 +108,7 @@ __global__ static void step_loss_start_kernel(StepLossRecord *r) {
 }
 
 // the step's loss on the device back to none, before its first micro-batch
-static void step_loss_cuda_start(StepLossCuda *s) {
+static void step_loss_start_cuda(StepLossCuda *s) {
     step_loss_start_kernel<<<1, 1, 0, cuda_ctx.stream>>>(s->device);
     cudaCheckLaunch();
 }
@@ -131,7 +131,7 @@ __global__ static void step_loss_add_kernel(StepLossRecord *r, const LossStats *
 }
 
 // a micro-batch's statistics (device, summed over the world) into the step's
-static void step_loss_cuda_add(StepLossCuda *s, const LossStats *batch) {
+static void step_loss_add_cuda(StepLossCuda *s, const LossStats *batch) {
     step_loss_add_kernel<<<1, 1, 0, cuda_ctx.stream>>>(s->device, batch);
     cudaCheckLaunch();
 }

@@ -770,7 +770,7 @@ static void test_step_loss(void) {
     StepLossCuda dev;
     step_loss_cuda_init(&dev);
     step_loss_start(&host);
-    step_loss_cuda_start(&dev);
+    step_loss_start_cuda(&dev);
     float *d_losses = (float *)cudaMallocCheck(n * sizeof(float));
     int *d_targets = (int *)cudaMallocCheck(n * sizeof(int));
     for (int micro = 0; micro < micro_steps; micro++) {
@@ -787,7 +787,7 @@ static void test_step_loss(void) {
         step_loss_add(&host, global_loss_stats(host_comm, local_loss_stats(losses, targets, n)));
         cuda_upload(d_losses, losses, n * sizeof(float));
         cuda_upload(d_targets, targets, n * sizeof(int));
-        step_loss_cuda_add(&dev, global_loss_stats_cuda(dev_comm, &dev, d_losses, d_targets, n));
+        step_loss_add_cuda(&dev, global_loss_stats_cuda(dev_comm, &dev, d_losses, d_targets, n));
         free(losses); free(targets);
     }
     float *grads = random_floats(grads_n, -1, 1);
