@@ -214,7 +214,7 @@ typedef struct {
 
 static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
     Sampler *s = (Sampler *)ctx;
-    ring_attention_cuda_set_layout(&s->ring, &sh->layout);
+    ring_attention_cuda_bind(&s->ring, &sh->layout);
     AttentionVerbsCuda attn = ring_attention_cuda_verbs(&s->ring);
     gpt2_cuda_forward(s->model, &s->acts, sh->local.inputs, sh->layout.position, NULL, &attn);
     size_t Vp = s->model->config.padded_vocab_size;

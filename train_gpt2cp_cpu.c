@@ -110,7 +110,7 @@ typedef struct {
 
 static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
     Sampler *s = (Sampler *)ctx;
-    s->ring.layout = &sh->layout;
+    ring_attention_bind(&s->ring, &sh->layout);
     AttentionVerbs attn = ring_attention_verbs(&s->ring);
     gpt2_forward(s->model, &s->acts, sh->local.inputs, sh->layout.position, NULL, &attn);
     return gpt2_logits(s->model, &s->acts, (size_t)(t - 1));

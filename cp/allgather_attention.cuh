@@ -11,7 +11,7 @@ merging into the fp32 running output (cp/attention_block.cuh). Backward gathers
 again, sums dQ in fp32 rows, writes every block's fp32 dK | dV contribution into
 its own slot of the full-length buffer (the dKV kernel writes every row, so nothing
 is zeroed), and one fp32 reduce_scatter_sum sends each block's sum home. The step's
-coordinates and tile visibility (allgather_attention_cuda_set_layout, once per
+coordinates and tile visibility (allgather_attention_cuda_bind, once per
 step) serve every layer.
 */
 #ifndef CP_ALLGATHER_ATTENTION_CUH
@@ -67,7 +67,7 @@ static void allgather_attention_cuda_free(AllgatherAttentionCuda *ag) {
 
 // This batch's layout (host): coordinates and tile visibility for every layer's
 // passes. A collective over the CP group.
-static void allgather_attention_cuda_set_layout(AllgatherAttentionCuda *ag, const ShardLayout *layout) {
+static void allgather_attention_cuda_bind(AllgatherAttentionCuda *ag, const ShardLayout *layout) {
     attention_layout_cuda_prepare(&ag->queries.layout, ag->comm, layout);
 }
 

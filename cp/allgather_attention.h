@@ -81,6 +81,10 @@ static void allgather_attention_free(AllgatherAttention *ag) {
     attention_queries_free(&ag->queries);
 }
 
+// This batch's layout: the coordinates of the local tokens, for every layer's passes
+// (the GPU twin's bind also prepares its tile visibility).
+static void allgather_attention_bind(AllgatherAttention *ag, const ShardLayout *layout) { ag->layout = layout; }
+
 // The rank whose gathered block is met at step s: (r - s) mod cp, the ring's order.
 static int allgather_source(const Comm *comm, int step) {
     return (comm->rank - step + comm->size) % comm->size;

@@ -100,10 +100,10 @@ static AttentionVerbsCuda cp_attention_cuda_bind(CpAttentionCuda *a, const Shard
     }
     switch (a->kind) {
     case CP_ATTENTION_RING:
-        ring_attention_cuda_set_layout(&a->ring, layout);
+        ring_attention_cuda_bind(&a->ring, layout);
         return ring_attention_cuda_verbs(&a->ring);
     case CP_ATTENTION_ALLGATHER:
-        allgather_attention_cuda_set_layout(&a->allgather, layout);
+        allgather_attention_cuda_bind(&a->allgather, layout);
         return allgather_attention_cuda_verbs(&a->allgather);
     case CP_ATTENTION_GROUPCAST:
         groupcast_attention_cuda_bind(&a->groupcast, layout);

@@ -103,10 +103,10 @@ static AttentionVerbs cp_attention_bind(CpAttention *a, const ShardLayout *layou
     }
     switch (a->kind) {
     case CP_ATTENTION_RING:
-        a->ring.layout = layout;
+        ring_attention_bind(&a->ring, layout);
         return ring_attention_verbs(&a->ring);
     case CP_ATTENTION_ALLGATHER:
-        a->allgather.layout = layout;
+        allgather_attention_bind(&a->allgather, layout);
         return allgather_attention_verbs(&a->allgather);
     case CP_ATTENTION_GROUPCAST:
         groupcast_attention_bind(&a->groupcast, layout);

@@ -16,7 +16,7 @@ one), and the dK | dV accumulator that came home is written into dqkv at the end
 At cp 1 nothing travels: no K/V or dK | dV buffers, the kernels read qkv and write
 dK, dV into dqkv.
 
-The batch's coordinates and tile visibility (ring_attention_cuda_set_layout, once
+The batch's coordinates and tile visibility (ring_attention_cuda_bind, once
 per batch) serve every layer's forward and backward.
 */
 #ifndef CP_RING_ATTENTION_CUH
@@ -74,7 +74,7 @@ static void ring_attention_cuda_free(RingAttentionCuda *ra) {
 
 // This batch's layout (host): coordinates and tile visibility for every layer's
 // passes. A collective over the CP group.
-static void ring_attention_cuda_set_layout(RingAttentionCuda *ra, const ShardLayout *layout) {
+static void ring_attention_cuda_bind(RingAttentionCuda *ra, const ShardLayout *layout) {
     attention_layout_cuda_prepare(&ra->queries.layout, ra->comm, layout);
 }
 

@@ -69,6 +69,10 @@ static void ring_attention_free(RingAttention *ra) {
     attention_queries_free(&ra->queries);
 }
 
+// This batch's layout: the coordinates of the local tokens, for every layer's passes
+// (the GPU twin's bind also prepares its tile visibility).
+static void ring_attention_bind(RingAttention *ra, const ShardLayout *layout) { ra->layout = layout; }
+
 // The forward pass, as the verbs call it (llmc/attention_verbs.h): ctx is the RingAttention.
 // out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
 static void ring_attention_forward(void *ctx, float *out, float *lse, const float *qkv) {

@@ -13,7 +13,7 @@ need). The attention over the group's row is the GPU ring
 The group's coordinates (cp/ulysses_layout.h) are built on the host once per batch
 (bind) over a host transport of the same ranks, and their slots copied to the
 device; the ring takes the group's layout from the host, like any layout, and
-prepares its tile visibility on the device (ring_attention_cuda_set_layout).
+prepares its tile visibility on the device (ring_attention_cuda_bind).
 */
 #ifndef CP_ULYSSES_ATTENTION_CUH
 #define CP_ULYSSES_ATTENTION_CUH
@@ -90,7 +90,7 @@ static void ulysses_attention_cuda_bind(UlyssesAttentionCuda *ua, const ShardLay
     ua->layout = layout;
     ulysses_layout_build(&ua->coords, ua->group_host, layout);
     cuda_upload(ua->slot, ua->coords.slot, (size_t)ua->U * ua->B * ua->T * sizeof(int));
-    ring_attention_cuda_set_layout(&ua->ring, &ua->coords.layout);
+    ring_attention_cuda_bind(&ua->ring, &ua->coords.layout);
 }
 
 // one thread per element of the all-to-all buffer: from (into_buffer) or to its place on `side`

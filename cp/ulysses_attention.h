@@ -99,7 +99,7 @@ static void ulysses_attention_free(UlyssesAttention *ua) {
 static void ulysses_attention_bind(UlyssesAttention *ua, const ShardLayout *layout) {
     ua->layout = layout;
     ulysses_layout_build(&ua->coords, ua->group, layout);
-    ua->ring.layout = &ua->coords.layout;
+    ring_attention_bind(&ua->ring, &ua->coords.layout);
 }
 
 // Every element of the all-to-all buffer from (into_buffer) or to its place on `side`.

@@ -285,10 +285,10 @@ static void run_case(Comm *comm, CpLayoutKind kind, int T, int with_documents) {
     CHECK(cp_shard_tokens(&sh, dout, C * sizeof(float), B, T, zeros, dout_l) == CP_OK, "shard dout: %s", sh.error);
     RingAttention ra;
     ring_attention_init(&ra, comm, B, Tl, C, NH);
-    ra.layout = &sh.layout;
+    ring_attention_bind(&ra, &sh.layout);
     AllgatherAttention ag;
     allgather_attention_init(&ag, comm, B, Tl, C, NH);
-    ag.layout = &sh.layout;
+    allgather_attention_bind(&ag, &sh.layout);
     UlyssesAttention ua[2];
     for (int i = 0; i < 2; i++) {
         ulysses_attention_init(&ua[i], ucomms.ulysses[i], ucomms.ring[i], B, Tl, C, NH);

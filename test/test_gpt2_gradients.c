@@ -122,7 +122,7 @@ int main(int argc, char **argv) {
     cp_sharder_init(&s.sharder, CP_LAYOUT_IDENTITY, 0, 1, config.max_seq_len, cp_no_documents());
     CHECK(cp_shard_batch(&s.sharder, inputs, targets, loss_mask, B, T) == CP_OK, "shard_batch: %s", s.sharder.error);
     ring_attention_init(&s.ring, comm, B, T, config.channels, config.num_heads);
-    s.ring.layout = &s.sharder.layout;
+    ring_attention_bind(&s.ring, &s.sharder.layout);
     s.attn = ring_attention_verbs(&s.ring);
     // the most recomputation (-r 2), and classifier chunks of 5 rows, which do not
     // divide the 14 tokens: a chunk boundary inside each row and a short last chunk

@@ -399,10 +399,10 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     }
     RingAttention ring;
     ring_attention_init(&ring, host_comm, B, Tl, C, NH);
-    ring.layout = &sh.layout;
+    ring_attention_bind(&ring, &sh.layout);
     RingAttentionCuda ring_gpu;
     ring_attention_cuda_init(&ring_gpu, dev_comm, B, Tl, C, NH);
-    ring_attention_cuda_set_layout(&ring_gpu, &sh.layout);
+    ring_attention_cuda_bind(&ring_gpu, &sh.layout);
     check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu),
                     &ring_gpu.queries, ring_gpu.bytes, ring_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH), qkv,
                     dout, B * Tl, C, NH);
@@ -410,10 +410,10 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     ring_attention_free(&ring);
     AllgatherAttention ag;
     allgather_attention_init(&ag, host_comm, B, Tl, C, NH);
-    ag.layout = &sh.layout;
+    allgather_attention_bind(&ag, &sh.layout);
     AllgatherAttentionCuda ag_gpu;
     allgather_attention_cuda_init(&ag_gpu, dev_comm, B, Tl, C, NH);
-    allgather_attention_cuda_set_layout(&ag_gpu, &sh.layout);
+    allgather_attention_cuda_bind(&ag_gpu, &sh.layout);
     check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu),
                     &ag_gpu.queries, ag_gpu.bytes, allgather_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH), qkv,
                     dout, B * Tl, C, NH);
@@ -451,7 +451,7 @@ static void check_striped_tiles(Comm *host_comm, Comm *dev_comm) {
     int Tl = sh.layout.local_len, cp = host_comm->size;
     RingAttentionCuda ring;
     ring_attention_cuda_init(&ring, dev_comm, B, Tl, NH * HS, NH);
-    ring_attention_cuda_set_layout(&ring, &sh.layout);
+    ring_attention_cuda_bind(&ring, &sh.layout);
     const AttentionLayoutCuda *al = &ring.queries.layout;
     size_t n = (size_t)cp * B * al->tiles * al->tiles;
     unsigned char *vis = (unsigned char *)mallocCheck(n);

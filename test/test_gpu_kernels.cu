@@ -996,7 +996,7 @@ static void test_model(void) {
     activations_init(&acts, c, B, T, 0);
     RingAttention ring;
     ring_attention_init(&ring, host_comm, B, T, C, NH);
-    ring.layout = &sh.layout;
+    ring_attention_bind(&ring, &sh.layout);
     AttentionVerbs attn = ring_attention_verbs(&ring);
     // the GPU model recomputes the most (-r 2) and runs its classifier in chunks of
     // 7 rows; the CPU keeps everything, in one chunk
@@ -1006,7 +1006,7 @@ static void test_model(void) {
     poison_device(gacts.memory, gacts.num_bytes);
     RingAttentionCuda gring;
     ring_attention_cuda_init(&gring, dev_comm, B, T, C, NH);
-    ring_attention_cuda_set_layout(&gring, &sh.layout);
+    ring_attention_cuda_bind(&gring, &sh.layout);
     AttentionVerbsCuda gattn = ring_attention_cuda_verbs(&gring);
 
     float dloss = 1.0f / (BT - 2);

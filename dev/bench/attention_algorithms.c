@@ -220,8 +220,14 @@ static void algorithm_free(Algorithm *a) {
 }
 
 static AttentionVerbs algorithm_bind(Algorithm *a, const ShardLayout *layout) {
-    if (a->algorithm == RING) { a->ring.layout = layout; return ring_attention_verbs(&a->ring); }
-    if (a->algorithm == ALLGATHER) { a->allgather.layout = layout; return allgather_attention_verbs(&a->allgather); }
+    if (a->algorithm == RING) {
+        ring_attention_bind(&a->ring, layout);
+        return ring_attention_verbs(&a->ring);
+    }
+    if (a->algorithm == ALLGATHER) {
+        allgather_attention_bind(&a->allgather, layout);
+        return allgather_attention_verbs(&a->allgather);
+    }
     ulysses_attention_bind(&a->ulysses, layout);
     return ulysses_attention_verbs(&a->ulysses);
 }

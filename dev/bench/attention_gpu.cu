@@ -116,7 +116,7 @@ int main(int argc, char **argv) {
 
     RingAttentionCuda ring;
     ring_attention_cuda_init(&ring, &self, B, T, C, NH);
-    ring_attention_cuda_set_layout(&ring, &lay);
+    ring_attention_cuda_bind(&ring, &lay);
     // random activations (never zeros: they would hide wrong indexing and time differently)
     floatX *host = (floatX *)mallocCheck(BT * 3 * C * sizeof(floatX));
     unsigned long long state = 88172645463325252ull;
