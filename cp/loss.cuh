@@ -23,6 +23,7 @@ Validation and evaluation batches bring their statistics to the host at once
 #include "loss.h"
 #include "../llmc/adamw.cuh"
 #include "../llmc/cuda_common.cuh"
+#include "../llmc/cuda_reduce.cuh"
 
 #define LOSS_THREADS 512
 

@@ -19,6 +19,7 @@ sums in order.
 
 #include "adamw.h"
 #include "cuda_common.cuh"
+#include "cuda_reduce.cuh"
 
 #define NORM_BLOCKS 512
 #define NORM_THREADS 512

@@ -22,6 +22,7 @@ chunk or any token.
 
 #include "classifier.h"
 #include "cuda_common.cuh"
+#include "cuda_reduce.cuh"
 #include "matmul.cuh"
 
 #define CLASSIFIER_THREADS 512

@@ -34,6 +34,7 @@ more to bucket the embedding gradients (llmc/encoder.cuh).
 #include "attention_verbs.cuh"
 #include "classifier.cuh"
 #include "cuda_common.cuh"
+#include "cuda_reduce.cuh"
 #include "encoder.cuh"
 #include "gelu.cuh"
 #include "checkpoint.h"

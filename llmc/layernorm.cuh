@@ -11,7 +11,7 @@ thread's share of the row short. Mean and variance in two passes over the row, a
 the CPU twin computes them (the second pass reads it from the cache).
 
 The weight and bias gradients sum over all tokens: the deterministic two-stage
-column sums of cuda_common.cuh rather than atomics.
+column sums of cuda_reduce.cuh rather than atomics.
 
 Precision (llmc/precision.cuh): input, output, weight, bias and the gradients of the
 input and output are floatX, read as fp32; the sums, the mean and rstd and the
@@ -21,6 +21,7 @@ weight and bias gradients are fp32.
 #define LLMC_LAYERNORM_CUH
 
 #include "cuda_common.cuh"
+#include "cuda_reduce.cuh"
 
 #define LAYERNORM_MAX_THREADS 256
 
@@ -93,7 +94,7 @@ __global__ static void layernorm_backward_input_kernel(floatX *dinp, const float
     }
 }
 
-// Stage one of dweight and dbias (the column sums of cuda_common.cuh): the sums
+// Stage one of dweight and dbias (the column sums of cuda_reduce.cuh): the sums
 // over each chunk of rows, per channel.
 // partials: 2 x (chunks, C), dweight's then dbias's
 __global__ static void layernorm_backward_params_kernel(float *partials, const floatX *dout, const floatX *inp,

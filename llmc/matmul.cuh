@@ -22,7 +22,7 @@ dimension must be a multiple of 8, otherwise the product is followed by
 gelu_forward_cuda. BGRADB writes its bias gradient rather than adding to it, so
 it goes to scratch and is added to dbias; should cuBLASLt offer no algorithm for
 it, the GEMM runs without it and the bias gradient comes from the deterministic
-column sums of cuda_common.cuh (the path of the plain build).
+column sums of cuda_reduce.cuh (the path of the plain build).
 
 cuBLASLt is column-major. A row-major (R, K) matrix is the column-major (K, R)
 matrix with leading dimension K, i.e. its transpose. Each call below writes the
@@ -49,6 +49,7 @@ pointers, so their alignment is part of the key.
 #define LLMC_MATMUL_CUH
 
 #include "cuda_common.cuh"
+#include "cuda_reduce.cuh"
 #include "gelu.cuh"
 
 // the alignment of an epilogue pointer as the key holds it: its largest power of
@@ -163,7 +164,7 @@ static void matmul_forward_cuda(floatX *out, floatX *pre_gelu, const floatX *inp
     if (product == pre_gelu) { gelu_forward_cuda(out, pre_gelu, (size_t)BT * OC); }
 }
 
-// Stage one of dbias (the column sums of cuda_common.cuh): partials[k][j] = sum of
+// Stage one of dbias (the column sums of cuda_reduce.cuh): partials[k][j] = sum of
 // dout[bt, j] over the rows of chunk k
 // partials: (chunks, OC)   dout: (BT, OC)
 __global__ static void bias_backward_kernel(float *partials, const floatX *dout, int BT, int OC, int chunks) {

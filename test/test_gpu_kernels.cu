@@ -62,6 +62,7 @@ With no GPU the binary exits 77 (skipped).
 #include "cp/ring_attention.h"
 #include "cp/sharder.h"
 #include "llmc/async_copy.cuh"
+#include "llmc/cuda_reduce.cuh"
 #include "llmc/gpt2.cuh"
 #include "llmc/gpt2_init.h"
 #include "llmc/mma.cuh"
@@ -660,7 +661,7 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     free(inp); free(w); free(bias); free(out); free(act); free(dout); free(dinp); free(dw); free(db);
 }
 
-// Each block reduction of cuda_common.cuh twice in a row on one scratch, as the
+// Each block reduction of llmc/cuda_reduce.cuh twice in a row on one scratch, as the
 // layers call them (layernorm's mean, then its variance): every thread gets each
 // result, and the second call's writes wait for the first call's reads (the
 // barrier each begins with). Row r's results, from the block's last thread (thread
