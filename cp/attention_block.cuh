@@ -73,6 +73,10 @@ Softmax, the running max and sum, lse, D = rowsum(dO * O) and the (o, lse) merge
 are fp32 in every mode.
 Each output element is computed by one lane in a fixed order: no atomics, the
 same bits every run.
+
+One file over 500 lines because the three plain kernels share their tile walk
+(PlainTileBlock) and their launches share one dispatch over head sizes and
+product modes: split, each part would need the other to be read.
 */
 #ifndef CP_ATTENTION_BLOCK_CUH
 #define CP_ATTENTION_BLOCK_CUH

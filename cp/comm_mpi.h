@@ -35,6 +35,10 @@ Who did not answer:
     messages carry no buffer, so the sends are released at once and never waited.
   - of those, only the ones that fell silent, or else any silent rank of the job
     (cp/comm_watchdog.h): never a peer that is itself waiting.
+
+One file over 500 lines because every verb above is built on the same two pieces,
+the bounded pieces of a large message and the wait that names silent peers, and
+reads best beside them.
 */
 #ifndef CP_COMM_MPI_H
 #define CP_COMM_MPI_H

@@ -51,6 +51,9 @@ fp32 master weights of the range: written when the model file does not hold the
 weights exactly (a bf16 model file), so that a resume takes them from here.
 Checksums: FNV-1a (llmc/checksum.h), so that one flipped bit anywhere is found at
 resume. (llm.c's own state files, magic 20240327, have another layout.)
+
+One file just over 500 lines because the state file's format above and its
+reader and writer below are checked against each other line by line.
 */
 #ifndef TRAIN_CHECKPOINT_FILES_H
 #define TRAIN_CHECKPOINT_FILES_H
