@@ -24,6 +24,7 @@ per batch) serve every layer's forward and backward.
 
 #include "attention_block.cuh"
 #include "comm.h"
+#include "dkv_relay.h"
 #include "sharder.h"
 #include "../llmc/attention_verbs.cuh"
 #include "../llmc/cuda_common.cuh"
@@ -83,6 +84,17 @@ __global__ static void add_inplace_kernel(float *dst, const float *src, size_t n
     if (i < n) { dst[i] += src[i]; }
 }
 
+// the relay's sum on the device (cp/dkv_relay.h), on the compute stream
+static void dkv_add_cuda(void *acc, const void *step, size_t bytes, int first) {
+    if (first) {
+        cudaCheck(cudaMemcpyAsync(acc, step, bytes, cudaMemcpyDeviceToDevice, cuda_ctx.stream));
+        return;
+    }
+    size_t n = bytes / sizeof(float);
+    add_inplace_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>((float *)acc, (const float *)step, n);
+    cudaCheckLaunch();
+}
+
 // the block that started on rank (r - step) mod cp, which rank r holds at `step`
 static KVBlockCuda ring_block(const RingAttentionCuda *ra, const floatX *qkv, const floatX *buf, int step) {
     Comm *comm = ra->comm;
@@ -129,11 +141,9 @@ static void ring_attention_cuda_backward(void *ctx, floatX *dqkv, const floatX *
         attention_backward_end_cuda(&ra->queries, dqkv);
         return;
     }
-    size_t n = (size_t)B * T * C;
     kv_block_cuda_fill(ra->kv_buf[0], qkv, B, T, C);
-    int cur = 0;            // K/V buffer in use
-    int acc = 0;            // accumulator buffer that belongs to the current block
-    void *dkv_exchange = NULL;
+    int cur = 0; // K/V buffer in use
+    DkvRelay relay = dkv_relay_start(ra->comm, ra->dkv_buf[0], ra->dkv_buf[1], ra->dkv_bytes, dkv_add_cuda);
     for (int step = 0; step < cp; step++) {
         void *kv_exchange = NULL;
         if (step < cp - 1) {
@@ -142,26 +152,13 @@ static void ring_attention_cuda_backward(void *ctx, floatX *dqkv, const floatX *
         // dQ written at the first step, added to after; all of dkv_step written
         attend_block_backward_cuda(&ra->queries, qkv, ring_block(ra, qkv, ra->kv_buf[cur], step), dout, lse, dq,
                                    dq_stride, step > 0, dkv_rows_fp32(ra->dkv_step, B, T, C));
-        if (dkv_exchange) {
-            // the accumulator of this block, from the rank that held it last step
-            ra->comm->ring_wait(ra->comm, dkv_exchange);
-            add_inplace_kernel<<<grid_for(2 * n, 256), 256, 0, cuda_ctx.stream>>>(ra->dkv_buf[acc], ra->dkv_step, 2 * n);
-            cudaCheckLaunch();
-        } else {
-            cudaCheck(cudaMemcpyAsync(ra->dkv_buf[acc], ra->dkv_step, ra->dkv_bytes, cudaMemcpyDeviceToDevice,
-                                      cuda_ctx.stream));
-        }
-        // pass it on: to the next holder of this block, or home after the last step
-        dkv_exchange = ra->comm->ring_start(ra->comm, ra->dkv_buf[acc], ra->dkv_buf[1 - acc], ra->dkv_bytes);
-        acc = 1 - acc;
+        dkv_relay_step(&relay, ra->dkv_step);
         if (kv_exchange) {
             ra->comm->ring_wait(ra->comm, kv_exchange);
             cur = 1 - cur;
         }
     }
-    ra->comm->ring_wait(ra->comm, dkv_exchange);
-    // dkv_buf[acc] now holds the complete dK | dV of this rank's own block
-    dkv_to_dqkv_cuda(dqkv, ra->dkv_buf[acc], B, T, C);
+    dkv_to_dqkv_cuda(dqkv, (const float *)dkv_relay_finish(&relay), B, T, C);
     attention_backward_end_cuda(&ra->queries, dqkv);
 }
 

@@ -27,6 +27,7 @@ backward (cp/allgather_attention.h compares the all-gather).
 
 #include "attention_block.h"
 #include "comm.h"
+#include "dkv_relay.h"
 #include "sharder.h"
 #include "../llmc/attention_verbs.h"
 #include "../llmc/utils.h"
@@ -117,6 +118,17 @@ static void ring_attention_forward(void *ctx, float *out, float *lse, const floa
     attention_forward_end(&ra->queries, out);
 }
 
+// the relay's sum on the host (cp/dkv_relay.h)
+static void dkv_add_host(void *acc, const void *step, size_t bytes, int first) {
+    if (first) {
+        memcpy(acc, step, bytes);
+        return;
+    }
+    float *a = (float *)acc;
+    const float *d = (const float *)step;
+    for (size_t i = 0; i < bytes / sizeof(float); i++) { a[i] += d[i]; }
+}
+
 // The backward pass, as the verbs call it: ctx as the forward's.
 // dqkv: (B, T, 3C) (overwritten)   dout, out: (B, T, C)   lse: (B, NH, T)   qkv: (B, T, 3C)
 static void ring_attention_backward(void *ctx, float *dqkv, const float *dout, const float *qkv,
@@ -124,12 +136,10 @@ static void ring_attention_backward(void *ctx, float *dqkv, const float *dout, c
     RingAttention *ra = (RingAttention *)ctx;
     int B = ra->B, T = ra->T, NH = ra->NH, HS = ra->C / NH;
     int cp = ra->comm->size;
-    size_t n = (size_t)B * NH * T * HS;
     KVBlock blk[2] = {kv_block_view(ra->kv_buf[0], B, NH, T, HS), kv_block_view(ra->kv_buf[1], B, NH, T, HS)};
     attention_backward_begin(&ra->queries, ra->layout, &blk[0], qkv, dout, out);
-    int cur = 0;            // K/V buffer in use
-    int acc = 0;            // accumulator buffer that belongs to the current block
-    void *dkv_exchange = NULL;
+    int cur = 0; // K/V buffer in use
+    DkvRelay relay = dkv_relay_start(ra->comm, ra->dkv_buf[0], ra->dkv_buf[1], ra->dkv_bytes, dkv_add_host);
     for (int step = 0; step < cp; step++) {
         void *kv_exchange = NULL;
         if (step < cp - 1) {
@@ -137,24 +147,13 @@ static void ring_attention_backward(void *ctx, float *dqkv, const float *dout, c
         }
         memset(ra->dkv_step, 0, ra->dkv_bytes);
         attend_block_backward(&ra->queries, &blk[cur], lse, ra->dkv_step);
-        if (dkv_exchange) {
-            // the accumulator of this block, from the rank that held it last step
-            ra->comm->ring_wait(ra->comm, dkv_exchange);
-            for (size_t i = 0; i < 2 * n; i++) { ra->dkv_buf[acc][i] += ra->dkv_step[i]; }
-        } else {
-            memcpy(ra->dkv_buf[acc], ra->dkv_step, ra->dkv_bytes);
-        }
-        // pass it on: to the next holder of this block, or home after the last step
-        dkv_exchange = ra->comm->ring_start(ra->comm, ra->dkv_buf[acc], ra->dkv_buf[1 - acc], ra->dkv_bytes);
-        acc = 1 - acc;
+        dkv_relay_step(&relay, ra->dkv_step);
         if (kv_exchange) {
             ra->comm->ring_wait(ra->comm, kv_exchange);
             cur = 1 - cur;
         }
     }
-    ra->comm->ring_wait(ra->comm, dkv_exchange);
-    // dkv_buf[acc] now holds the complete dK | dV of this rank's own block
-    attention_backward_end(&ra->queries, dqkv, ra->dkv_buf[acc]);
+    attention_backward_end(&ra->queries, dqkv, (const float *)dkv_relay_finish(&relay));
 }
 
 // the model's attention verbs, computed by this ring
