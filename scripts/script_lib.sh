@@ -55,7 +55,7 @@ sourced_only() {
 
 value_flags() {
     local table=() entry known
-    while [ "$1" != -- ]; do table+=("$1" "$2"); shift 2; done
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do table+=("$1" "$2"); shift 2; done
     shift
     while [ $# -gt 0 ]; do
         [ $# -ge 2 ] || usage
