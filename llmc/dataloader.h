@@ -107,13 +107,7 @@ static int tokens_file_read(FILE *fp, long size, int vocab_size, size_t *ntok, u
     if (size < (long)TOKENS_HEADER_BYTES) {
         return problem(why, why_size, "%ld bytes, shorter than its %zu-byte header", size, TOKENS_HEADER_BYTES);
     }
-    if (fread(header, sizeof(int), 256, fp) != 256) { return problem(why, why_size, "cannot read its header"); }
-    if (header[0] != TOKENS_MAGIC) {
-        return problem(why, why_size, "bad magic %d (expected %d)", header[0], TOKENS_MAGIC);
-    }
-    if (header[1] != TOKENS_VERSION) {
-        return problem(why, why_size, "version %d, only %d is supported", header[1], TOKENS_VERSION);
-    }
+    if (file_header_read(fp, header, TOKENS_MAGIC, TOKENS_VERSION, "", why, why_size) != 0) { return -1; }
     if (header[2] < 0) { return problem(why, why_size, "negative token count %d", header[2]); }
     size_t count = (size_t)header[2];
     long expected = (long)TOKENS_HEADER_BYTES + 2 * (long)count;

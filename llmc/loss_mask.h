@@ -47,12 +47,8 @@ static int loss_mask_file_read(FILE *fp, long size, size_t ntok, uint64_t *finge
     if (size < (long)LOSS_MASK_HEADER_BYTES) {
         return problem(why, why_size, "%ld bytes, shorter than its %zu-byte header", size, LOSS_MASK_HEADER_BYTES);
     }
-    if (fread(header, sizeof(int), 256, fp) != 256) { return problem(why, why_size, "cannot read its header"); }
-    if (header[0] != LOSS_MASK_MAGIC) {
-        return problem(why, why_size, "bad magic %d (expected %d, a loss mask file)", header[0], LOSS_MASK_MAGIC);
-    }
-    if (header[1] != LOSS_MASK_VERSION) {
-        return problem(why, why_size, "version %d, only %d is supported", header[1], LOSS_MASK_VERSION);
+    if (file_header_read(fp, header, LOSS_MASK_MAGIC, LOSS_MASK_VERSION, ", a loss mask file", why, why_size) != 0) {
+        return -1;
     }
     if (header[2] < 0 || (size_t)header[2] != ntok) {
         return problem(why, why_size, "its header counts %d tokens, but its token file has %zu", header[2], ntok);

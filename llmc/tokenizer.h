@@ -40,13 +40,7 @@ static int tokenizer_read(Tokenizer *t, FILE *fp, long size, int model_vocab_siz
     memset(t, 0, sizeof(*t));
     int header[256];
     if (size < (long)sizeof(header)) { return problem(why, why_size, "%ld bytes, shorter than its header", size); }
-    if (fread(header, sizeof(int), 256, fp) != 256) { return problem(why, why_size, "cannot read its header"); }
-    if (header[0] != TOKENIZER_MAGIC) {
-        return problem(why, why_size, "bad magic %d (expected %d)", header[0], TOKENIZER_MAGIC);
-    }
-    if (header[1] != TOKENIZER_VERSION) {
-        return problem(why, why_size, "version %d, only %d is supported", header[1], TOKENIZER_VERSION);
-    }
+    if (file_header_read(fp, header, TOKENIZER_MAGIC, TOKENIZER_VERSION, "", why, why_size) != 0) { return -1; }
     int V = header[2];
     if (V != model_vocab_size) {
         return problem(why, why_size, "vocabulary of %d tokens, the model has %d", V, model_vocab_size);

@@ -326,6 +326,24 @@ static int problem(char *why, size_t why_size, const char *fmt, ...) {
     return -1;
 }
 
+// Reads the 256 int32 that llm.c's token, tokenizer and loss mask files open with,
+// and checks their magic ([0]) and version ([1]). magic_note ends the bad-magic
+// message's parenthesis: "" where the magic alone says enough, ", a loss mask file"
+// where the file's name may not say what it should be. The size check before it
+// stays the caller's: each file words it its own way. Returns 0, or -1 with the
+// reason in why.
+static int file_header_read(FILE *fp, int header[256], int magic, int version, const char *magic_note, char *why,
+                            size_t why_size) {
+    if (fread(header, sizeof(int), 256, fp) != 256) { return problem(why, why_size, "cannot read its header"); }
+    if (header[0] != magic) {
+        return problem(why, why_size, "bad magic %d (expected %d%s)", header[0], magic, magic_note);
+    }
+    if (header[1] != version) {
+        return problem(why, why_size, "version %d, only %d is supported", header[1], version);
+    }
+    return 0;
+}
+
 // Opens an input file that must be a regular file; NULL (and the reason in why)
 // when it is missing, unreadable or of another type. The type is checked before
 // the open, which does not block either (O_NONBLOCK): opening a FIFO for reading

@@ -9,6 +9,11 @@
 #   sourced_only USAGE "$@"   a file meant to be sourced, called at its top: when it
 #                         is run instead, -h prints USAGE (exit 0), else it says how
 #                         it is used (exit 1); sourced, it does nothing
+#   value_flags FLAG VARIABLE ... -- "$@"   a command line in which every flag takes
+#                         one value, parsed by the table before `--`: each FLAG's
+#                         value goes into its VARIABLE (the last one given wins). A
+#                         flag not in the table, or one without its value, runs the
+#                         script's usage function (which exits)
 #   from_caller PATH      PATH as the caller meant it: a relative one from the
 #                         caller's directory ($caller, recorded before any cd)
 #   precision_tree SRC TREE   SRC's sources copied into TREE, for a GPU build of one
@@ -46,6 +51,23 @@ sourced_only() {
     case ${2:-} in -h|--help) printf '%s\n  -h    this help\n' "$1"; exit 0 ;; esac
     echo "error: ${BASH_SOURCE[1]} is sourced, not run (${1%%$'\n'*})" >&2
     exit 1
+}
+
+value_flags() {
+    local table=() entry known
+    while [ $# -gt 0 ] && [ "$1" != -- ]; do table+=("$1" "$2"); shift 2; done
+    shift
+    while [ $# -gt 0 ]; do
+        [ $# -ge 2 ] || usage
+        known=0
+        for ((entry = 0; entry < ${#table[@]}; entry += 2)); do
+            [ "${table[entry]}" = "$1" ] || continue
+            printf -v "${table[entry + 1]}" '%s' "$2"
+            known=1
+        done
+        [ $known -eq 1 ] || usage
+        shift 2
+    done
 }
 
 from_caller() {

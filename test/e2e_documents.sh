@@ -23,17 +23,8 @@ short_documents "$DOCS" $((STEPS * B * T + 1))
 
 # -sh 0: read in order, the span that holds the documents
 COMMON=(-e d1 -b $B -t $T -x $STEPS -l 1e-3 -v 0 -s 0 -i "$DOCS" -sh 0)
-# run NAME NP [flags...]: main.log in $WORK/NAME, per-token losses in $WORK/NAME.tl
-run() {
-    local name=$1 np=$2
-    shift 2
-    train "$name" "$np" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@"
-    runs+=("$name" "$WORK/$name/main.log" "$WORK/$name.tl")
-}
 
-runs=()
-run ref 1 -cp 1 -dm 1
-runs=() # the reference is not compared with itself
+reference ref 1 -cp 1 -dm 1
 run packed_cp2 2 -cp 2 -cl packed -dm 1
 run packed_cp3 3 -cp 3 -cl packed -dm 1
 run packed_cp4 4 -cp 4 -cl packed -dm 1

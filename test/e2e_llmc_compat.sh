@@ -261,8 +261,13 @@ echo "ok   -w 0 -ge 2 -lg 5 accepted, each with its note (-z 1 acts: test/e2e_ze
 # ---- 10. shuffled data
 echo
 echo "== -sh 1: llm.c's shuffled order"
-python3 "$FILES" head dev/data/austen/austen_val.bin "$WORK/shard_a.bin" $((11 * 32 + 5))
-python3 "$FILES" head dev/data/austen/austen_train.bin "$WORK/shard_b.bin" $((7 * 32 + 1))
+# two_shards NAME VAL_TOKENS TRAIN_TOKENS: $WORK/NAME_a.bin, the first VAL_TOKENS of
+# Austen's val split, and $WORK/NAME_b.bin, the first TRAIN_TOKENS of its train split
+two_shards() {
+    python3 "$FILES" head dev/data/austen/austen_val.bin "$WORK/$1_a.bin" "$2"
+    python3 "$FILES" head dev/data/austen/austen_train.bin "$WORK/$1_b.bin" "$3"
+}
+two_shards shard $((11 * 32 + 5)) $((7 * 32 + 1))
 SHUF=(-e d1 -b 2 -t 16 -l 0 -i "$WORK/shard_*.bin")  # -l 0: a row's losses depend on its tokens alone
 train val_all 1 -e d1 -b 2 -t 16 -x 0 -v 1 -m -1 -j "$WORK/shard_a.bin"
 grep -qE '^\| val batches +\| 11 ' "$WORK/val_all.out" && echo "ok   -m -1 validates on all 11 batches of the -j data" ||
@@ -286,8 +291,7 @@ fi
 # ---- 11. one epoch, as llm.c counts it
 echo
 echo "== -x -1 and -m -1: the tokens over a step's (a batch's)"
-python3 "$FILES" head dev/data/austen/austen_val.bin "$WORK/epoch_a.bin" $((11 * 32 + 25))
-python3 "$FILES" head dev/data/austen/austen_train.bin "$WORK/epoch_b.bin" $((7 * 32 + 25))
+two_shards epoch $((11 * 32 + 25)) $((7 * 32 + 25))
 tokens=$(((11 * 32 + 25) + (7 * 32 + 25)))
 EPOCH=(-e d1 -b 2 -t 16 -l 0 -i "$WORK/epoch_*.bin" -j "$WORK/epoch_*.bin" -v 1000 -m -1)
 train epoch 1 "${EPOCH[@]}" -x -1 -o "$WORK/epoch"

@@ -137,9 +137,7 @@ with open(path[:-4] + '.mask', 'wb') as f:
     f.write(bytes(mask[:ntok]))
 PY
 COMMON+=(-t $T -i "$PROMPTS")
-runs=()
-run prompts_ref 1 -cp 1 -lm 1
-runs=()
+reference prompts_ref 1 -cp 1 -lm 1
 run prompts_round_robin_cp2 2 -cp 2 -cl round_robin -lm 1
 run prompts_striped_cp3_allgather 3 -cp 3 -cl striped -lm 1 -ca allgather
 run prompts_contiguous_cp4 4 -cp 4 -cl contiguous -lm 1

@@ -122,18 +122,14 @@ STEPS=10 B=2 T=100
 DOCS=$WORK/short_documents.bin
 short_documents "$DOCS" $((STEPS * B * T + 1))
 COMMON+=(-e d1 -b $B -t $T -x $STEPS -l 1e-3 -i "$DOCS")
-runs=()
-run ref_restart 1 -cp 1 -rp 1
-runs=()
+reference ref_restart 1 -cp 1 -rp 1
 run restart_striped_cp2 2 -cp 2 -cl striped -rp 1
 run restart_contiguous_cp3_allgather 3 -cp 3 -cl contiguous -rp 1 -ca allgather
 run restart_round_robin_cp4 4 -cp 4 -cl round_robin -rp 1
 echo
 echo "== -rp 1, B $B, T $T, $STEPS steps: cp > 1 against cp 1"
 "$COMPARE" $STEPS $((B * T)) "$WORK/ref_restart/main.log" "$WORK/ref_restart.tl" "${runs[@]}" || fail "-rp 1: a run does not match cp 1"
-runs=()
-run ref_restart_documents 1 -cp 1 -rp 1 -dm 1
-runs=()
+reference ref_restart_documents 1 -cp 1 -rp 1 -dm 1
 run restart_documents_packed_cp3 3 -cp 3 -cl packed -rp 1 -dm 1
 run restart_documents_striped_cp4 4 -cp 4 -cl striped -rp 1 -dm 1
 echo

@@ -36,6 +36,15 @@ STEP_BYTES=$((B * T * 4)) # one step of -tl at dp 1
 same_checkpoint_file() {
     if "$2" "$3" "$4"; then echo "ok   $1 identical but for the run id ($(stat -c %s "$3") bytes)"; else fail "$1: $3 and $4 differ"; fi
 }
+# same_resumed_run WHAT WHOLE RESUMED STEP: the run cut and resumed in $WORK/RESUMED
+# ended as the uninterrupted one in $WORK/WHOLE did: main.log, -tl and the model at STEP
+same_resumed_run() {
+    local model
+    model=$(printf 'model_%08d.bin' "$4")
+    same_bytes "$1 main.log" "$WORK/$2/main.log" "$WORK/$3/main.log"
+    same_bytes "$1 -tl" "$WORK/$2.tl" "$WORK/$3.tl"
+    same_checkpoint_file "$1 model at step $4" same_model "$WORK/$2/$model" "$WORK/$3/$model"
+}
 # train lines of steps FIRST..LAST of a main.log
 trl_lines() { awk -F'[: ]' -v a="$2" -v b="$3" '$3 == "trl" && $2 >= a && $2 <= b' "$1"; }
 
@@ -141,9 +150,7 @@ PACKED=(-cp 2 -cl packed -dm 1 -i "$WORK/docs.bin")
 train P 2 "${PACKED[@]}" -x 20 -o "$WORK/P" -tl "$WORK/P.tl"
 train Q_first 2 "${PACKED[@]}" -x 10 -o "$WORK/Q" -tl "$WORK/Q.tl"
 train Q_resumed 2 "${PACKED[@]}" -x 20 -y 1 -o "$WORK/Q" -tl "$WORK/Q.tl"
-same_bytes "packed main.log" "$WORK/P/main.log" "$WORK/Q/main.log"
-same_bytes "packed -tl" "$WORK/P.tl" "$WORK/Q.tl"
-same_checkpoint_file "packed model at step 20" same_model "$WORK/P/model_00000020.bin" "$WORK/Q/model_00000020.bin"
+same_resumed_run "packed" P Q 20
 # dp 2: each replica's rows pad to their own length, and each replica resumes its own
 # (documents all through the data the 18 steps read; validation at the checkpoint;
 # at step 12 the replicas' rows pad to 68 and 64 tokens)
@@ -156,9 +163,7 @@ read -r pad0 pad1 <<<"$(echo $pads)"
 [[ $pad0 -ne $pad1 ]] && echo "ok   the replicas' rows pad to $pad0 and $pad1 tokens at step 12" ||
     fail "both replicas pad to $pad0 tokens: the case shows nothing (other documents are needed)"
 train Q2_resumed 4 "${PACKED2[@]}" -x 18 -y 1 -o "$WORK/Q2" -tl "$WORK/Q2.tl"
-same_bytes "packed dp 2 main.log" "$WORK/P2/main.log" "$WORK/Q2/main.log"
-same_bytes "packed dp 2 -tl" "$WORK/P2.tl" "$WORK/Q2.tl"
-same_checkpoint_file "packed dp 2 model at step 18" same_model "$WORK/P2/model_00000018.bin" "$WORK/Q2/model_00000018.bin"
+same_resumed_run "packed dp 2" P2 Q2 18
 
 # ---- 4b. the solver layout: T 128 in chunks of 64, 2 per rank, placed per batch by
 # the documents; the chunk size is in the state, and another one is another shape
@@ -170,9 +175,7 @@ train S 2 "${SOLVER[@]}" -x 20 -o "$WORK/S" -tl "$WORK/S.tl"
 train R_first 2 "${SOLVER[@]}" -x 10 -o "$WORK/R" -tl "$WORK/R.tl"
 cp -r "$WORK/R" "$WORK/R128"
 train R_resumed 2 "${SOLVER[@]}" -x 20 -y 1 -o "$WORK/R" -tl "$WORK/R.tl"
-same_bytes "solver main.log" "$WORK/S/main.log" "$WORK/R/main.log"
-same_bytes "solver -tl" "$WORK/S.tl" "$WORK/R.tl"
-same_checkpoint_file "solver model at step 20" same_model "$WORK/S/model_00000020.bin" "$WORK/R/model_00000020.bin"
+same_resumed_run "solver" S R 20
 train R128_resumed 2 "${SOLVER[@]}" -cc 128 -x 12 -y 1 -o "$WORK/R128"
 grep -q "layout solver (chunks of 64), B 2, T 128, this run has 2 rank(s) at cp 2, layout solver (chunks of 128)" \
     "$WORK/R128_resumed.out" && echo "ok   resumed with -cc 128: the note names both chunk sizes" ||
@@ -199,17 +202,12 @@ ACC=(-cp 2 -d $((4 * B * T)) -sh 1 -n 3 -v 3)
 train H 2 "${ACC[@]}" -x 6 -o "$WORK/H" -tl "$WORK/H.tl"
 train I_first 2 "${ACC[@]}" -x 3 -o "$WORK/I" -tl "$WORK/I.tl"
 train I_resumed 2 "${ACC[@]}" -x 6 -y 1 -o "$WORK/I" -tl "$WORK/I.tl"
-same_bytes "accumulated main.log" "$WORK/H/main.log" "$WORK/I/main.log"
-same_bytes "accumulated -tl" "$WORK/H.tl" "$WORK/I.tl"
-same_checkpoint_file "accumulated model at step 6" same_model "$WORK/H/model_00000006.bin" "$WORK/I/model_00000006.bin"
+same_resumed_run "accumulated" H I 6
 ACC_GROUPCAST=(-cp 3 -ca groupcast -co 2 -d $((4 * B * T)) -sh 1 -n 3 -v 3)
 train HG 3 "${ACC_GROUPCAST[@]}" -x 6 -o "$WORK/HG" -tl "$WORK/HG.tl"
 train IG_first 3 "${ACC_GROUPCAST[@]}" -x 3 -o "$WORK/IG" -tl "$WORK/IG.tl"
 train IG_resumed 3 "${ACC_GROUPCAST[@]}" -x 6 -y 1 -o "$WORK/IG" -tl "$WORK/IG.tl"
-same_bytes "group-cast accumulated main.log" "$WORK/HG/main.log" "$WORK/IG/main.log"
-same_bytes "group-cast accumulated -tl" "$WORK/HG.tl" "$WORK/IG.tl"
-same_checkpoint_file "group-cast accumulated model at step 6" same_model "$WORK/HG/model_00000006.bin" \
-    "$WORK/IG/model_00000006.bin"
+same_resumed_run "group-cast accumulated" HG IG 6
 
 # ---- 7. -dm, -rp, -lm recorded and compared at resume
 echo

@@ -27,10 +27,8 @@ cp "$WORK/d1/model_00000000.bin" "$MODEL"
 put_i32 "$MODEL" 20 4 # header[5]: NH
 COMMON+=(-e "$MODEL")
 
-runs=()
-run ref 1 -cp 1
-run ring_cp4 4 -cp 4 -cl round_robin
-runs=() # the references are not compared with themselves
+reference ref 1 -cp 1
+reference ring_cp4 4 -cp 4 -cl round_robin
 run ulysses_cp2_round_robin 2 -cp 2 -cl round_robin -ca ulysses
 run ulysses_cp4_contiguous 4 -cp 4 -cl contiguous -ca ulysses
 run hybrid_2x2_round_robin 4 -cp 4 -cl round_robin -ca hybrid -cu 2
@@ -52,9 +50,7 @@ grep -q "rings, R 3 *| {0,2,4} {1,3,5} " "$WORK/hybrid_2x3_round_robin.out" ||
 DOCS=$WORK/short_documents.bin
 short_documents "$DOCS" $((STEPS * B * T + 1))
 COMMON+=(-i "$DOCS" -dm 1)
-runs=()
-run ref_documents 1 -cp 1
-runs=()
+reference ref_documents 1 -cp 1
 run ulysses_cp4_packed 4 -cp 4 -cl packed -ca ulysses
 run hybrid_2x2_packed 4 -cp 4 -cl packed -ca hybrid -cu 2
 run hybrid_2x3_round_robin_documents 6 -cp 6 -cl round_robin -ca hybrid -cu 2
@@ -67,9 +63,7 @@ echo "== -dm 1, B = $B, T = $T, $STEPS steps: ulysses and hybrid against cp 1"
 # solver: 4 chunks of 64 per row, 2 per rank at cp 2, 1 at cp 4, in the order the
 # documents' areas decide; 8 steps (enough for the loss to move as compare_runs
 # asks), the documents' file read in shuffled epochs of its windows of B x 256
-runs=()
-run ref_solver 1 -cp 1 -t 256 -x 8
-runs=()
+reference ref_solver 1 -cp 1 -t 256 -x 8
 run ulysses_cp2_solver 2 -cp 2 -cl solver -ca ulysses -t 256 -x 8
 run hybrid_2x2_solver 4 -cp 4 -cl solver -ca hybrid -cu 2 -t 256 -x 8
 echo

@@ -28,21 +28,18 @@ steps() { "$tool" "$@" | awk '$1 == "step" || $1 == "ring" { $1 = $1; print }'; 
 
 # expect "ARGS" LINE...: the table of `cp_layout ARGS` is exactly LINE...
 # (expect_steps: its per-step lines)
-expect() {
-    local args=$1; shift
+expect() { expect_lines table "" "$@"; }
+expect_steps() { expect_lines steps ", per step" "$@"; }
+# expect_lines table|steps WHAT "ARGS" LINE...: the lines that filter of `cp_layout
+# ARGS` keeps are exactly LINE...; WHAT follows the arguments in the failure
+expect_lines() {
+    local filter=$1 what=$2 args=$3
+    shift 3
     local got want
     # shellcheck disable=SC2086 # ARGS are flags, split on purpose
-    got=$(table $args)
+    got=$($filter $args)
     want=$(printf '%s\n' "$@")
-    [ "$got" = "$want" ] || fail "cp_layout $args"$'\n'"got:"$'\n'"$got"$'\n'"want:"$'\n'"$want"
-}
-expect_steps() {
-    local args=$1; shift
-    local got want
-    # shellcheck disable=SC2086
-    got=$(steps $args)
-    want=$(printf '%s\n' "$@")
-    [ "$got" = "$want" ] || fail "cp_layout $args, per step"$'\n'"got:"$'\n'"$got"$'\n'"want:"$'\n'"$want"
+    [ "$got" = "$want" ] || fail "cp_layout $args$what"$'\n'"got:"$'\n'"$got"$'\n'"want:"$'\n'"$want"
 }
 
 # ----------------------------------------------------------------------------

@@ -23,6 +23,20 @@ an independent Python generator (test/e2e_llmc_compat.sh).
 #include "llmc/rand.h"
 #include "test/lib/test_utils.h"
 
+// torch.zeros(n).normal_() from mt against PyTorch's printed values, each within tol,
+// and then the next 32-bit draw against PyTorch's: normal_ took the draws it should
+// (n at most 16: the sequences checked are 8 and 16 long)
+static void check_normal(Mt19937 *mt, const double *pytorch, int n, float tol, uint32_t pytorch_next) {
+    float got[16];
+    mt_normal(mt, got, n, 0.0f, 1.0f);
+    for (int i = 0; i < n; i++) {
+        CHECK(fabsf(got[i] - (float)pytorch[i]) <= tol, "normal_(%d)[%d]: got %.9g, PyTorch %.9g", n, i, got[i],
+              (float)pytorch[i]);
+    }
+    uint32_t next = mt_u32(mt);
+    CHECK(next == pytorch_next, "the draw after normal_(%d) is not PyTorch's %u", n, pytorch_next);
+}
+
 static void check_pytorch_sequence(void) {
     Mt19937 mt;
     mt_seed(&mt, 137);
@@ -39,24 +53,12 @@ static void check_pytorch_sequence(void) {
     const float tol = 1e-6f;
     const double normal8[8] = {0.7947664260864258, 1.4369317293167114, -0.2292192131280899, 0.47556325793266296,
                                -0.6334410905838013, -0.5791953802108765, -0.0925704762339592, -0.8659197092056274};
-    float t8[8];
-    mt_normal(&mt, t8, 8, 0.0f, 1.0f);
-    for (int i = 0; i < 8; i++) {
-        CHECK(fabsf(t8[i] - (float)normal8[i]) <= tol, "normal_(8)[%d]: got %.9g, PyTorch %.9g", i, t8[i],
-              (float)normal8[i]);
-    }
-    CHECK(mt_u32(&mt) == 2186503452u, "the draw after normal_(8) is not PyTorch's 2186503452");
+    check_normal(&mt, normal8, 8, tol, 2186503452u);
     const double normal16[16] = {-1.2813878059387207, -2.646395683288574, -0.06569503247737885, 0.2180829495191574,
                                  -0.46536165475845337, -0.33108410239219666, 2.5485482215881348, 0.10425379872322083,
                                  0.8460659980773926, 0.9462448358535767, -0.2913765013217926, 0.34313806891441345,
                                  -1.1186704635620117, -0.18305328488349915, -2.3153159618377686, 0.3961987793445587};
-    float t16[16];
-    mt_normal(&mt, t16, 16, 0.0f, 1.0f);
-    for (int i = 0; i < 16; i++) {
-        CHECK(fabsf(t16[i] - (float)normal16[i]) <= tol, "normal_(16)[%d]: got %.9g, PyTorch %.9g", i, t16[i],
-              (float)normal16[i]);
-    }
-    CHECK(mt_u32(&mt) == 2756748748u, "the draw after normal_(16) is not PyTorch's 2756748748");
+    check_normal(&mt, normal16, 16, tol, 2756748748u);
     printf("ok   Mersenne Twister: PyTorch's seed-137 draws exactly; normal_(8), normal_(16) within %g of "
            "PyTorch's\n", tol);
 }

@@ -20,26 +20,13 @@
 # Every rank runs one OpenMP thread; the 4 ranks share the machine's cores.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/script_lib.sh # value_flags
 source scripts/default_config.sh # MPIRUN_FLAGS, OMP_NUM_THREADS=1
 
 model=d4 B=1 T=2048 steps=3 rounds=2 dir=out/documents
 algorithms="ring allgather ulysses hybrid groupcast" layouts="round_robin striped packed solver"
 usage() { echo "usage: $0 [-e MODEL] [-b B] [-t T] [-x STEPS] [-r ROUNDS] [-a \"ALGORITHM ...\"] [-l \"LAYOUT ...\"] [-d DIR]" >&2; exit 1; }
-while [ $# -gt 0 ]; do
-    [ $# -ge 2 ] || usage
-    case $1 in
-    -e) model=$2 ;;
-    -b) B=$2 ;;
-    -t) T=$2 ;;
-    -x) steps=$2 ;;
-    -r) rounds=$2 ;;
-    -a) algorithms=$2 ;;
-    -l) layouts=$2 ;;
-    -d) dir=$2 ;;
-    *) usage ;;
-    esac
-    shift 2
-done
+value_flags -e model -b B -t T -x steps -r rounds -a algorithms -l layouts -d dir -- "$@"
 for v in "$B" "$T" "$steps" "$rounds"; do [[ $v =~ ^[0-9]+$ ]] || { echo "error: -b -t -x -r take whole numbers, got '$v'" >&2; exit 1; }; done
 [ "$steps" -ge 2 ] || { echo "error: -x $steps: at least 2 steps (the first is left out)" >&2; exit 1; }
 make -s train_gpt2cp_cpu

@@ -21,20 +21,10 @@
 # something only on an otherwise idle machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/script_lib.sh # value_flags
 Ts="1024 8192" steps=3 threads=2 compare=0 trainer=./train_gpt2cp_cpu
 usage() { echo "usage: $0 [-t \"T ...\"] [-x STEPS (>= 2)] [-n THREADS] [-c 0|1] [-p TRAINER]" >&2; exit 1; }
-while [ $# -gt 0 ]; do
-    [ $# -ge 2 ] || usage
-    case $1 in
-    -t) Ts=$2 ;;
-    -x) steps=$2 ;;
-    -n) threads=$2 ;;
-    -c) compare=$2 ;;
-    -p) trainer=$2 ;;
-    *) usage ;;
-    esac
-    shift 2
-done
+value_flags -t Ts -x steps -n threads -c compare -p trainer -- "$@"
 [[ $steps =~ ^[0-9]+$ && $steps -ge 2 && $threads =~ ^[1-9][0-9]*$ && $compare =~ ^[01]$ ]] || usage
 make -s train_gpt2cp_cpu bench_sgemm
 [ -x "$trainer" ] || { echo "error: trainer '$trainer' is not an executable" >&2; exit 1; }

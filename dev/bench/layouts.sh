@@ -28,20 +28,10 @@
 # one core, 4 times that at T 16384.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/script_lib.sh # value_flags
 lengths="4096 16384" cps="4 8" layouts="contiguous round_robin striped packed solver" tokens=65536 dir=out/documents
 usage() { echo "usage: $0 [-t \"T ...\"] [-c \"CP ...\"] [-l \"LAYOUT ...\"] [-n TOKENS] [-d DIR]" >&2; exit 1; }
-while [ $# -gt 0 ]; do
-    [ $# -ge 2 ] || usage
-    case $1 in
-    -t) lengths=$2 ;;
-    -c) cps=$2 ;;
-    -l) layouts=$2 ;;
-    -n) tokens=$2 ;;
-    -d) dir=$2 ;;
-    *) usage ;;
-    esac
-    shift 2
-done
+value_flags -t lengths -c cps -l layouts -n tokens -d dir -- "$@"
 [[ $tokens =~ ^[0-9]+$ ]] || { echo "error: -n takes a number of tokens, got '$tokens'" >&2; exit 1; }
 make -s cp_layout
 if [ ! -f "$dir/documents.bin" ] || [ ! -f "$dir/one_document.bin" ]; then

@@ -23,20 +23,10 @@
 # Austen train split), MEAN 300, SIGMA 1, SEED 1 (Python's random.Random).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+source scripts/script_lib.sh # value_flags
 out=out/documents tokens=131072 mean=300 sigma=1 seed=1
 usage() { echo "usage: $0 [-o OUT] [-n TOKENS] [-m MEAN] [-s SIGMA] [-r SEED]" >&2; exit 1; }
-while [ $# -gt 0 ]; do
-    [ $# -ge 2 ] || usage
-    case $1 in
-    -o) out=$2 ;;
-    -n) tokens=$2 ;;
-    -m) mean=$2 ;;
-    -s) sigma=$2 ;;
-    -r) seed=$2 ;;
-    *) usage ;;
-    esac
-    shift 2
-done
+value_flags -o out -n tokens -m mean -s sigma -r seed -- "$@"
 for v in "$tokens" "$seed"; do [[ $v =~ ^[0-9]+$ ]] || { echo "error: -n and -r take whole numbers, got '$v'" >&2; exit 1; }; done
 for v in "$mean" "$sigma"; do [[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]] || { echo "error: -m and -s take numbers, got '$v'" >&2; exit 1; }; done
 make -s encode

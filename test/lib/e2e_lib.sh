@@ -128,3 +128,10 @@ run() {
     train "$name" "$np" -o "$WORK/$name" -tl "$WORK/$name.tl" "$@"
     runs+=("$name" "$WORK/$name/main.log" "$WORK/$name.tl")
 }
+
+# reference NAME NP [flags...]: run NAME as the reference the runs after it are
+# compared with: runs then starts empty (a reference is not compared with itself)
+reference() {
+    run "$@"
+    runs=()
+}
