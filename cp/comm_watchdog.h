@@ -147,12 +147,7 @@ static void comm_blocking_begin(const char *what) {
              "every rank of its group: a rank is stopped or gone (GPT2CP_TIMEOUT=%g)\n", comm_timeout, what,
              comm_timeout);
     comm_blocking_len = strlen(comm_blocking_line);
-    struct sigaction action;
-    memset(&action, 0, sizeof(action));
-    action.sa_handler = comm_blocking_expired;
-    action.sa_flags = SA_RESTART;
-    sigemptyset(&action.sa_mask);
-    sigaction(SIGALRM, &action, NULL);
+    install_signal_handler(SIGALRM, comm_blocking_expired, SA_RESTART);
     struct itimerval timer;
     memset(&timer, 0, sizeof(timer));
     timer.it_value.tv_sec = (time_t)comm_timeout;

@@ -170,14 +170,9 @@ static FILE *tool_output_open(ToolOutputs *o, int i) {
         // a file past `ulimit -f` is then a write error (EFBIG), reported and cleaned up,
         // instead of a SIGXFSZ that ends the process with its temporaries on disk
         signal(SIGXFSZ, SIG_IGN);
-        struct sigaction action;
-        memset(&action, 0, sizeof(action));
-        action.sa_handler = tool_outputs_on_signal;
-        action.sa_flags = SA_RESETHAND;
-        sigemptyset(&action.sa_mask);
-        sigaction(SIGINT, &action, NULL);
-        sigaction(SIGTERM, &action, NULL);
-        sigaction(SIGHUP, &action, NULL);
+        install_signal_handler(SIGINT, tool_outputs_on_signal, SA_RESETHAND);
+        install_signal_handler(SIGTERM, tool_outputs_on_signal, SA_RESETHAND);
+        install_signal_handler(SIGHUP, tool_outputs_on_signal, SA_RESETHAND);
         fatal_cleanup_hook = tool_outputs_remove_temporaries;
         handlers_installed = 1;
     }

@@ -168,6 +168,17 @@ static void fatal_signal_handler(int sig, siginfo_t *info, void *context) {
     raise(sig);
 }
 
+// sig's handler: handler, with these sa_flags (SA_RESTART, SA_RESETHAND) and no
+// other signal blocked while it runs
+static void install_signal_handler(int sig, void (*handler)(int), int flags) {
+    struct sigaction action;
+    memset(&action, 0, sizeof(action));
+    action.sa_handler = handler;
+    action.sa_flags = flags;
+    sigemptyset(&action.sa_mask);
+    sigaction(sig, &action, NULL);
+}
+
 static void fatal_install_signal_handlers(void) {
     struct sigaction action;
     memset(&action, 0, sizeof(action));
