@@ -9,11 +9,12 @@
 #   sourced_only USAGE "$@"   a file meant to be sourced, called at its top: when it
 #                         is run instead, -h prints USAGE (exit 0), else it says how
 #                         it is used (exit 1); sourced, it does nothing
-#   value_flags FLAG VARIABLE ... -- "$@"   a command line in which every flag takes
-#                         one value, parsed by the table before `--`: each FLAG's
-#                         value goes into its VARIABLE (the last one given wins). A
-#                         flag not in the table, or one without its value, runs the
-#                         script's usage function (which exits)
+#   value_flags FLAG VARIABLE ... -- "$@"   a command line parsed by the table before
+#                         `--`: each FLAG's value goes into its VARIABLE (the last one
+#                         given wins); a switch, an entry FLAG VARIABLE=VALUE, takes no
+#                         value and sets VARIABLE to VALUE. A flag not in the table, or
+#                         one without its value, runs the script's usage function
+#                         (which exits)
 #   from_caller PATH      PATH as the caller meant it: a relative one from the
 #                         caller's directory ($caller, recorded before any cd)
 #   precision_tree SRC TREE   SRC's sources copied into TREE, for a GPU build of one
@@ -54,19 +55,25 @@ sourced_only() {
 }
 
 value_flags() {
-    local table=() entry known
+    local table=() entry target taken
     while [ $# -gt 0 ] && [ "$1" != -- ]; do table+=("$1" "$2"); shift 2; done
     shift
     while [ $# -gt 0 ]; do
-        [ $# -ge 2 ] || usage
-        known=0
+        taken=0 # the words the flag takes, itself included; 0: not in the table
         for ((entry = 0; entry < ${#table[@]}; entry += 2)); do
             [ "${table[entry]}" = "$1" ] || continue
-            printf -v "${table[entry + 1]}" '%s' "$2"
-            known=1
+            target=${table[entry + 1]}
+            if [[ $target == *=* ]]; then
+                printf -v "${target%%=*}" '%s' "${target#*=}"
+                taken=1
+            else
+                [ $# -ge 2 ] || usage
+                printf -v "$target" '%s' "$2"
+                taken=2
+            fi
         done
-        [ $known -eq 1 ] || usage
-        shift 2
+        [ $taken -gt 0 ] || usage
+        shift $taken
     done
 }
 

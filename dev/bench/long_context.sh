@@ -20,23 +20,11 @@
 # existing OUT/long_context.dat (e.g. the lines of several partial runs put together).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-source scripts/default_config.sh # MPIRUN_FLAGS
+source scripts/default_config.sh # MPIRUN_FLAGS; value_flags (scripts/script_lib.sh)
 
 model=d2 lengths="1024 2048 4096 8192 16384 32768" cps="1 2 4" steps=1 limit=3600 threads=1 out=out/long_context write=0 report_only=0
-while [ $# -gt 0 ]; do
-    case $1 in
-    -e) model=$2; shift 2 ;;
-    -t) lengths=$2; shift 2 ;;
-    -c) cps=$2; shift 2 ;;
-    -x) steps=$2; shift 2 ;;
-    -s) limit=$2; shift 2 ;;
-    -j) threads=$2; shift 2 ;;
-    -o) out=$2; shift 2 ;;
-    -w) write=1; shift ;;
-    -r) report_only=1; shift ;;
-    *) echo "usage: $0 [-e MODEL] [-t \"T ...\"] [-c \"CP ...\"] [-x STEPS] [-s SECONDS] [-j THREADS] [-o OUT] [-w] [-r]" >&2; exit 1 ;;
-    esac
-done
+usage() { echo "usage: $0 [-e MODEL] [-t \"T ...\"] [-c \"CP ...\"] [-x STEPS] [-s SECONDS] [-j THREADS] [-o OUT] [-w] [-r]" >&2; exit 1; }
+value_flags -e model -t lengths -c cps -x steps -s limit -j threads -o out -w write=1 -r report_only=1 -- "$@"
 command -v gnuplot > /dev/null || { echo "error: gnuplot is missing (apt-get install gnuplot-nox)" >&2; exit 1; }
 mkdir -p "$out"
 dat=$out/long_context.dat
