@@ -155,6 +155,19 @@ template <MmaPrecision P, int HS> struct PlainTileBlock {
     __device__ void key_coords_load(int *dst, int row0) const {
         coords_load<R, Tl::THREADS>(dst, p.k_index + brow, p.k_doc + brow, row0, T);
     }
+    // what the backward kernels load of tokens [row0, row0 + R): the queries and their
+    // output gradients, or the keys and their values, (R, ld) each, with the tokens'
+    // coordinates (2, R)
+    __device__ void query_side_load(float *qs, float *dos, int ld, int *coords, int row0) const {
+        queries_load(qs, ld, row0);
+        dout_load(dos, ld, row0);
+        query_coords_load(coords, row0);
+    }
+    __device__ void key_side_load(float *ks, float *vs, int ld, int *coords, int row0) const {
+        keys_load(ks, ld, row0);
+        values_load(vs, ld, row0);
+        key_coords_load(coords, row0);
+    }
     // s = x y^T and dp = u w^T for the warp's 16 rows of x and u: the dQ kernel's
     // S = Q K^T and dP = dO V^T, the dK dV kernel's S^T = K Q^T and dP^T = V dO^T
     // x, u: (R, LD_NK)   y, w: (R, LD_KN)   s, dp: (16, R) in fragments
@@ -247,9 +260,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
     int *coords = (int *)(ps + Tl::WARPS * 16 * Tl::LD_P); // (4, R)
     PlainTileBlock<P, HS> tb(p);
     int qt = tb.tile, T = tb.T, q0 = tb.tile_row0;
-    tb.queries_load(qs, Tl::LD_NK, q0);
-    tb.dout_load(dos, Tl::LD_NK, q0);
-    tb.query_coords_load(coords, q0);
+    tb.query_side_load(qs, dos, Tl::LD_NK, coords, q0);
     float lse[2], drow[2]; // rows g and g + 8 of the warp
     #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -266,9 +277,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         if (v == BLOCK_SKIP) { continue; }
         int k0 = kt * R;
         __syncthreads();
-        tb.keys_load(ks, Tl::LD_KN, k0);
-        tb.values_load(vs, Tl::LD_KN, k0);
-        tb.key_coords_load(coords + 2 * R, k0);
+        tb.key_side_load(ks, vs, Tl::LD_KN, coords + 2 * R, k0);
         __syncthreads();
         float s[NT][4], dp[NT][4];
         tb.backward_products(s, dp, qs, ks, dos, vs);
@@ -309,9 +318,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
     float *drow_s = lse_s + R;                // (R) D of the query tile
     PlainTileBlock<P, HS> tb(p);
     int kt = tb.tile, T = tb.T, k0 = tb.tile_row0;
-    tb.keys_load(ks, Tl::LD_NK, k0);
-    tb.values_load(vs, Tl::LD_NK, k0);
-    tb.key_coords_load(coords + 2 * R, k0);
+    tb.key_side_load(ks, vs, Tl::LD_NK, coords + 2 * R, k0);
     float acc_dk[DT][4], acc_dv[DT][4];
     fragments_zero<DT>(acc_dk);
     fragments_zero<DT>(acc_dv);
@@ -323,9 +330,7 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         if (v == BLOCK_SKIP) { continue; }
         int q0 = qt * R;
         __syncthreads();
-        tb.queries_load(qs, Tl::LD_KN, q0);
-        tb.dout_load(dos, Tl::LD_KN, q0);
-        tb.query_coords_load(coords, q0);
+        tb.query_side_load(qs, dos, Tl::LD_KN, coords, q0);
         for (int r = threadIdx.x; r < R; r += Tl::THREADS) {
             lse_s[r] = q0 + r < T ? lse_bh[q0 + r] : 0.0f;
             drow_s[r] = q0 + r < T ? drow_bh[q0 + r] : 0.0f;
@@ -447,10 +452,46 @@ static AttnBlockArgs attention_block_args(const AttentionQueriesCuda *aq, const 
     return a;
 }
 
-// the dynamic shared memory of a kernel, allowed past the default 48 KiB
-template <typename K> static size_t attention_shared(K kernel, size_t bytes) {
+// Launches one block kernel on the run's stream, grid x threads, with `bytes` of
+// dynamic shared memory (allowed past the default 48 KiB first).
+template <typename K>
+static void attention_launch(K kernel, dim3 grid, int threads, size_t bytes, const AttnBlockArgs &a) {
     cudaCheck(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
-    return bytes;
+    kernel<<<grid, threads, bytes, cuda_ctx.stream>>>(a);
+    cudaCheckLaunch();
+}
+
+// The kernels of one block in the run's precision and head size: the forward, or
+// (backward 1) the backward's dQ then its dK, dV. The flash kernels' blocks take
+// FlashTile::SUBS query tiles each on their query side.
+static void attention_block_launch(const AttentionQueriesCuda *aq, const AttnBlockArgs &a, int backward) {
+    dim3 grid(a.tiles, aq->NH, aq->B);
+    attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
+        constexpr MmaPrecision P = decltype(kernel)::P;
+        constexpr int HS = decltype(kernel)::HS;
+        if constexpr (P == MMA_BF16) {
+            using Ft = FlashTile<HS>;
+            dim3 flash_grid((a.tiles + Ft::SUBS - 1) / Ft::SUBS, aq->NH, aq->B);
+            if (!backward) {
+                attention_launch(attend_forward_flash_kernel<HS>, flash_grid, Ft::FWD_THREADS,
+                                 flash_forward_shared_bytes<HS>(), a);
+                return;
+            }
+            attention_launch(attend_backward_dq_flash_kernel<HS>, flash_grid, Ft::DQ_THREADS,
+                             flash_backward_dq_shared_bytes<HS>(), a);
+            attention_launch(attend_backward_dkv_flash_kernel<HS>, grid, Ft::DKV_THREADS,
+                             flash_backward_dkv_shared_bytes<HS>(), a);
+        } else {
+            if (!backward) {
+                attention_launch(attend_forward_kernel<P, HS>, grid, AttnTile<P, HS>::THREADS,
+                                 forward_shared_floats<P, HS>() * sizeof(float), a);
+                return;
+            }
+            size_t bytes = backward_shared_floats<P, HS>() * sizeof(float);
+            attention_launch(attend_backward_dq_kernel<P, HS>, grid, AttnTile<P, HS>::THREADS, bytes, a);
+            attention_launch(attend_backward_dkv_kernel<P, HS>, grid, AttnTile<P, HS>::THREADS, bytes, a);
+        }
+    });
 }
 
 // Attends the local queries to one K/V block and merges into the fp32 running (o, lse).
@@ -460,21 +501,7 @@ static void attend_block_forward_cuda(AttentionQueriesCuda *aq, const floatX *qk
     AttnBlockArgs a = attention_block_args(aq, qkv, blk);
     a.o = o;
     a.lse = lse;
-    dim3 grid(a.tiles, aq->NH, aq->B);
-    attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
-        constexpr MmaPrecision P = decltype(kernel)::P;
-        constexpr int HS = decltype(kernel)::HS;
-        if constexpr (P == MMA_BF16) {
-            using Ft = FlashTile<HS>;
-            dim3 flash_grid((a.tiles + Ft::SUBS - 1) / Ft::SUBS, aq->NH, aq->B);
-            size_t shared = attention_shared(attend_forward_flash_kernel<HS>, flash_forward_shared_bytes<HS>());
-            attend_forward_flash_kernel<HS><<<flash_grid, Ft::FWD_THREADS, shared, cuda_ctx.stream>>>(a);
-        } else {
-            size_t shared = attention_shared(attend_forward_kernel<P, HS>, forward_shared_floats<P, HS>() * sizeof(float));
-            attend_forward_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
-        }
-        cudaCheckLaunch();
-    });
+    attention_block_launch(aq, a, 0);
 }
 
 // One block's share of the backward pass: fp32 dQ written (dq_add 0) or added to,
@@ -491,28 +518,7 @@ static void attend_block_backward_cuda(AttentionQueriesCuda *aq, const floatX *q
     a.drow = aq->drow;
     a.dq = dq; a.dq_stride = dq_stride; a.dq_add = dq_add;
     a.dkv = dkv;
-    dim3 grid(a.tiles, aq->NH, aq->B);
-    attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
-        constexpr MmaPrecision P = decltype(kernel)::P;
-        constexpr int HS = decltype(kernel)::HS;
-        if constexpr (P == MMA_BF16) {
-            using Ft = FlashTile<HS>;
-            dim3 dq_grid((a.tiles + Ft::SUBS - 1) / Ft::SUBS, aq->NH, aq->B);
-            size_t shared = attention_shared(attend_backward_dq_flash_kernel<HS>, flash_backward_dq_shared_bytes<HS>());
-            attend_backward_dq_flash_kernel<HS><<<dq_grid, Ft::DQ_THREADS, shared, cuda_ctx.stream>>>(a);
-            cudaCheckLaunch();
-            shared = attention_shared(attend_backward_dkv_flash_kernel<HS>, flash_backward_dkv_shared_bytes<HS>());
-            attend_backward_dkv_flash_kernel<HS><<<grid, Ft::DKV_THREADS, shared, cuda_ctx.stream>>>(a);
-        } else {
-            size_t floats = backward_shared_floats<P, HS>();
-            size_t shared = attention_shared(attend_backward_dq_kernel<P, HS>, floats * sizeof(float));
-            attend_backward_dq_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
-            cudaCheckLaunch();
-            shared = attention_shared(attend_backward_dkv_kernel<P, HS>, floats * sizeof(float));
-            attend_backward_dkv_kernel<P, HS><<<grid, AttnTile<P, HS>::THREADS, shared, cuda_ctx.stream>>>(a);
-        }
-        cudaCheckLaunch();
-    });
+    attention_block_launch(aq, a, 1);
 }
 
 // ----------------------------------------------------------------------------
@@ -527,25 +533,37 @@ static void columns_to_floatx_cuda(floatX *dst, int dst_stride, const float *src
     cudaCheckLaunch();
 }
 
+// The fp32 rows the blocks sum a result into: its own rows (C columns of `dst`) in the
+// FP32 build, aq->acc (B, T, C) in the BF16 one.
+static float *attention_sum_rows(AttentionQueriesCuda *aq, floatX *dst) {
+#ifdef ENABLE_FP32
+    return dst;
+#else
+    (void)dst;
+    return aq->acc;
+#endif
+}
+
+// dst's C columns (rows of dst_stride) <- the summed fp32 result, once, in the storage
+// precision (nothing to do in the FP32 build, where the blocks summed into dst)
+static void attention_sum_rows_end(AttentionQueriesCuda *aq, floatX *dst, int dst_stride) {
+    if (attention_sums_in_place) { return; }
+    columns_to_floatx_cuda(dst, dst_stride, aq->acc, aq->C, (size_t)aq->B * aq->T, aq->C);
+}
+
 // The empty state, no block seen yet: lse -inf. Returns the fp32 rows (B, T, C) the
-// blocks merge the output into: out itself in the FP32 build, aq->acc in the BF16 one.
+// blocks merge the output into (attention_sum_rows).
 // out: (B, T, C)   lse: (B, NH, T)
 static float *attention_forward_begin_cuda(AttentionQueriesCuda *aq, floatX *out, float *lse) {
     size_t rows = (size_t)aq->B * aq->NH * aq->T;
     fill_kernel<<<grid_for(rows, 256), 256, 0, cuda_ctx.stream>>>(lse, -INFINITY, rows);
     cudaCheckLaunch();
-#ifdef ENABLE_FP32
-    return out;
-#else
-    (void)out;
-    return aq->acc;
-#endif
+    return attention_sum_rows(aq, out);
 }
 
-// out <- the merged fp32 output, once, in the storage precision (nothing to do in the FP32 build)
+// out <- the merged fp32 output, once, in the storage precision
 static void attention_forward_end_cuda(AttentionQueriesCuda *aq, floatX *out) {
-    if (attention_sums_in_place) { return; }
-    columns_to_floatx_cuda(out, aq->C, aq->acc, aq->C, (size_t)aq->B * aq->T, aq->C);
+    attention_sum_rows_end(aq, out, aq->C);
 }
 
 // What backward needs of the forward's result: D = rowsum(dO * O).   dout, out: (B, T, C)
@@ -559,20 +577,13 @@ static void attention_backward_begin_cuda(AttentionQueriesCuda *aq, const floatX
 // The fp32 rows the blocks sum dQ into, and their stride: dqkv's dQ columns in the
 // FP32 build, aq->acc (B, T, C) in the BF16 one.   dqkv: (B, T, 3C)
 static float *attention_dq_rows_cuda(AttentionQueriesCuda *aq, floatX *dqkv, int *stride) {
-#ifdef ENABLE_FP32
-    *stride = 3 * aq->C;
-    return dqkv;
-#else
-    (void)dqkv;
-    *stride = aq->C;
-    return aq->acc;
-#endif
+    *stride = attention_sums_in_place ? 3 * aq->C : aq->C;
+    return attention_sum_rows(aq, dqkv);
 }
 
-// dqkv's dQ columns <- the summed fp32 dQ, once (nothing to do in the FP32 build)
+// dqkv's dQ columns <- the summed fp32 dQ, once
 static void attention_backward_end_cuda(AttentionQueriesCuda *aq, floatX *dqkv) {
-    if (attention_sums_in_place) { return; }
-    columns_to_floatx_cuda(dqkv, 3 * aq->C, aq->acc, aq->C, (size_t)aq->B * aq->T, aq->C);
+    attention_sum_rows_end(aq, dqkv, 3 * aq->C);
 }
 
 // dqkv's dK | dV columns <- a block's fp32 dK, dV (B, T, C) each
