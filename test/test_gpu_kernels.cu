@@ -523,6 +523,12 @@ static void test_encoder(void) {
     free(wte); free(wpe); free(inp); free(pos); free(out); free(dout); free(dwte); free(dwpe);
 }
 
+// "layernorm (b, t, c) <tensor>", the name of one of test_layernorm's checks, in what
+static const char *layernorm_what(char *what, size_t size, int b, int t, int c, const char *tensor) {
+    snprintf(what, size, "layernorm (%d, %d, %d) %s", b, t, c, tensor);
+    return what;
+}
+
 // layernorm over (b, t, c): one block per row, block-wide sums, chunked column sums
 static void test_layernorm(int b, int t, int c) {
     char what[96];
@@ -538,12 +544,9 @@ static void test_layernorm(int b, int t, int c) {
     poison_device(d_mean, bt * sizeof(float));
     poison_device(d_rstd, bt * sizeof(float));
     layernorm_forward_cuda(d_out, d_mean, d_rstd, d_inp, d_w, d_b, b, t, c);
-    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) forward out", b, t, c);
-    check_rel_device_x(what, d_out, out, n, x_tol(1e-5));
-    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) forward mean", b, t, c);
-    check_rel_device(what, d_mean, mean, bt, 1e-5);
-    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) forward rstd", b, t, c);
-    check_rel_device(what, d_rstd, rstd, bt, 1e-5);
+    check_rel_device_x(layernorm_what(what, sizeof(what), b, t, c, "forward out"), d_out, out, n, x_tol(1e-5));
+    check_rel_device(layernorm_what(what, sizeof(what), b, t, c, "forward mean"), d_mean, mean, bt, 1e-5);
+    check_rel_device(layernorm_what(what, sizeof(what), b, t, c, "forward rstd"), d_rstd, rstd, bt, 1e-5);
 
     float *dout = random_stored(n, -1, 1), *dinp = random_stored(n, -1, 1);
     float *dw = random_floats(c, -1, 1), *db = random_floats(c, -1, 1);
@@ -551,12 +554,9 @@ static void test_layernorm(int b, int t, int c) {
     float *d_dw = device_copy(dw, c), *d_db = device_copy(db, c);
     layernorm_backward(dinp, dw, db, dout, inp, w, mean, rstd, b, t, c);
     layernorm_backward_cuda(d_dinp, d_dw, d_db, d_dout, d_inp, d_w, d_mean, d_rstd, b, t, c);
-    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) backward dinp", b, t, c);
-    check_rel_device_x(what, d_dinp, dinp, n, x_tol(1e-5));
-    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) backward dweight", b, t, c);
-    check_rel_device(what, d_dw, dw, c, 1e-5);
-    snprintf(what, sizeof(what), "layernorm (%d, %d, %d) backward dbias", b, t, c);
-    check_rel_device(what, d_db, db, c, 1e-5);
+    check_rel_device_x(layernorm_what(what, sizeof(what), b, t, c, "backward dinp"), d_dinp, dinp, n, x_tol(1e-5));
+    check_rel_device(layernorm_what(what, sizeof(what), b, t, c, "backward dweight"), d_dw, dw, c, 1e-5);
+    check_rel_device(layernorm_what(what, sizeof(what), b, t, c, "backward dbias"), d_db, db, c, 1e-5);
     void *dev[] = {d_inp, d_w, d_b, d_out, d_mean, d_rstd, d_dout, d_dinp, d_dw, d_db};
     for (int i = 0; i < 10; i++) { cudaCheck(cudaFree(dev[i])); }
     free(inp); free(w); free(bias); free(out); free(mean); free(rstd); free(dout); free(dinp); free(dw); free(db);
