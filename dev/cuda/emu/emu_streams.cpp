@@ -441,40 +441,34 @@ cudaError_t cudaEventSynchronize(cudaEvent_t event) {
 
 // ---- memory
 
-cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+// cudaMalloc (device memory) and cudaMallocHost (pinned host memory), called at site
+static cudaError_t emu_alloc(void **ptr, size_t bytes, bool pinned, const void *site) {
     host_advance();
-    *ptr = device_alloc(bytes, __builtin_return_address(0));
+    *ptr = pinned ? pinned_alloc(bytes, site) : device_alloc(bytes, site);
     return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 
-cudaError_t cudaFree(void *ptr) {
+// cudaFree and cudaFreeHost, called at site. cudaFree waits for the device, as on the
+// GPU; cudaFreeHost is not a synchronisation: CUDA promises none (emu_memory.cpp
+// checks that what used the memory happened before).
+static cudaError_t emu_free(void *ptr, bool pinned, const void *site) {
     if (ptr == nullptr) { return cudaSuccess; }
-    // cudaFree waits for the device, as on the GPU
-    cudaDeviceSynchronize();
-    if (!device_free(ptr)) {
-        report("memcheck", format("cudaFree(%p) at %s: not a live cudaMalloc allocation", ptr,
-                                  source_of(__builtin_return_address(0)).c_str()));
+    if (pinned) {
+        host_advance();
+    } else {
+        cudaDeviceSynchronize();
+    }
+    if (!(pinned ? pinned_free(ptr, site) : device_free(ptr))) {
+        report("memcheck", format("%s(%p) at %s: not a live %s allocation", pinned ? "cudaFreeHost" : "cudaFree", ptr,
+                                  source_of(site).c_str(), pinned ? "cudaMallocHost" : "cudaMalloc"));
     }
     return cudaSuccess;
 }
 
-cudaError_t cudaMallocHost(void **ptr, size_t bytes) {
-    host_advance();
-    *ptr = pinned_alloc(bytes, __builtin_return_address(0));
-    return *ptr ? cudaSuccess : cudaErrorMemoryAllocation;
-}
-
-// unlike cudaFree, not a synchronisation: CUDA promises none (emu_memory.cpp checks
-// that what used the memory happened before)
-cudaError_t cudaFreeHost(void *ptr) {
-    if (ptr == nullptr) { return cudaSuccess; }
-    host_advance();
-    if (!pinned_free(ptr, __builtin_return_address(0))) {
-        report("memcheck", format("cudaFreeHost(%p) at %s: not a live cudaMallocHost allocation", ptr,
-                                  source_of(__builtin_return_address(0)).c_str()));
-    }
-    return cudaSuccess;
-}
+cudaError_t cudaMalloc(void **ptr, size_t bytes) { return emu_alloc(ptr, bytes, false, __builtin_return_address(0)); }
+cudaError_t cudaFree(void *ptr) { return emu_free(ptr, false, __builtin_return_address(0)); }
+cudaError_t cudaMallocHost(void **ptr, size_t bytes) { return emu_alloc(ptr, bytes, true, __builtin_return_address(0)); }
+cudaError_t cudaFreeHost(void *ptr) { return emu_free(ptr, true, __builtin_return_address(0)); }
 
 // the emulated device's memory is the host's: the less of its free pages and the arena's room
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total_bytes) {
