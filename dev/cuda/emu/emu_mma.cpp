@@ -68,44 +68,46 @@ template <int K> static void lane_results(const float A[16][K], const float B[K]
     }
 }
 
+// The warp's D from its lanes' fragments (payloads): A (16, K) and B (K, 8) assembled
+// by load(lane's fragments, g, t, A, B) as the shape lays them out, C by gather_c;
+// then each lane's four elements of D = A B + C (lane_results)
+template <int K, typename Load>
+static void mma_compute(const unsigned char *payloads, unsigned char *results, Load load) {
+    const MmaFragments *all = (const MmaFragments *)payloads;
+    float A[16][K], B[K][8], C[16][8];
+    for (int l = 0; l < 32; l++) { load(all[l], l >> 2, l % 4, A, B); }
+    gather_c(all, C);
+    lane_results<K>(A, B, C, (float *)results);
+}
+
 static float tf32_bits(unsigned u) { return __uint_as_float(u & 0xffffe000u); }
 
 static void m16n8k8_tf32(const unsigned char *payloads, unsigned char *results) {
-    const MmaFragments *all = (const MmaFragments *)payloads;
-    float A[16][8], B[8][8], C[16][8];
-    for (int l = 0; l < 32; l++) {
-        int g = l >> 2, t = l % 4;
-        A[g][t] = tf32_bits(all[l].a[0]);
-        A[g + 8][t] = tf32_bits(all[l].a[1]);
-        A[g][t + 4] = tf32_bits(all[l].a[2]);
-        A[g + 8][t + 4] = tf32_bits(all[l].a[3]);
-        B[t][g] = tf32_bits(all[l].b[0]);
-        B[t + 4][g] = tf32_bits(all[l].b[1]);
-    }
-    gather_c(all, C);
-    lane_results<8>(A, B, C, (float *)results);
+    mma_compute<8>(payloads, results, [](const MmaFragments &f, int g, int t, float A[16][8], float B[8][8]) {
+        A[g][t] = tf32_bits(f.a[0]);
+        A[g + 8][t] = tf32_bits(f.a[1]);
+        A[g][t + 4] = tf32_bits(f.a[2]);
+        A[g + 8][t + 4] = tf32_bits(f.a[3]);
+        B[t][g] = tf32_bits(f.b[0]);
+        B[t + 4][g] = tf32_bits(f.b[1]);
+    });
 }
 
 static float bf16_low(unsigned r) { return __uint_as_float(r << 16); }
 static float bf16_high(unsigned r) { return __uint_as_float(r & 0xffff0000u); }
 
 static void m16n8k16_bf16(const unsigned char *payloads, unsigned char *results) {
-    const MmaFragments *all = (const MmaFragments *)payloads;
-    float A[16][16], B[16][8], C[16][8];
-    for (int l = 0; l < 32; l++) {
-        int g = l >> 2, t = l % 4;
+    mma_compute<16>(payloads, results, [](const MmaFragments &f, int g, int t, float A[16][16], float B[16][8]) {
         for (int i = 0; i < 4; i++) {
             int row = g + 8 * (i & 1), col = 2 * t + 8 * (i >> 1);
-            A[row][col] = bf16_low(all[l].a[i]);
-            A[row][col + 1] = bf16_high(all[l].a[i]);
+            A[row][col] = bf16_low(f.a[i]);
+            A[row][col + 1] = bf16_high(f.a[i]);
         }
         for (int i = 0; i < 2; i++) {
-            B[2 * t + 8 * i][g] = bf16_low(all[l].b[i]);
-            B[2 * t + 8 * i + 1][g] = bf16_high(all[l].b[i]);
+            B[2 * t + 8 * i][g] = bf16_low(f.b[i]);
+            B[2 * t + 8 * i + 1][g] = bf16_high(f.b[i]);
         }
-    }
-    gather_c(all, C);
-    lane_results<16>(A, B, C, (float *)results);
+    });
 }
 
 // every lane hands in its fragments, the whole warp (mma.sync.aligned), and gets its four elements of D
