@@ -77,7 +77,8 @@ static void cp_attention_init(CpAttention *a, CpAttentionKind kind, CpAttentionC
         held = a->groupcast.bytes;
         break;
     }
-    size_t counted = cp_attention_bytes(kind, comms.cp->size, comms.ulysses->size, B, T, C, NH);
+    int U = comms.ulysses ? comms.ulysses->size : 1; // no Ulysses groups for ring and allgather
+    size_t counted = cp_attention_bytes(kind, comms.cp->size, U, B, T, C, NH);
     if (held != counted) {
         fatal("the %s attention allocated %zu bytes, cp_attention_bytes counts %zu: the memory estimate is out of "
               "date", cp_attention_names[kind], held, counted);

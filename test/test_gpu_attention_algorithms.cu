@@ -75,21 +75,15 @@ flight at once) on device memory against the values they must produce; and where
 over NCCL (cp/comm_nccl.cuh), with the ring and all-gather attention over it.
 With no GPU the binary exits 77 (skipped) on every rank.
 */
-#include "cp/allgather_attention.cuh"
-#include "cp/allgather_attention.h"
+#include "cp/attention.cuh"
+#include "cp/attention.h"
 #include "cp/comm_mpi.h"
 #include "cp/comm_mpi_staged.cuh"
-#include "cp/groupcast_attention.cuh"
-#include "cp/groupcast_attention.h"
 #ifndef NO_NCCL
 #include "cp/comm_nccl.cuh"
 #endif
-#include "cp/ring_attention.cuh"
-#include "cp/ring_attention.h"
 #include "cp/mesh.h"
 #include "cp/sharder.h"
-#include "cp/ulysses_attention.cuh"
-#include "cp/ulysses_attention.h"
 #include "test/lib/gpu_test_utils.cuh"
 #include "test/lib/test_comm.h"
 
@@ -335,24 +329,38 @@ static void ulysses_groups_free(void) {
     }
 }
 
-// Ulysses (i = 0) or the hybrid (i = 1) on the CPU and the GPU, where the heads split
-static void check_ulysses(int i, const char *label, const ShardLayout *layout, const float *qkv, const float *dout,
-                          int C, int NH) {
-    UlyssesGroups *g = &ulysses_groups;
-    if (NH % g->U[i] != 0) { return; }
-    int Tl = layout->local_len;
-    UlyssesAttention cpu;
-    ulysses_attention_init(&cpu, g->host_group[i], g->host_ring[i], B, Tl, C, NH);
-    ulysses_attention_bind(&cpu, layout);
-    UlyssesAttentionCuda gpu;
-    ulysses_attention_cuda_init(&gpu, g->dev_group[i], g->host_group[i], g->dev_ring[i], B, Tl, C, NH);
-    ulysses_attention_cuda_bind(&gpu, layout);
-    check_algorithm(label, i == 0 ? "ulysses" : "hybrid", ulysses_attention_verbs(&cpu),
-                    ulysses_attention_cuda_verbs(&gpu), &gpu.ring.queries, gpu.bytes,
-                    ulysses_attention_cuda_bytes(g->U[i], g->dev_ring[i]->size, B, Tl, C, NH), qkv, dout, B * Tl, C,
-                    NH);
-    ulysses_attention_cuda_free(&gpu);
-    ulysses_attention_free(&cpu);
+// The GPU algorithm's queries (check_algorithm sets their precision) and the device
+// bytes it holds
+static AttentionQueriesCuda *gpu_queries(CpAttentionCuda *a, size_t *held) {
+    switch (a->kind) {
+    case CP_ATTENTION_RING: *held = a->ring.bytes; return &a->ring.queries;
+    case CP_ATTENTION_ALLGATHER: *held = a->allgather.bytes; return &a->allgather.queries;
+    case CP_ATTENTION_GROUPCAST: *held = a->groupcast.bytes; return &a->groupcast.queries;
+    case CP_ATTENTION_ULYSSES:
+    case CP_ATTENTION_HYBRID: break;
+    }
+    *held = a->ulysses.bytes;
+    return &a->ulysses.ring.queries;
+}
+
+// One algorithm (cp/attention.h's kind; stages: group-cast's) on the CPU and the GPU,
+// bound to the layout; the groups it talks over are those of the trainer's mesh
+// (cp/mesh.h), on host memory for the CPU, on device memory for the GPU.
+static void check_kind(const char *label, CpAttentionKind kind, CpAttentionComms host, CpAttentionCommsCuda dev,
+                       int stages, const ShardLayout *layout, const float *qkv, const float *dout, int C, int NH) {
+    int Tl = layout->local_len, U = dev.ulysses ? dev.ulysses->size : 1;
+    CpAttention cpu;
+    cp_attention_init(&cpu, kind, host, stages, B, Tl, C, NH);
+    AttentionVerbs cpu_verbs = cp_attention_bind(&cpu, layout);
+    CpAttentionCuda gpu;
+    cp_attention_cuda_init(&gpu, kind, dev, stages, B, Tl, C, NH);
+    AttentionVerbsCuda gpu_verbs = cp_attention_cuda_bind(&gpu, layout);
+    size_t held;
+    AttentionQueriesCuda *queries = gpu_queries(&gpu, &held);
+    check_algorithm(label, cp_attention_names[kind], cpu_verbs, gpu_verbs, queries, held,
+                    cp_attention_cuda_bytes(kind, dev.cp->size, U, B, Tl, C, NH), qkv, dout, B * Tl, C, NH);
+    cp_attention_cuda_free(&gpu);
+    cp_attention_free(&cpu);
 }
 
 // ulysses 0: ring and all-gather; 1: Ulysses and the hybrid (the emulation is slow:
@@ -391,47 +399,27 @@ static void run_case(Comm *host_comm, Comm *dev_comm, CpLayoutKind kind, int T, 
     for (size_t i = 0; i < nqkv; i++) { qkv[i] = to_float(to_floatX(qkv[i])); }
     for (size_t i = 0; i < nout; i++) { dout[i] = to_float(to_floatX(dout[i])); }
 
-    if (ulysses) {
-        for (int i = 0; i < 2; i++) { check_ulysses(i, label, &sh.layout, qkv, dout, C, NH); }
-        cp_sharder_free(&sh);
-        free(inputs); free(targets); free(qkv); free(dout);
-        return;
+    CpAttentionComms host = {host_comm, NULL, NULL};
+    CpAttentionCommsCuda dev = {dev_comm, host_comm, NULL, NULL, NULL};
+    if (ulysses) { // Ulysses (U = np, [0]) and the hybrid ([1]), where the heads split
+        UlyssesGroups *g = &ulysses_groups;
+        for (int i = 0; i < 2; i++) {
+            if (NH % g->U[i] != 0) { continue; }
+            host.ulysses = g->host_group[i];
+            host.ring = g->host_ring[i];
+            dev.ulysses = g->dev_group[i];
+            dev.ulysses_host = g->host_group[i];
+            dev.ring = g->dev_ring[i];
+            check_kind(label, i == 0 ? CP_ATTENTION_ULYSSES : CP_ATTENTION_HYBRID, host, dev, 1, &sh.layout, qkv,
+                       dout, C, NH);
+        }
+    } else {
+        check_kind(label, CP_ATTENTION_RING, host, dev, 1, &sh.layout, qkv, dout, C, NH);
+        check_kind(label, CP_ATTENTION_ALLGATHER, host, dev, 1, &sh.layout, qkv, dout, C, NH);
+        // group-cast in as many stages as there are peers (the most exchanges in flight)
+        check_kind(label, CP_ATTENTION_GROUPCAST, host, dev, groupcast_max_stages(dev_comm->size), &sh.layout, qkv,
+                   dout, C, NH);
     }
-    RingAttention ring;
-    ring_attention_init(&ring, host_comm, B, Tl, C, NH);
-    ring_attention_bind(&ring, &sh.layout);
-    RingAttentionCuda ring_gpu;
-    ring_attention_cuda_init(&ring_gpu, dev_comm, B, Tl, C, NH);
-    ring_attention_cuda_bind(&ring_gpu, &sh.layout);
-    check_algorithm(label, "ring", ring_attention_verbs(&ring), ring_attention_cuda_verbs(&ring_gpu),
-                    &ring_gpu.queries, ring_gpu.bytes, ring_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH), qkv,
-                    dout, B * Tl, C, NH);
-    ring_attention_cuda_free(&ring_gpu);
-    ring_attention_free(&ring);
-    AllgatherAttention ag;
-    allgather_attention_init(&ag, host_comm, B, Tl, C, NH);
-    allgather_attention_bind(&ag, &sh.layout);
-    AllgatherAttentionCuda ag_gpu;
-    allgather_attention_cuda_init(&ag_gpu, dev_comm, B, Tl, C, NH);
-    allgather_attention_cuda_bind(&ag_gpu, &sh.layout);
-    check_algorithm(label, "allgather", allgather_attention_verbs(&ag), allgather_attention_cuda_verbs(&ag_gpu),
-                    &ag_gpu.queries, ag_gpu.bytes, allgather_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH), qkv,
-                    dout, B * Tl, C, NH);
-    allgather_attention_cuda_free(&ag_gpu);
-    allgather_attention_free(&ag);
-    // group-cast in as many stages as there are peers (the most exchanges in flight)
-    int S = groupcast_max_stages(dev_comm->size);
-    GroupcastAttention gc;
-    groupcast_attention_init(&gc, host_comm, S, B, Tl, C, NH);
-    groupcast_attention_bind(&gc, &sh.layout);
-    GroupcastAttentionCuda gc_gpu;
-    groupcast_attention_cuda_init(&gc_gpu, dev_comm, host_comm, S, B, Tl, C, NH);
-    groupcast_attention_cuda_bind(&gc_gpu, &sh.layout);
-    check_algorithm(label, "groupcast", groupcast_attention_verbs(&gc), groupcast_attention_cuda_verbs(&gc_gpu),
-                    &gc_gpu.queries, gc_gpu.bytes, groupcast_attention_cuda_bytes(dev_comm->size, B, Tl, C, NH), qkv,
-                    dout, B * Tl, C, NH);
-    groupcast_attention_cuda_free(&gc_gpu);
-    groupcast_attention_free(&gc);
 
     cp_sharder_free(&sh);
     free(inputs); free(targets); free(qkv); free(dout);
