@@ -11,6 +11,7 @@ A case that must pass prints "ok CASE" and exits 0; one that must be caught ends
 the emulator's report (exit 66), or, for a launch the chip refuses, in the error
 the runtime returns, said here as "launch refused: ...".
 */
+#include <initializer_list>
 #include <mpi.h>
 #include <stdio.h>
 #include <string.h>
@@ -302,21 +303,26 @@ static void run_instruction_case(const char *name, float *out, float *in) {
     fatal("unknown case '%s' (list: see checks_test list)", name);
 }
 
+// The index of name among the cases of one kernel (its mode argument), -1 if none.
+static int variant(const char *name, std::initializer_list<const char *> names) {
+    int i = 0;
+    for (const char *n : names) {
+        if (strcmp(name, n) == 0) { return i; }
+        i++;
+    }
+    return -1;
+}
+
 static void run_case(const char *name) {
     cudaStream_t s = cuda_ctx.stream;
     float *out = device_floats(1024, 0.0f), *in = device_floats(1024, 1.0f);
-    if (strcmp(name, "tile_with_barrier") == 0) {
-        tile_reverse_kernel<<<2, 128, 0, s>>>(out, in, 1);
-    } else if (strcmp(name, "tile_without_barrier") == 0) {
-        tile_reverse_kernel<<<2, 128, 0, s>>>(out, in, 0);
-    } else if (strcmp(name, "reload_with_barrier") == 0) {
-        tile_reload_kernel<<<1, 128, 0, s>>>(out, in, 1);
-    } else if (strcmp(name, "reload_without_barrier") == 0) {
-        tile_reload_kernel<<<1, 128, 0, s>>>(out, in, 0);
-    } else if (strcmp(name, "publish_with_syncwarp") == 0) {
-        warp_publish_kernel<<<1, 128, 0, s>>>(out, 1);
-    } else if (strcmp(name, "publish_without_syncwarp") == 0) {
-        warp_publish_kernel<<<1, 128, 0, s>>>(out, 0);
+    int v; // the case's variant of its kernel
+    if ((v = variant(name, {"tile_without_barrier", "tile_with_barrier"})) >= 0) {
+        tile_reverse_kernel<<<2, 128, 0, s>>>(out, in, v);
+    } else if ((v = variant(name, {"reload_without_barrier", "reload_with_barrier"})) >= 0) {
+        tile_reload_kernel<<<1, 128, 0, s>>>(out, in, v);
+    } else if ((v = variant(name, {"publish_without_syncwarp", "publish_with_syncwarp"})) >= 0) {
+        warp_publish_kernel<<<1, 128, 0, s>>>(out, v);
     } else if (strcmp(name, "blocks_write_one_word") == 0) {
         all_blocks_write_kernel<<<4, 32, 0, s>>>(out);
     } else if (strcmp(name, "bf16_neighbours") == 0) {
@@ -337,14 +343,9 @@ static void run_case(const char *name) {
         divergent_barrier_kernel<<<1, 64, 0, s>>>(out);
     } else if (strcmp(name, "barrier_and_shuffle_stuck") == 0) {
         stuck_kernel<<<1, 64, 0, s>>>(out);
-    } else if (strcmp(name, "shuffle_mask_without_caller") == 0) {
-        shuffle_kernel<<<1, 32, 0, s>>>(out, 0);
-    } else if (strcmp(name, "shuffle_exited_lane") == 0) {
-        shuffle_kernel<<<1, 32, 0, s>>>(out, 1);
-    } else if (strcmp(name, "shuffle_two_sites") == 0) {
-        shuffle_kernel<<<1, 32, 0, s>>>(out, 2);
-    } else if (strcmp(name, "shuffle_whole_warp") == 0) {
-        shuffle_kernel<<<1, 32, 0, s>>>(out, 3);
+    } else if ((v = variant(name, {"shuffle_mask_without_caller", "shuffle_exited_lane", "shuffle_two_sites",
+                                   "shuffle_whole_warp"})) >= 0) {
+        shuffle_kernel<<<1, 32, 0, s>>>(out, v);
     } else if (strcmp(name, "mma_without_a_lane") == 0) {
         partial_mma_kernel<<<1, 32, 0, s>>>(out);
     } else if (strcmp(name, "shared_64k_without_attribute") == 0) {
