@@ -34,46 +34,43 @@ SIZES=${GPU_PREP_SIZES:-gpu}
 rm -rf "$PREP"
 mkdir -p "$PREP/ref"
 
-# ---- the sizes
-if [[ $SIZES == gpu ]]; then
-    cat > "$PREP/sizes.sh" <<'SIZES'
-# the GPU machine's runs (scripts/gpu_prep.sh)
-PREP_SIZES=gpu
-TIME_SCALE=1                                           # the steps' timeouts and the call's deadline, scaled
-CHECK=(-e d2 -b 4 -t 256 -x 20 -f 0 -l 1e-3 -v 0 -s 0)   # every training of the check
-CHECK_STEPS=20
-CHECK_TOKENS=1024                                      # B x T: the per-token losses of a step
-BF16_MODEL_SHAPE=(-b 16 -t 64)                         # the bf16 test models hold 64 positions: CHECK_TOKENS a step
-RING_RANKS="1 2 3 4"                                   # test_gpu_attention_algorithms
-SANITIZED=(-t 256 -b 1 -nh 2 -hs 64 -r 1)              # bench_attention_gpu under compute-sanitizer
-ATTENTION_LENGTHS="1024 4096 16384"                    # the benchmark's
-ATTENTION_SHAPE=(-b 1 -nh 12 -hs 64)
-TRAIN_LENGTHS="1024 4096 16384"
-TRAIN_TOKENS=16384
-TRAIN_MODEL=d12
-TRAIN_STEPS=6
-SIZES
-else
-    cat > "$PREP/sizes.sh" <<'SIZES'
-# the dry run's, under the CUDA emulation (scripts/gpu_prep.sh): every step, small
-PREP_SIZES=emulation
-TIME_SCALE=40                                          # an emulated step runs far longer than a GPU's
-# d1's weights read as 2 heads of 32 (made below): Ulysses and the hybrid need 2
-# heads, and an emulated step's time goes with the parameters (d2 has twice d1's)
-CHECK=(-e "$PREP/ref/d1_2heads.bin" -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0)
-CHECK_STEPS=2
-CHECK_TOKENS=64
-BF16_MODEL_SHAPE=(-b 1 -t 64)
-RING_RANKS=""                                          # run.sh tests runs them at 1 to 4 ranks already
-SANITIZED=(-t 64 -b 1 -nh 2 -hs 32 -r 1)
-ATTENTION_LENGTHS="64"
-ATTENTION_SHAPE=(-b 1 -nh 2 -hs 32)
-TRAIN_LENGTHS="64"
-TRAIN_TOKENS=64
-TRAIN_MODEL=d1
-TRAIN_STEPS=2
-SIZES
-fi
+# ---- the sizes: NAME, then its value (shell text, as sizes.sh assigns it) on the GPU
+# machine, then in the dry run under the CUDA emulation (every step, small); $PREP in
+# a value is expanded where sizes.sh is sourced
+# shellcheck disable=SC2016
+sizes=(
+    # the steps' timeouts and the call's deadline, scaled: an emulated step runs far
+    # longer than a GPU's
+    TIME_SCALE 1 40
+    # every training of the check; the dry run's d1 weights read as 2 heads of 32 (made
+    # below): Ulysses and the hybrid need 2 heads, and an emulated step's time goes with
+    # the parameters (d2 has twice d1's)
+    CHECK '(-e d2 -b 4 -t 256 -x 20 -f 0 -l 1e-3 -v 0 -s 0)'
+          '(-e "$PREP/ref/d1_2heads.bin" -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0)'
+    CHECK_STEPS 20 2
+    # B x T: the per-token losses of a step
+    CHECK_TOKENS 1024 64
+    # the bf16 test models hold 64 positions: CHECK_TOKENS a step
+    BF16_MODEL_SHAPE '(-b 16 -t 64)' '(-b 1 -t 64)'
+    # test_gpu_attention_algorithms' ranks; none in the dry run: run.sh tests runs them
+    # at 1 to 4 ranks already
+    RING_RANKS '"1 2 3 4"' '""'
+    # bench_attention_gpu under compute-sanitizer
+    SANITIZED '(-t 256 -b 1 -nh 2 -hs 64 -r 1)' '(-t 64 -b 1 -nh 2 -hs 32 -r 1)'
+    # the benchmark's
+    ATTENTION_LENGTHS '"1024 4096 16384"' 64
+    ATTENTION_SHAPE '(-b 1 -nh 12 -hs 64)' '(-b 1 -nh 2 -hs 32)'
+    TRAIN_LENGTHS '"1024 4096 16384"' 64
+    TRAIN_TOKENS 16384 64
+    TRAIN_MODEL d12 d1
+    TRAIN_STEPS 6 2
+)
+column=$([[ $SIZES == gpu ]] && echo 1 || echo 2)
+{
+    echo "# the $SIZES sizes of the call's runs (scripts/gpu_prep.sh says what each is for)"
+    echo "PREP_SIZES=$SIZES"
+    for ((i = 0; i < ${#sizes[@]}; i += 3)); do echo "${sizes[i]}=${sizes[i + column]}"; done
+} > "$PREP/sizes.sh"
 # shellcheck disable=SC1091
 source "$PREP/sizes.sh"
 
