@@ -234,7 +234,7 @@ static void check_gpu(const char *what_base, MmaPrecision precision, AttentionVe
     poison_device(d_dqkv, nqkv * sizeof(floatX));
     gpu.forward(gpu.ctx, d_out, d_lse, d_qkv);
     gpu.backward(gpu.ctx, d_dqkv, d_dout, d_qkv, d_out, d_lse);
-    char what[200];
+    char what[256]; // what_base (check_algorithm's, under 200), the precision and the tensor
     snprintf(what, sizeof(what), "%s %s: O", what_base, precision_name(precision));
     float *got_out = host_copy_floatx(d_out, nout);
     check_rel(what, got_out, out, nout, tolerance(precision, T_O));
