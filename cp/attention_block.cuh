@@ -131,6 +131,15 @@ template <MmaPrecision P, int HS> struct PlainTileBlock {
     __device__ int lane_row(int r) const { return warp * 16 + g + 8 * r; }
     // the tile column of element i (0..3) of the lane's 8-column block n
     __device__ int lane_col(int n, int i) const { return 8 * n + 2 * t + (i & 1); }
+    // f(n, i, row, col) for element i (0..3) of each of the lane's 8-column blocks n of a
+    // (16, R) fragment: row its tile row, col its tile column
+    template <typename F> __device__ void for_each_element(F f) const {
+        #pragma unroll
+        for (int n = 0; n < NT; n++) {
+            #pragma unroll
+            for (int i = 0; i < 4; i++) { f(n, i, lane_row(i >> 1), lane_col(n, i)); }
+        }
+    }
     // how query tile qt sees key tile kt: BLOCK_SKIP, _FULL or _MASKED (uniform over the block)
     __device__ int sees(int qt, int kt) const {
         return p.vis[((size_t)b * p.tiles + qt) * p.tiles + kt];
@@ -220,16 +229,11 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_forwar
         float s[NT][4];
         fragments_zero<NT>(s);
         warp_mma<P, NT, HS, B_NK>(s, qs + tb.warp * 16 * Tl::LD_NK, Tl::LD_NK, ks, Tl::LD_NK);
-        #pragma unroll
-        for (int n = 0; n < NT; n++) {
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int qr = tb.lane_row(i >> 1), kc = tb.lane_col(n, i);
-                if (v == BLOCK_MASKED && !tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qr, k0, kc, T)) {
-                    s[n][i] = -INFINITY;
-                }
+        tb.for_each_element([&](int n, int i, int qr, int kc) {
+            if (v == BLOCK_MASKED && !tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qr, k0, kc, T)) {
+                s[n][i] = -INFINITY;
             }
-        }
+        });
         online_softmax_step<NT, DT>(s, p.scale_log2, m, l, acc);
         fragments_store<NT>(pw, Tl::LD_P, s);
         __syncwarp();
@@ -281,19 +285,15 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         __syncthreads();
         float s[NT][4], dp[NT][4];
         tb.backward_products(s, dp, qs, ks, dos, vs);
-        #pragma unroll
-        for (int n = 0; n < NT; n++) {
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int r = i >> 1, qr = tb.lane_row(r), kc = tb.lane_col(n, i);
-                float ds = 0.0f;
-                if (v == BLOCK_FULL || tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qr, k0, kc, T)) {
-                    float pr = expf(s[n][i] * p.scale - lse[r]);
-                    ds = pr * (dp[n][i] - drow[r]) * p.scale;
-                }
-                s[n][i] = ds;
+        tb.for_each_element([&](int n, int i, int qr, int kc) {
+            int r = i >> 1;
+            float ds = 0.0f;
+            if (v == BLOCK_FULL || tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qr, k0, kc, T)) {
+                float pr = expf(s[n][i] * p.scale - lse[r]);
+                ds = pr * (dp[n][i] - drow[r]) * p.scale;
             }
-        }
+            s[n][i] = ds;
+        });
         fragments_store<NT>(pw, Tl::LD_P, s);
         __syncwarp();
         // the next tile's first __syncthreads orders these reads of dS before its writes
@@ -339,20 +339,15 @@ __global__ static void __launch_bounds__(AttnTile<P, HS>::THREADS) attend_backwa
         // transposed scores: rows are this warp's keys, columns the tile's queries
         float st[NT][4], dpt[NT][4];
         tb.backward_products(st, dpt, ks, qs, vs, dos);
-        #pragma unroll
-        for (int n = 0; n < NT; n++) {
-            #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                int kr = tb.lane_row(i >> 1), qc = tb.lane_col(n, i);
-                float pt = 0.0f, dst = 0.0f;
-                if (v == BLOCK_FULL || tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qc, k0, kr, T)) {
-                    pt = expf(st[n][i] * p.scale - lse_s[qc]);
-                    dst = pt * (dpt[n][i] - drow_s[qc]) * p.scale;
-                }
-                st[n][i] = pt;
-                dpt[n][i] = dst;
+        tb.for_each_element([&](int n, int i, int kr, int qc) {
+            float pt = 0.0f, dst = 0.0f;
+            if (v == BLOCK_FULL || tile_pair_sees<R, R>(coords, coords + 2 * R, q0, qc, k0, kr, T)) {
+                pt = expf(st[n][i] * p.scale - lse_s[qc]);
+                dst = pt * (dpt[n][i] - drow_s[qc]) * p.scale;
             }
-        }
+            st[n][i] = pt;
+            dpt[n][i] = dst;
+        });
         fragments_store<NT>(pw, Tl::LD_P, st);
         __syncwarp();
         warp_mma<P, DT, R, B_KN>(acc_dv, pw, Tl::LD_P, dos, Tl::LD_KN);
