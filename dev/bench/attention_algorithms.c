@@ -73,15 +73,16 @@ static size_t activation_floats(GPT2Config c, int layers, int B, int T) {
 }
 
 // ----------------------------------------------------------------------------
-// a Comm that counts what this rank sends, and passes every verb on
+// the MPI transport (cp/comm_mpi.h), counting what this rank sends: its Comm with the
+// verbs that send replaced by ones that count, then run its own
 
 typedef struct {
-    Comm *inner;
+    Comm comm;     // the MPI transport's Comm, first: a Comm * of the Counter is the Counter
     size_t bytes;  // bytes that left this rank
     long messages; // point-to-point messages of the schedule
 } Counter;
 
-static Counter *counter_of(Comm *comm) { return (Counter *)comm->impl; }
+static Counter *counter_of(Comm *comm) { return (Counter *)comm; }
 
 static void count(Comm *comm, size_t bytes, long messages) {
     if (comm->size == 1) { return; } // nothing leaves the rank
@@ -91,77 +92,52 @@ static void count(Comm *comm, size_t bytes, long messages) {
 
 static void *counting_ring_start(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes) {
     count(comm, bytes, 1);
-    Comm *in = counter_of(comm)->inner;
-    return in->ring_start(in, send_buf, recv_buf, bytes);
-}
-
-static void counting_ring_wait(Comm *comm, void *exchange) {
-    Comm *in = counter_of(comm)->inner;
-    in->ring_wait(in, exchange);
+    return comm_mpi_ring_start(comm, send_buf, recv_buf, bytes);
 }
 
 static void counting_all_reduce_sum(Comm *comm, void *buf, size_t count_, CommType type) {
     int n = comm->size;
     count(comm, 2 * (n - 1) * (count_ * comm_type_size(type) / n), 2 * (n - 1));
-    Comm *in = counter_of(comm)->inner;
-    in->all_reduce_sum(in, buf, count_, type);
+    comm_mpi_all_reduce_sum(comm, buf, count_, type);
 }
 
 static void counting_all_gather(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank) {
     count(comm, (comm->size - 1) * bytes_per_rank, comm->size - 1);
-    Comm *in = counter_of(comm)->inner;
-    in->all_gather(in, send_buf, recv_buf, bytes_per_rank);
+    comm_mpi_all_gather(comm, send_buf, recv_buf, bytes_per_rank);
 }
 
 static void counting_reduce_scatter_sum(Comm *comm, const void *send_buf, void *recv_buf, size_t count_,
                                         CommType type) {
     count(comm, (comm->size - 1) * count_ * comm_type_size(type), comm->size - 1);
-    Comm *in = counter_of(comm)->inner;
-    in->reduce_scatter_sum(in, send_buf, recv_buf, count_, type);
+    comm_mpi_reduce_scatter_sum(comm, send_buf, recv_buf, count_, type);
 }
 
 static void counting_all_to_all(Comm *comm, const void *send_buf, void *recv_buf, size_t bytes_per_rank) {
     count(comm, (comm->size - 1) * bytes_per_rank, comm->size - 1);
-    Comm *in = counter_of(comm)->inner;
-    in->all_to_all(in, send_buf, recv_buf, bytes_per_rank);
+    comm_mpi_all_to_all(comm, send_buf, recv_buf, bytes_per_rank);
 }
 
 static void counting_broadcast(Comm *comm, void *buf, size_t bytes, int root) {
     count(comm, comm->rank == root ? bytes : 0, comm->rank == root ? comm->size - 1 : 0);
-    Comm *in = counter_of(comm)->inner;
-    in->broadcast(in, buf, bytes, root);
+    comm_mpi_broadcast(comm, buf, bytes, root);
 }
 
-static void counting_barrier(Comm *comm) {
-    Comm *in = counter_of(comm)->inner;
-    in->barrier(in);
-}
-
-static void counting_destroy(Comm *comm) {
-    Comm *in = counter_of(comm)->inner;
-    in->destroy(in);
-    free(comm->impl);
-    free(comm);
-}
-
-// the verbs the algorithms here call (group-cast, the one that posts all-to-all-v, is
-// not among them), each counted, then run by the inner Comm
-static const Comm counting_verbs = {
-    .ring_start = counting_ring_start,
-    .ring_wait = counting_ring_wait,
-    .all_reduce_sum = counting_all_reduce_sum,
-    .all_gather = counting_all_gather,
-    .reduce_scatter_sum = counting_reduce_scatter_sum,
-    .all_to_all = counting_all_to_all,
-    .broadcast = counting_broadcast,
-    .barrier = counting_barrier,
-    .destroy = counting_destroy,
-};
-
-static Comm *counting_comm(Comm *inner) {
+// The MPI transport over mc, counted. The algorithms here post no all-to-all-v
+// (group-cast, the one that does, is not among them): those verbs, the waits, the
+// barrier and destroy (which frees the Counter, the Comm it begins) are the
+// transport's own.
+static Comm *counting_comm(MPI_Comm mc) {
+    Comm *mpi = comm_mpi_create(mc);
     Counter *c = (Counter *)callocCheck(1, sizeof(Counter));
-    c->inner = inner;
-    return comm_new(&counting_verbs, c, inner->rank, inner->size);
+    c->comm = *mpi;
+    free(mpi); // its verbs and state live on in c->comm
+    c->comm.ring_start = counting_ring_start;
+    c->comm.all_reduce_sum = counting_all_reduce_sum;
+    c->comm.all_gather = counting_all_gather;
+    c->comm.reduce_scatter_sum = counting_reduce_scatter_sum;
+    c->comm.all_to_all = counting_all_to_all;
+    c->comm.broadcast = counting_broadcast;
+    return &c->comm;
 }
 
 // ----------------------------------------------------------------------------
@@ -183,7 +159,7 @@ typedef struct {
 static Comm *split_comm(MPI_Comm parent, int color, int key) {
     MPI_Comm mc;
     MPI_Comm_split(parent, color, key, &mc);
-    return counting_comm(comm_mpi_create(mc));
+    return counting_comm(mc);
 }
 
 static void algorithm_init(Algorithm *a, int algorithm, int U, int B, int Tl, int C, int NH) {
