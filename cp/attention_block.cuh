@@ -457,8 +457,8 @@ static void attention_launch(K kernel, dim3 grid, int threads, size_t bytes, con
 }
 
 // The kernels of one block in the run's precision and head size: the forward, or
-// (backward 1) the backward's dQ then its dK, dV. The flash kernels' blocks take
-// FlashTile::SUBS query tiles each on their query side.
+// (backward 1) the backward's dQ then its dK, dV. A block of the flash forward and dQ
+// kernels takes FlashTile::SUBS query tiles (flash_grid), of the others one tile (grid).
 static void attention_block_launch(const AttentionQueriesCuda *aq, const AttnBlockArgs &a, int backward) {
     dim3 grid(a.tiles, aq->NH, aq->B);
     attention_dispatch(aq->precision, aq->C / aq->NH, [&](auto kernel) {
