@@ -21,7 +21,9 @@ set -euo pipefail
 cd "$REPO"
 read -ra MPIRUN <<< "$MPIRUN_LINE"
 make -s train_gpt2cp_cpu
-ARGS=(-e d1 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0 -n 1) # -n 1: a checkpoint every step (the resume below)
+# -n 1: a checkpoint every step (the resume below); -mt 64: a position table of T rows,
+# so that at cp > 1 every rank owns rows of it that the tokens use (cp/position_table.cuh)
+ARGS=(-e d1 -mt 64 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0 -n 1)
 # compare CPU GPU: the two runs' step losses side by side, and their per-token losses
 # within 1e-4
 compare() {
