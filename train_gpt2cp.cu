@@ -45,6 +45,7 @@ fp32 build -f 1 (default) lets cuBLAS use TF32 tensor cores, -f 0 is full fp32
 #include "cp/position_table.cuh"
 #include "cp/attention.cuh"
 #include "llmc/gpt2.cuh"
+#include "train/memory_cuda.cuh"
 #include "train/test_hooks.h"
 
 #define TRANSPORTS "transport: nccl | mpi"
@@ -289,16 +290,7 @@ int main(int argc, char **argv) {
              sizeof(floatX) != sizeof(float) ? "" : cfg.tf32 ? ", TF32 on" : ", TF32 off");
     GPT2 host;
     TrainRun run;
-    TrainerMemory memory = {.name = trainer_name,
-                            .transport = cfg.transport,
-                            .attention_bytes = cp_attention_cuda_bytes,
-                            .device_token_bytes = activations_cuda_extra_bytes,
-                            .value_bytes = sizeof(floatX),
-                            .weight_copy_bytes = GPT2_CUDA_WEIGHT_COPY_BYTES,
-                            .host = 0,
-                            .splits_position_table = 1,
-                            .available = device_memory_available,
-                            .runtime_bytes = NULL};
+    TrainerMemory memory = trainer_memory_cuda(trainer_name, cfg.transport, device_memory_available);
     train_run_start(&run, &host, &cfg, layout, mesh, &memory);
     GPT2Cuda model;
     load_model(&model, &host, ranks.world, run.params_from_shards, cfg.gelu_fusion != 0);

@@ -110,7 +110,7 @@ if [[ $header != "$expected_header" ]]; then
 fi
 # the reloaded run must be the d1 run: same losses at every step, bit for bit in
 # main.log (same binary, same rank count, same weights)
-train_b reload_b2 1 2 -cp 1 -cl identity -e "$CKPT"
+train_b reload_b2 1 2 -cp 1 -cl identity -mt 0 -e "$CKPT" # -mt 0: the file brings its own table
 first_ref=$(grep -m1 '^s:0 trl:' "$WORK/ref_b2/main.log")
 first_reload=$(grep -m1 '^s:0 trl:' "$WORK/reload_b2/main.log")
 echo "first step from -e d1: '$first_ref'; from the checkpoint: '$first_reload'"
