@@ -32,6 +32,7 @@ the mesh's MPI communicators. The trainers differ only in where the model runs.
 #include "train/model_init.h"
 #include "train/outputs.h"
 #include "train/progress.h"
+#include "train/checkpoint_write.h"
 #include "train/resume.h"
 #include "train/run.h"
 #include "train/sample.h"
@@ -59,8 +60,13 @@ static void train_run_start(TrainRun *run, GPT2 *model, const TrainConfig *cfg, 
                                                  (CpAttentionKind)cp_attention_from_name(cfg->attention));
     check_memory_fits(tm, &memory, cfg);
     init_model_host(model, cfg, resume_step, c);
+    if (position_table_split(tm, cfg)) { // this rank's rows of the position table (cp/position_table.h)
+        int begin, end;
+        position_slice(c.max_seq_len, mesh->cp_size, mesh->cp_rank, &begin, &end);
+        gpt2_position_rows(model, (size_t)begin, (size_t)end, (size_t)position_slice_room(c.max_seq_len, mesh->cp_size));
+    }
     size_t opt_begin, opt_end; // -z 1: this rank's shard of the AdamW state
-    zero_shard(cfg->zero_stage, model->num_parameters, mesh->world_rank, mesh->world_size, &opt_begin, &opt_end);
+    zero_shard(cfg->zero_stage, model->num_trained, mesh->world_rank, mesh->world_size, &opt_begin, &opt_end);
     gpt2_optimizer_range(model, opt_begin, opt_end);
     train_run_init(run, cfg, layout, mesh, model->config, resume_step);
     check_model_and_data_agree(model->config, &run->train_loader, cfg->val_every > 0 ? &run->val_loader : NULL);

@@ -42,8 +42,10 @@ fp32 build -f 1 (default) lets cuBLAS use TF32 tensor cores, -f 0 is full fp32
 #include "cp/comm_nccl.cuh"
 #endif
 #include "cp/loss.cuh"
+#include "cp/position_table.cuh"
 #include "cp/attention.cuh"
 #include "llmc/gpt2.cuh"
+#include "train/memory_cuda.cuh"
 #include "train/test_hooks.h"
 
 #define TRANSPORTS "transport: nccl | mpi"
@@ -52,7 +54,9 @@ typedef struct {
     Comm *world;   // every rank, device memory: parameters, gradients and the loss
     Comm *cp;      // this replica's CP group, device memory: the ring
     Comm *self;    // this rank alone, device memory: sampling runs unsharded
-    Comm *cp_host; // the CP group on host memory: the -tl gather (cp_gather_tokens), group-cast's plan
+    Comm *dp;      // the DP group, device memory: the position table's rows (cp/position_table.cuh)
+    Comm *cp_host; // the CP group on host memory: the -tl gather (cp_gather_tokens), group-cast's plan, the
+                   // position table's routing
     Comm *dp_host; // the DP group on host memory: the replicas' -tl rows
     Comm *ulysses; // this rank's Ulysses group (cp/mesh.h), device memory, and on host memory
     Comm *ulysses_host;
@@ -106,11 +110,13 @@ static Comm *device_comm_create(int use_nccl, MPI_Comm mc) {
 static Ranks ranks_init(int cp_size, int ulysses_size, int with_ulysses, int use_nccl) {
     Ranks r;
     MeshComms mc;
-    MPI_Comm cp_host;
+    MPI_Comm cp_host, dp_device;
     r.mesh = mesh_split_mpi(cp_size, ulysses_size, job_comm(), &mc);
     COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(mc.cp, &cp_host));
+    COMM_BLOCKING("MPI_Comm_dup", MPI_Comm_dup(mc.dp, &dp_device));
     r.world = device_comm_create(use_nccl, mc.world);
     r.cp = device_comm_create(use_nccl, mc.cp);
+    r.dp = device_comm_create(use_nccl, dp_device);
     r.self = device_comm_create(use_nccl, mc.self);
     r.cp_host = comm_mpi_create(cp_host);
     r.dp_host = comm_mpi_create(mc.dp);
@@ -129,7 +135,7 @@ static Ranks ranks_init(int cp_size, int ulysses_size, int with_ulysses, int use
 }
 
 static void ranks_free(Ranks *r) {
-    Comm *comms[] = {r->world, r->cp, r->self, r->cp_host, r->dp_host, r->ulysses, r->ulysses_host, r->ring};
+    Comm *comms[] = {r->world, r->cp, r->dp, r->self, r->cp_host, r->dp_host, r->ulysses, r->ulysses_host, r->ring};
     for (size_t i = 0; i < sizeof(comms) / sizeof(comms[0]); i++) {
         if (comms[i] != NULL) { comms[i]->destroy(comms[i]); }
     }
@@ -284,15 +290,7 @@ int main(int argc, char **argv) {
              sizeof(floatX) != sizeof(float) ? "" : cfg.tf32 ? ", TF32 on" : ", TF32 off");
     GPT2 host;
     TrainRun run;
-    TrainerMemory memory = {.name = trainer_name,
-                            .transport = cfg.transport,
-                            .attention_bytes = cp_attention_cuda_bytes,
-                            .device_token_bytes = activations_cuda_extra_bytes,
-                            .value_bytes = sizeof(floatX),
-                            .weight_copy_bytes = GPT2_CUDA_WEIGHT_COPY_BYTES,
-                            .host = 0,
-                            .available = device_memory_available,
-                            .runtime_bytes = NULL};
+    TrainerMemory memory = trainer_memory_cuda(trainer_name, cfg.transport, device_memory_available);
     train_run_start(&run, &host, &cfg, layout, mesh, &memory);
     GPT2Cuda model;
     load_model(&model, &host, ranks.world, run.params_from_shards, cfg.gelu_fusion != 0);
@@ -305,6 +303,10 @@ int main(int argc, char **argv) {
     CpAttentionCommsCuda comms = {ranks.cp, ranks.cp_host, ranks.ulysses, ranks.ulysses_host, ranks.ring};
     cp_attention_cuda_init(&attention, (CpAttentionKind)kind, comms, cfg.stages, cfg.B,
                            run.local_T, c.channels, c.num_heads);
+    PositionTableCuda table;
+    int split = position_table_split(&memory, &cfg);
+    position_table_cuda_init(&table, split ? ranks.cp : ranks.self, split ? ranks.cp_host : NULL,
+                             split ? ranks.dp : ranks.world, c.max_seq_len, c.channels, acts.B * acts.T);
     Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention};
     step_loss_cuda_init(&tr.step_loss);
     int print_host_waits = test_hook_host_waits();
@@ -322,7 +324,7 @@ int main(int argc, char **argv) {
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
         if (run_checkpoints(&run, &cfg, step, last_step)) {
             gpt2_cuda_to_host(&model);
-            save_checkpoint(&run, &cfg, mesh, &model.host, step, model_file_version());
+            save_checkpoint(&run, &cfg, mesh, &model.host, table.host.group_host, step, model_file_version());
         }
         if (last_step) { break; }
 
@@ -338,16 +340,20 @@ int main(int argc, char **argv) {
             step_loss_add_cuda(&tr.step_loss, forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
                                                            run.train_loader.loss_mask, &sh, run.grad_accum_steps));
             gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
+            // the rows of positions other ranks own, to them, in the dead gradient scratch
+            position_table_send_gradients_cuda(&table, model.grads.wpe, acts.t.dresidual, sh.layout.position,
+                                               acts.B * acts.T, acts.t.dbt4c, acts.t.dbtc);
             if (cfg.token_loss_path) {
                 write_token_losses(&run.token_losses, &sh, ranks.cp_host, ranks.dp_host, shard_losses(&tr),
                                    run.train_loader.loss_mask);
             }
             cp_sharder_free(&sh);
         }
-        ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
+        position_table_sum_gradients_cuda(&table, ranks.world, model.grads_memory, model.host.num_trained,
+                                          model.host.grad_sizes[0], &tr.step_loss.device->norm_squared);
         // the step's one wait for the device: its loss and gradient norm, before the
         // update, which the host queues and leaves running into the next step
-        StepEnd end = step_end_cuda(&tr.step_loss, model.grads_memory, model.num_parameters);
+        StepEnd end = step_end_cuda(&tr.step_loss);
         check_step_finite(&cfg, step, end.loss, end.grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
         if (!skip_update(&run, &cfg, master, &end)) {
@@ -355,6 +361,10 @@ int main(int argc, char **argv) {
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
             // the other ranks' shards came in fp32: their floatX copy too
             if (cfg.zero_stage >= 1) { gpt2_cuda_round_weights(&model); }
+            if (split) {
+                position_table_gather_rows(&table.host, model.params_memory + model.host.param_sizes[0]);
+                gpt2_cuda_round_tensor(&model, 1);
+            }
         }
         if (print_host_waits) {
             printf("rank %d step %d: %ld host wait(s)\n", mesh->world_rank, step, cuda_ctx.host_waits - waits_before);
@@ -366,6 +376,7 @@ int main(int argc, char **argv) {
     print_peak_memory(mesh);
     free(tr.losses_host);
     step_loss_cuda_free(&tr.step_loss);
+    position_table_cuda_free(&table);
     train_run_free(&run, &cfg);
     cp_attention_cuda_free(&attention);
     activations_cuda_free(&acts);

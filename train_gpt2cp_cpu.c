@@ -14,7 +14,8 @@ group of cp ranks that share every sequence of the replica's batch. Per step:
     4. the loss is the mean over the valid targets of the whole global batch;
        gradients are summed over all ranks, so every rank takes the same step
        (at -z 1 each rank updates its shard of the parameters, then they are
-       all-gathered: train/zero.h)
+       all-gathered: train/zero.h); at -z 0 the position table's rows are
+       trained by their owners in the CP group (cp/position_table.h)
 
 Same flags as the GPU trainer; see -h.
 */
@@ -22,6 +23,7 @@ Same flags as the GPU trainer; see -h.
 #include "train_common.h"
 #include "cp/comm_mpi.h"
 #include "cp/loss.h"
+#include "cp/position_table.h"
 #include "cp/attention.h"
 #include "train/cpu_runtime_memory.h"
 #include "train/test_hooks.h"
@@ -165,6 +167,7 @@ int main(int argc, char **argv) {
                             .value_bytes = sizeof(float),
                             .weight_copy_bytes = 0,
                             .host = 1,
+                            .splits_position_table = 1,
                             .available = host_memory_available,
                             .runtime_bytes = cpu_runtime_bytes};
     train_run_start(&run, &model, &cfg, layout, mesh, &memory);
@@ -180,6 +183,10 @@ int main(int argc, char **argv) {
     CpAttentionComms comms = {ranks.cp, ranks.ulysses, ranks.ring};
     cp_attention_init(&attention, (CpAttentionKind)kind, comms, cfg.stages, cfg.B, run.local_T, c.channels,
                       c.num_heads);
+    PositionTable table;
+    int split = position_table_split(&memory, &cfg);
+    position_table_init(&table, split ? ranks.cp : ranks.self, split ? ranks.cp : NULL,
+                        split ? ranks.dp : ranks.world, c.max_seq_len, c.channels, acts.B * acts.T);
     Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention};
 
     for (int step = run.start_step; step <= run.steps; step++) {
@@ -193,7 +200,7 @@ int main(int argc, char **argv) {
         }
         if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
         if (run_checkpoints(&run, &cfg, step, last_step)) {
-            save_checkpoint(&run, &cfg, mesh, &model, step, model_file_version());
+            save_checkpoint(&run, &cfg, mesh, &model, table.group_host, step, model_file_version());
         }
         if (last_step) { break; }
 
@@ -209,19 +216,25 @@ int main(int argc, char **argv) {
             step_loss_add(&tr.step_loss, forward_step(&tr, run.train_loader.inputs, run.train_loader.targets,
                                                       run.train_loader.loss_mask, &sh, run.grad_accum_steps));
             gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
+            // the rows of positions other ranks own, to them; the backward's
+            // gradient scratch is dead now and carries them
+            position_table_send_gradients(&table, model.grads.wpe, acts.t.dresidual, sh.layout.position,
+                                          acts.B * acts.T, acts.t.dbt4c, acts.t.dbtc);
             if (cfg.token_loss_path) {
                 write_token_losses(&run.token_losses, &sh, ranks.cp, ranks.dp, shard_losses(&tr), run.train_loader.loss_mask);
             }
             cp_sharder_free(&sh);
         }
-        ranks.world->all_reduce_sum(ranks.world, model.grads_memory, model.num_parameters, COMM_FLOAT);
+        double norm_squared = position_table_sum_gradients(&table, ranks.world, model.grads_memory, model.num_trained,
+                                                           model.grad_sizes[0]);
         // the step's loss and gradient norm, before the update
-        StepEnd end = step_end(&tr.step_loss, model.grads_memory, model.num_parameters);
+        StepEnd end = step_end_of(&tr.step_loss, norm_squared);
         check_step_finite(&cfg, step, end.loss, end.grad_norm);
         float lr = learning_rate_at(&run.schedule, step);
         if (!skip_update(&run, &cfg, master, &end)) {
             gpt2_update(&model, lr, cfg.weight_decay, end.update_scale, step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
+            position_table_gather_rows(&table, model.params.wpe);
         }
         train_run_end_step(&run, master, step, &end, lr, wall_seconds() - start);
     }
@@ -229,6 +242,7 @@ int main(int argc, char **argv) {
     print_no_target_summary(&run, master);
     print_peak_memory(mesh);
     train_run_free(&run, &cfg);
+    position_table_free(&table);
     cp_attention_free(&attention);
     activations_free(&acts);
     gpt2_free(&model);

@@ -93,4 +93,24 @@ static size_t comm_type_size(CommType type) {
     return 0;
 }
 
+// The slice [*begin, *end) of n units that rank `rank` of `size` holds when n is
+// split into equal slices, n / size each, and the last rank also holds the fewer
+// than size left over: nothing is padded.
+static void comm_slice(size_t n, int rank, int size, size_t *begin, size_t *end) {
+    size_t S = n / (size_t)size;
+    *begin = (size_t)rank * S;
+    *end = rank == size - 1 ? n : *begin + S;
+}
+
+// Every rank's buf (n units of unit_bytes, in the comm's memory) becomes the
+// slices' holders' (comm_slice): the equal slices gathered in place, and the last
+// rank's leftover broadcast.
+static void comm_gather_slices(Comm *comm, void *buf, size_t n, size_t unit_bytes) {
+    if (comm->size == 1) { return; }
+    size_t S = n / (size_t)comm->size, gathered = S * (size_t)comm->size;
+    char *bytes = (char *)buf;
+    if (S > 0) { comm->all_gather(comm, bytes + (size_t)comm->rank * S * unit_bytes, bytes, S * unit_bytes); }
+    if (n > gathered) { comm->broadcast(comm, bytes + gathered * unit_bytes, (n - gathered) * unit_bytes, comm->size - 1); }
+}
+
 #endif // CP_COMM_H

@@ -137,11 +137,10 @@ static void step_loss_add_cuda(StepLossCuda *s, const LossStats *batch) {
     cudaCheckLaunch();
 }
 
-// The end of the step (step_end of cp/loss.h) from the device: the gradients' sum
-// of squares, then the step's record to the host, and the step's one wait for the
-// device. grads: (n) device, summed over the world.
-static StepEnd step_end_cuda(StepLossCuda *s, const float *grads, size_t n) {
-    global_norm_squared_cuda(&s->device->norm_squared, grads, n);
+// The end of the step (step_end_of of cp/loss.h) from the device: the step's
+// record to the host, its norm_squared filled by the caller (the gradients summed
+// over the world: cp/position_table.cuh), and the step's one wait for the device.
+static StepEnd step_end_cuda(StepLossCuda *s) {
     cudaCheck(cudaMemcpyAsync(s->host, s->device, sizeof(*s->host), cudaMemcpyDeviceToHost, cuda_ctx.stream));
     cuda_sync();
     return step_end_of(&s->host->step, s->host->norm_squared);

@@ -133,9 +133,4 @@ static StepEnd step_end_of(const StepLoss *s, double grad_norm_squared) {
     return end;
 }
 
-// The end of the step on the CPU. grads: (n) the gradients summed over the world.
-static StepEnd step_end(const StepLoss *s, const float *grads, size_t n) {
-    return step_end_of(s, global_norm_squared(grads, n));
-}
-
 #endif // CP_LOSS_H

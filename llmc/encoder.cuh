@@ -74,19 +74,25 @@ static void token_buckets_free(TokenBuckets *tb) {
     memset(tb, 0, sizeof(*tb));
 }
 
-// A stable counting sort of the BT tokens by key (host), then the buckets to the device.
-// keys: (BT) host, each in [0, num_rows)
-static void token_buckets_build(TokenBuckets *tb, const int *keys, int BT) {
+// A stable counting sort of the BT tokens by key (host), then the buckets to the
+// device. The table's rows are the keys [first, end) (row key - first); a token
+// whose key lies outside adds to no row here. keys: (BT) host, each in [0, num_rows)
+static void token_buckets_build(TokenBuckets *tb, const int *keys, int BT, int first, int end) {
     if (BT > tb->capacity) { fatal("token buckets: %d tokens, room for %d", BT, tb->capacity); }
-    int *counts = tb->counts;
-    memset(counts, 0, ((size_t)tb->num_rows + 1) * sizeof(int));
+    if (first < 0 || first > end || end - first > tb->num_rows) {
+        fatal("token buckets: rows [%d, %d), room for %d", first, end, tb->num_rows);
+    }
+    int *counts = tb->counts, rows = end - first, kept = 0;
+    memset(counts, 0, ((size_t)rows + 1) * sizeof(int));
     for (int i = 0; i < BT; i++) {
-        if (keys[i] < 0 || keys[i] >= tb->num_rows) { fatal("token buckets: row %d outside [0, %d)", keys[i], tb->num_rows); }
-        counts[keys[i] + 1]++;
+        if (keys[i] < 0) { fatal("token buckets: row %d is negative", keys[i]); }
+        if (keys[i] < first || keys[i] >= end) { continue; }
+        counts[keys[i] - first + 1]++;
+        kept++;
     }
     // counts[r] becomes the start of row r in order; the non-empty rows become buckets
     tb->buckets = 0;
-    for (int r = 0; r < tb->num_rows; r++) {
+    for (int r = 0; r < rows; r++) {
         if (counts[r + 1] > 0) {
             tb->rows[tb->buckets] = r;
             tb->starts[tb->buckets] = counts[r];
@@ -94,9 +100,11 @@ static void token_buckets_build(TokenBuckets *tb, const int *keys, int BT) {
         }
         counts[r + 1] += counts[r];
     }
-    tb->starts[tb->buckets] = BT;
-    for (int i = 0; i < BT; i++) { tb->order[counts[keys[i]]++] = i; } // increasing i within a row: stable
-    cuda_upload(tb->d_order, tb->order, (size_t)BT * sizeof(int));
+    tb->starts[tb->buckets] = kept;
+    for (int i = 0; i < BT; i++) { // increasing i within a row: stable
+        if (keys[i] >= first && keys[i] < end) { tb->order[counts[keys[i] - first]++] = i; }
+    }
+    cuda_upload(tb->d_order, tb->order, (size_t)kept * sizeof(int));
     cuda_upload(tb->d_starts, tb->starts, ((size_t)tb->buckets + 1) * sizeof(int));
     cuda_upload(tb->d_rows, tb->rows, (size_t)tb->buckets * sizeof(int));
 }
@@ -114,22 +122,26 @@ __global__ static void embedding_backward_kernel(float *dtable, const floatX *do
     *dst = acc;
 }
 
+// dtable: the rows [first, end) of a table, row first at 0; the tokens whose keys
+// lie outside add nothing here
 static void embedding_backward_cuda(float *dtable, const floatX *dout, TokenBuckets *tb, const int *keys, int BT,
-                                    int C) {
-    token_buckets_build(tb, keys, BT);
+                                    int first, int end, int C) {
+    token_buckets_build(tb, keys, BT, first, end);
     if (tb->buckets == 0) { return; }
     dim3 grid(tb->buckets, grid_for(C, 128));
     embedding_backward_kernel<<<grid, 128, 0, cuda_ctx.stream>>>(dtable, dout, tb->d_order, tb->d_starts, tb->d_rows, C);
     cudaCheckLaunch();
 }
 
-// Accumulates into dwte and dwpe.
+// Accumulates into dwte and into the rows [wpe_begin, wpe_end) of the position
+// table that dwpe holds (row wpe_begin first), as encoder_backward of encoder.h.
 // dout: (B, T, C) device   inp, pos: (B, T) HOST (the sharder's arrays)
 // wte_buckets: BT tokens over Vp rows; wpe_buckets: BT tokens over maxT rows
-static void encoder_backward_cuda(float *dwte, float *dwpe, const floatX *dout, const int *inp, const int *pos,
-                                  int B, int T, int C, TokenBuckets *wte_buckets, TokenBuckets *wpe_buckets) {
-    embedding_backward_cuda(dwte, dout, wte_buckets, inp, B * T, C);
-    embedding_backward_cuda(dwpe, dout, wpe_buckets, pos, B * T, C);
+static void encoder_backward_cuda(float *dwte, float *dwpe, int wpe_begin, int wpe_end, const floatX *dout,
+                                  const int *inp, const int *pos, int B, int T, int C, TokenBuckets *wte_buckets,
+                                  TokenBuckets *wpe_buckets) {
+    embedding_backward_cuda(dwte, dout, wte_buckets, inp, B * T, 0, wte_buckets->num_rows, C);
+    embedding_backward_cuda(dwpe, dout, wpe_buckets, pos, B * T, wpe_begin, wpe_end, C);
 }
 
 #endif // LLMC_ENCODER_CUH

@@ -22,17 +22,19 @@ static void encoder_forward(float *out, const int *inp, const int *pos, const fl
     }
 }
 
-// Accumulates into dwte and dwpe. Serial on purpose: two tokens may share a row.
-static void encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, const int *pos,
-                             int B, int T, int C) {
+// Accumulates into dwte and into the rows [wpe_begin, wpe_end) of the position
+// table that dwpe holds (row wpe_begin first): the gradient of a position
+// outside them is another rank's to add (cp/position_table.h sends it there).
+// Serial on purpose: two tokens may share a row.
+static void encoder_backward(float *dwte, float *dwpe, int wpe_begin, int wpe_end, const float *dout, const int *inp,
+                             const int *pos, int B, int T, int C) {
     for (int bt = 0; bt < B * T; bt++) {
         const float *dout_bt = dout + (size_t)bt * C;
         float *dwte_ix = dwte + (size_t)inp[bt] * C;
-        float *dwpe_p = dwpe + (size_t)pos[bt] * C;
-        for (int i = 0; i < C; i++) {
-            dwte_ix[i] += dout_bt[i];
-            dwpe_p[i] += dout_bt[i];
-        }
+        for (int i = 0; i < C; i++) { dwte_ix[i] += dout_bt[i]; }
+        if (pos[bt] < wpe_begin || pos[bt] >= wpe_end) { continue; }
+        float *dwpe_p = dwpe + (size_t)(pos[bt] - wpe_begin) * C;
+        for (int i = 0; i < C; i++) { dwpe_p[i] += dout_bt[i]; }
     }
 }
 

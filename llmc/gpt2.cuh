@@ -102,23 +102,23 @@ static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
     memset(host, 0, sizeof(*host));
     model->config = model->host.config;
     model->num_parameters = model->host.num_parameters;
-    size_t bytes = model->num_parameters * sizeof(float);
+    size_t bytes = model->num_parameters * sizeof(float), grad_bytes = model->host.num_trained * sizeof(float);
     size_t moment_bytes = gpt2_cuda_moment_bytes(model);
     model->params_memory = (float *)cudaMallocCheck(bytes);
-    model->grads_memory = (float *)cudaMallocCheck(bytes);
+    model->grads_memory = (float *)cudaMallocCheck(grad_bytes);
     model->m_memory = (float *)cudaMallocCheck(moment_bytes);
     model->v_memory = (float *)cudaMallocCheck(moment_bytes);
     model->params_x = GPT2_CUDA_WEIGHT_COPY_BYTES > 0
                           ? (floatX *)cudaMallocCheck(model->num_parameters * GPT2_CUDA_WEIGHT_COPY_BYTES)
                           : (floatX *)model->params_memory;
     model->gelu_fusion = 1;
-    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, bytes, cuda_ctx.stream));
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, grad_bytes, cuda_ctx.stream));
     cuda_upload_pageable(model->params_memory, model->host.params_memory, bytes);
     cuda_upload_pageable(model->m_memory, model->host.m_memory, moment_bytes);
     cuda_upload_pageable(model->v_memory, model->host.v_memory, moment_bytes);
     gpt2_cuda_round_weights(model);
     point_parameters_of(&model->params, model->params_x, model->host.param_sizes, sizeof(floatX));
-    point_parameters(&model->grads, model->grads_memory, model->host.param_sizes);
+    point_parameters(&model->grads, model->grads_memory, model->host.grad_sizes);
     // the largest deterministic reduction's scratch: dbias of fcb (4C) and layernorm's two sums
     size_t C = model->config.channels;
     cuda_scratch(2 * COLUMN_SUM_CHUNKS * 4 * C * sizeof(float));
@@ -260,7 +260,7 @@ static const floatX *gpt2_cuda_logits(GPT2Cuda *model, ActivationsCuda *acts, si
 }
 
 static void gpt2_cuda_zero_grad(GPT2Cuda *model) {
-    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->num_parameters * sizeof(float), cuda_ctx.stream));
+    cudaCheck(cudaMemsetAsync(model->grads_memory, 0, model->host.num_trained * sizeof(float), cuda_ctx.stream));
 }
 
 // gpt2_backward on the device: the rest of the gradient, from the gradient of lnf
@@ -311,23 +311,34 @@ static void gpt2_cuda_backward(GPT2Cuda *model, ActivationsCuda *acts, const int
         layernorm_backward_cuda(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, v.residual, p.ln1w + l * C,
                                 v.ln1_mean, v.ln1_rstd, B, T, C);
     }
-    encoder_backward_cuda(g.wte, g.wpe, a.dresidual, inputs, positions, B, T, C, &acts->wte_buckets,
-                          &acts->wpe_buckets);
+    encoder_backward_cuda(g.wte, g.wpe, (int)model->host.wpe_begin, (int)model->host.wpe_end, a.dresidual, inputs,
+                          positions, B, T, C, &acts->wte_buckets, &acts->wpe_buckets);
 }
 
-// AdamW over the parameters of the host model's optimizer range (all of them, or
+// AdamW over the host model's optimizer range of the trained vector (all of it, or
 // a ZeRO-1 shard: the trainer then all-gathers the parameters, train/zero.h, and
 // rounds them into the floatX copy, gpt2_cuda_round_weights), weight decay on the
-// 2-D tensors' ones; the update writes the master weights and their floatX copy.
+// 2-D tensors' ones, as gpt2_update (gpt2_update_part says what it updates); the
+// update writes the master weights and their floatX copy.
 // t counts from 1.
 static void gpt2_cuda_update(GPT2Cuda *model, float lr, float weight_decay, float grad_scale, int t) {
-    size_t lo, hi, b = model->host.opt_begin;
+    size_t lo, hi, at, b = model->host.opt_begin;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (!optimizer_part_of_tensor(model->host.param_sizes, b, model->host.opt_end, i, &lo, &hi)) { continue; }
+        if (!gpt2_update_part(&model->host, i, &lo, &hi, &at)) { continue; }
         float wd = parameter_is_2d(i) ? weight_decay : 0.0f;
-        adamw_update_cuda(model->params_memory + lo, model->params_x + lo, model->grads_memory + lo,
+        adamw_update_cuda(model->params_memory + at, model->params_x + at, model->grads_memory + lo,
                           model->m_memory + (lo - b), model->v_memory + (lo - b), hi - lo, lr, wd, grad_scale, t);
     }
+}
+
+// The floatX copy of parameter tensor i from its master weights (after the
+// position table's rows were gathered: cp/position_table.cuh); nothing to do in
+// the fp32 build.
+static void gpt2_cuda_round_tensor(GPT2Cuda *model, int i) {
+    if (GPT2_CUDA_WEIGHT_COPY_BYTES == 0) { return; }
+    size_t at = 0;
+    for (int j = 0; j < i; j++) { at += model->host.param_sizes[j]; }
+    round_to_floatX_cuda(model->params_x + at, model->params_memory + at, model->host.param_sizes[i]);
 }
 
 #endif // LLMC_GPT2_CUH

@@ -15,6 +15,11 @@ chunk only; in a training step its backward runs with the forward pass
 (gpt2_forward_train), and gpt2_backward goes on from the gradient it left. With
 -r (Activations.recompute) the backward pass recomputes GELU, or GELU and the
 layernorms, instead of keeping them per layer.
+
+The gradient and the AdamW state are laid out as the trained vector: llm.c's flat
+vector, but for the rows of the position table that the model does not train
+(gpt2_position_rows). About 570 lines in one file: the buffers, that layout and
+the passes that read them by it belong together.
 */
 #ifndef LLMC_GPT2_H
 #define LLMC_GPT2_H
@@ -299,11 +304,20 @@ typedef struct {
     size_t num_parameters;
     ParameterTensors params;
     float *params_memory;
-    ParameterTensors grads;
-    float *grads_memory;
-    // the AdamW state of the parameters [opt_begin, opt_end) of the flat vector:
-    // all of them, or under ZeRO-1 (-z 1, train/zero.h) one rank's shard, which is
-    // all this model updates
+    // The rows [wpe_begin, wpe_end) of the position table (wpe) whose gradient and
+    // AdamW state this model holds: all of them, unless the caller splits the
+    // table's training over ranks (cp/position_table.h), because each position's
+    // gradient comes only from the tokens at that position. The trained vector is
+    // llm.c's flat vector with wpe cut down to those rows: grad_sizes are
+    // param_sizes but for wpe, and grads, m and v are laid out by them.
+    size_t wpe_begin, wpe_end;
+    size_t grad_sizes[NUM_PARAMETER_TENSORS];
+    size_t num_trained;
+    ParameterTensors grads; // grads.wpe: row wpe_begin first
+    float *grads_memory;    // (num_trained)
+    // the AdamW state of the trained vector's [opt_begin, opt_end): all of it, or
+    // under ZeRO-1 (-z 1, train/zero.h) one rank's shard, which is all this model
+    // updates
     size_t opt_begin, opt_end;
     float *m_memory; // AdamW first moment, (opt_end - opt_begin)
     float *v_memory; // AdamW second moment, (opt_end - opt_begin)
@@ -318,27 +332,56 @@ static size_t gpt2_num_parameters(GPT2Config c) {
     return n;
 }
 
-static void gpt2_allocate(GPT2 *model, GPT2Config config) {
-    model->config = config;
-    fill_in_parameter_sizes(model->param_sizes, config);
-    model->num_parameters = gpt2_num_parameters(config);
-    size_t n = model->num_parameters;
-    model->params_memory = (float *)callocCheck(n, sizeof(float));
+// The gradient and the AdamW state of the trained vector (zeroed), whole: the
+// optimizer range is all of it. The rest of the old ones is freed before it was
+// ever written, so it never becomes resident.
+static void gpt2_allocate_trained(GPT2 *model) {
+    free(model->grads_memory);
+    free(model->m_memory);
+    free(model->v_memory);
+    size_t n = model->num_trained;
     model->grads_memory = (float *)callocCheck(n, sizeof(float));
     model->opt_begin = 0;
     model->opt_end = n;
     model->m_memory = (float *)callocCheck(n, sizeof(float));
     model->v_memory = (float *)callocCheck(n, sizeof(float));
-    point_parameters(&model->params, model->params_memory, model->param_sizes);
-    point_parameters(&model->grads, model->grads_memory, model->param_sizes);
+    point_parameters(&model->grads, model->grads_memory, model->grad_sizes);
 }
 
-// Keeps the AdamW state of the parameters [begin, end) only (zeroed): the rest
-// of the moments is freed before it was ever written, so it never becomes resident.
+static void gpt2_allocate(GPT2 *model, GPT2Config config) {
+    model->config = config;
+    fill_in_parameter_sizes(model->param_sizes, config);
+    model->num_parameters = gpt2_num_parameters(config);
+    model->params_memory = (float *)callocCheck(model->num_parameters, sizeof(float));
+    point_parameters(&model->params, model->params_memory, model->param_sizes);
+    model->wpe_begin = 0;
+    model->wpe_end = (size_t)config.max_seq_len;
+    memcpy(model->grad_sizes, model->param_sizes, sizeof(model->grad_sizes));
+    model->num_trained = model->num_parameters;
+    model->grads_memory = model->m_memory = model->v_memory = NULL;
+    gpt2_allocate_trained(model);
+}
+
+// Trains only the rows [begin, end) of the position table (in room for `room`
+// rows, so that every rank of a split holds buffers of one size): its gradient
+// and moments shrink to those rows. Before any gradient or moment is written.
+static void gpt2_position_rows(GPT2 *model, size_t begin, size_t end, size_t room) {
+    size_t maxT = (size_t)model->config.max_seq_len, C = model->config.channels;
+    if (begin > end || end > maxT || end - begin > room || room > maxT) {
+        fatal("the position rows [%zu, %zu) in room for %zu lie outside the table's %zu rows", begin, end, room, maxT);
+    }
+    model->wpe_begin = begin;
+    model->wpe_end = end;
+    model->grad_sizes[1] = room * C;
+    model->num_trained = model->num_parameters - model->param_sizes[1] + model->grad_sizes[1];
+    gpt2_allocate_trained(model);
+}
+
+// Keeps the AdamW state of the trained vector's [begin, end) only (zeroed).
 static void gpt2_optimizer_range(GPT2 *model, size_t begin, size_t end) {
-    if (begin > end || end > model->num_parameters) {
-        fatal("the optimizer range [%zu, %zu) lies outside the model's %zu parameters", begin, end,
-              model->num_parameters);
+    if (begin > end || end > model->num_trained) {
+        fatal("the optimizer range [%zu, %zu) lies outside the model's %zu trained parameters", begin, end,
+              model->num_trained);
     }
     free(model->m_memory);
     free(model->v_memory);
@@ -348,15 +391,39 @@ static void gpt2_optimizer_range(GPT2 *model, size_t begin, size_t end) {
     model->v_memory = (float *)callocCheck(end - begin > 0 ? end - begin : 1, sizeof(float));
 }
 
-// The part of parameter tensor i (llm.c's order) inside the model's optimizer
-// range, as [*lo, *hi) of the flat vector; returns 0 when it has none.
-static int optimizer_part_of_tensor(const size_t *param_sizes, size_t opt_begin, size_t opt_end, int i, size_t *lo,
-                                    size_t *hi) {
+// The part of tensor i (llm.c's order) of a flat vector laid out by `sizes` inside
+// its range [begin, end), as [*lo, *hi) of that vector; returns 0 when it has none.
+static int range_part_of_tensor(const size_t *sizes, size_t begin, size_t end, int i, size_t *lo, size_t *hi) {
     size_t start = 0;
-    for (int j = 0; j < i; j++) { start += param_sizes[j]; }
-    *lo = start > opt_begin ? start : opt_begin;
-    *hi = start + param_sizes[i] < opt_end ? start + param_sizes[i] : opt_end;
+    for (int j = 0; j < i; j++) { start += sizes[j]; }
+    *lo = start > begin ? start : begin;
+    *hi = start + sizes[i] < end ? start + sizes[i] : end;
     return *lo < *hi;
+}
+
+// Where element `at` of the trained vector's tensor i lies in the parameters:
+// wte's in the same place, wpe's trained rows from row wpe_begin, and the tensors
+// after it moved by what the trained vector leaves out of wpe.
+static size_t trained_to_parameter(const GPT2 *model, int i, size_t at) {
+    if (i == 0) { return at; }
+    if (i == 1) { return at + model->wpe_begin * model->config.channels; }
+    return at + model->param_sizes[1] - model->grad_sizes[1];
+}
+
+// Whether the model trains every row of the position table.
+static int gpt2_trains_whole_table(const GPT2 *model) { return model->grad_sizes[1] == model->param_sizes[1]; }
+
+// The parameters [*begin, *end) of llm.c's flat vector whose AdamW state the
+// model holds: its optimizer range, which with some rows of the table only is all
+// of the trained vector (gpt2_position_rows leaves no shard): [0, all parameters).
+static void gpt2_optimizer_range_flat(const GPT2 *model, size_t *begin, size_t *end) {
+    int whole_range = model->opt_begin == 0 && model->opt_end == model->num_trained;
+    if (!gpt2_trains_whole_table(model) && !whole_range) {
+        fatal("the optimizer range [%zu, %zu) of a model that trains some rows of the position table", model->opt_begin,
+              model->opt_end);
+    }
+    *begin = model->opt_begin;
+    *end = gpt2_trains_whole_table(model) ? model->opt_end : model->num_parameters;
 }
 
 static void gpt2_free(GPT2 *model) {
@@ -431,7 +498,7 @@ static const float *gpt2_logits(GPT2 *model, Activations *acts, size_t row) {
 }
 
 static void gpt2_zero_grad(GPT2 *model) {
-    memset(model->grads_memory, 0, model->num_parameters * sizeof(float));
+    memset(model->grads_memory, 0, model->num_trained * sizeof(float));
 }
 
 // Accumulates the rest of the gradient of (sum of this rank's token losses) * dloss
@@ -483,17 +550,28 @@ static void gpt2_backward(GPT2 *model, Activations *acts, const int *inputs, con
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, v.residual, p.ln1w + l * C,
                            v.ln1_mean, v.ln1_rstd, B, T, C);
     }
-    encoder_backward(g.wte, g.wpe, a.dresidual, inputs, positions, B, T, C);
+    encoder_backward(g.wte, g.wpe, (int)model->wpe_begin, (int)model->wpe_end, a.dresidual, inputs, positions, B, T, C);
 }
 
-// AdamW over the parameters of the optimizer range (all of them, or a ZeRO-1
+// The part of tensor i that AdamW updates: the trained vector's [*lo, *hi) inside
+// the optimizer range (of wpe only the trained rows, not the room after them),
+// whose parameters start at *param. Returns 0 when the range has none of it.
+static int gpt2_update_part(const GPT2 *model, int i, size_t *lo, size_t *hi, size_t *param) {
+    if (!range_part_of_tensor(model->grad_sizes, model->opt_begin, model->opt_end, i, lo, hi)) { return 0; }
+    size_t rows_end = model->grad_sizes[0] + (model->wpe_end - model->wpe_begin) * model->config.channels;
+    if (i == 1 && *hi > rows_end) { *hi = rows_end > *lo ? rows_end : *lo; }
+    *param = trained_to_parameter(model, i, *lo);
+    return *lo < *hi;
+}
+
+// AdamW over the trained vector's optimizer range (all of it, or a ZeRO-1
 // shard), weight decay on the 2-D tensors' ones. t counts from 1.
 static void gpt2_update(GPT2 *model, float lr, float weight_decay, float grad_scale, int t) {
-    size_t lo, hi, b = model->opt_begin;
+    size_t lo, hi, at, b = model->opt_begin;
     for (int i = 0; i < NUM_PARAMETER_TENSORS; i++) {
-        if (!optimizer_part_of_tensor(model->param_sizes, model->opt_begin, model->opt_end, i, &lo, &hi)) { continue; }
+        if (!gpt2_update_part(model, i, &lo, &hi, &at)) { continue; }
         float wd = parameter_is_2d(i) ? weight_decay : 0.0f;
-        adamw_update(model->params_memory + lo, model->grads_memory + lo, model->m_memory + (lo - b),
+        adamw_update(model->params_memory + at, model->grads_memory + lo, model->m_memory + (lo - b),
                      model->v_memory + (lo - b), hi - lo, lr, wd, grad_scale, t);
     }
 }

@@ -19,9 +19,11 @@ fi
 
 STEPS=20
 T=100
-# -e d1 random init, a learning rate that moves the loss (about 10.85 -> 9.5 in 20 steps)
+# -e d1 random init, a learning rate that moves the loss (about 10.85 -> 9.5 in 20 steps);
+# -mt T: a position table of T rows, so that every owner of a split table's rows
+# (cp/position_table.h) owns rows the tokens use, and receives some from other ranks
 # -sh 0: the data in order, so that dp 2 reads the rows of one rank's larger batch
-COMMON=(-e d1 -t $T -x $STEPS -l 1e-3 -v 0 -s 0 -sh 0)
+COMMON=(-e d1 -mt $T -t $T -x $STEPS -l 1e-3 -v 0 -s 0 -sh 0)
 
 # train_b NAME NP B [flags...]: one run at batch B, with its main.log in $WORK/NAME
 # and its per-token losses in $WORK/NAME.tl
@@ -89,8 +91,8 @@ if [[ ! -f $CKPT ]]; then
     echo "FAIL: -x 0 -o $CKPT_DIR wrote no $CKPT; the directory holds: $(ls "$CKPT_DIR")" >&2
     exit 1
 fi
-# d1: maxT 1024, V 50257 (Vp 50304), L 1, NH 1, C 64; llm.c's parameter count
-maxT=1024 V=50257 Vp=50304 L=1 NH=1 C=64
+# d1 at -mt T: maxT T, V 50257 (Vp 50304), L 1, NH 1, C 64; llm.c's parameter count
+maxT=$T V=50257 Vp=50304 L=1 NH=1 C=64
 params=$((Vp * C + maxT * C + L * (2 * C + 3 * C * C + 3 * C + C * C + C + 2 * C + 4 * C * C + 4 * C + 4 * C * C + C) + 2 * C))
 expected_bytes=$((1024 + 4 * params))
 actual_bytes=$(stat -c %s "$CKPT")
@@ -108,7 +110,7 @@ if [[ $header != "$expected_header" ]]; then
 fi
 # the reloaded run must be the d1 run: same losses at every step, bit for bit in
 # main.log (same binary, same rank count, same weights)
-train_b reload_b2 1 2 -cp 1 -cl identity -e "$CKPT"
+train_b reload_b2 1 2 -cp 1 -cl identity -mt 0 -e "$CKPT" # -mt 0: the file brings its own table
 first_ref=$(grep -m1 '^s:0 trl:' "$WORK/ref_b2/main.log")
 first_reload=$(grep -m1 '^s:0 trl:' "$WORK/reload_b2/main.log")
 echo "first step from -e d1: '$first_ref'; from the checkpoint: '$first_reload'"

@@ -509,18 +509,33 @@ static void test_encoder(void) {
     float *dwte = random_floats((size_t)VP * C, -1, 1), *dwpe = random_floats((size_t)MAXT * C, -1, 1);
     floatX *d_dout = device_copy_x(dout, (size_t)BT * C);
     float *d_dwte = device_copy(dwte, (size_t)VP * C), *d_dwpe = device_copy(dwpe, (size_t)MAXT * C);
-    encoder_backward(dwte, dwpe, dout, inp, pos, B, T, C);
+    // a rank of a split position table (cp/position_table.h) trains rows [first, end) only
+    int first = MAXT / 3, end = 2 * MAXT / 3;
+    size_t slice = (size_t)(end - first) * C;
+    float *rows = (float *)mallocCheck(slice * sizeof(float));
+    memcpy(rows, dwpe + (size_t)first * C, slice * sizeof(float));
+    float *d_rows = device_copy(rows, slice);
+    encoder_backward(dwte, dwpe, 0, MAXT, dout, inp, pos, B, T, C);
     TokenBuckets wte_b, wpe_b;
     token_buckets_init(&wte_b, BT, VP);
     token_buckets_init(&wpe_b, BT, MAXT);
-    encoder_backward_cuda(d_dwte, d_dwpe, d_dout, inp, pos, B, T, C, &wte_b, &wpe_b);
+    encoder_backward_cuda(d_dwte, d_dwpe, 0, MAXT, d_dout, inp, pos, B, T, C, &wte_b, &wpe_b);
     check_rel_device("encoder backward dwte", d_dwte, dwte, (size_t)VP * C, 1e-6);
     check_rel_device("encoder backward dwpe", d_dwpe, dwpe, (size_t)MAXT * C, 1e-6);
+    // the rows of the slice get what the whole table's rows got; no other row is touched
+    encoder_backward(dwte, rows, first, end, dout, inp, pos, B, T, C);
+    encoder_backward_cuda(d_dwte, d_rows, first, end, d_dout, inp, pos, B, T, C, &wte_b, &wpe_b);
+    for (size_t i = 0; i < slice; i++) {
+        CHECK(rows[i] == dwpe[(size_t)first * C + i], "encoder backward of rows [%d, %d): %.9g at %zu, the whole "
+              "table's row has %.9g", first, end, rows[i], i, dwpe[(size_t)first * C + i]);
+    }
+    check_rel_device("encoder backward rows [first, end)", d_rows, rows, slice, 1e-6);
+    check_rel_device("encoder backward dwte, twice", d_dwte, dwte, (size_t)VP * C, 1e-6);
     token_buckets_free(&wte_b);
     token_buckets_free(&wpe_b);
-    void *dev[] = {d_wte, d_wpe, d_inp, d_pos, d_out, d_dout, d_dwte, d_dwpe};
-    for (int i = 0; i < 8; i++) { cudaCheck(cudaFree(dev[i])); }
-    free(wte); free(wpe); free(inp); free(pos); free(out); free(dout); free(dwte); free(dwpe);
+    void *dev[] = {d_wte, d_wpe, d_inp, d_pos, d_out, d_dout, d_dwte, d_dwpe, d_rows};
+    for (int i = 0; i < 9; i++) { cudaCheck(cudaFree(dev[i])); }
+    free(wte); free(wpe); free(inp); free(pos); free(out); free(dout); free(dwte); free(dwpe); free(rows);
 }
 
 // "layernorm (b, t, c) <tensor>", the name of one of test_layernorm's checks, in what
@@ -793,7 +808,8 @@ static void test_step_loss(void) {
     }
     float *grads = random_floats(grads_n, -1, 1);
     float *d_grads = device_copy(grads, grads_n);
-    StepEnd want = step_end(&host, grads, grads_n), got = step_end_cuda(&dev, d_grads, grads_n);
+    global_norm_squared_cuda(&dev.device->norm_squared, d_grads, grads_n);
+    StepEnd want = step_end_of(&host, global_norm_squared(grads, grads_n)), got = step_end_cuda(&dev);
     CHECK(dev.host->step.weight_basis == host.weight_basis && dev.host->step.stats.valid_count == host.stats.valid_count,
           "step loss: basis %.17g and count %.17g on the device, %.17g and %.17g on the host",
           dev.host->step.weight_basis, dev.host->step.stats.valid_count, host.weight_basis, host.stats.valid_count);

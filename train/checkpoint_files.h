@@ -52,8 +52,9 @@ weights exactly (a bf16 model file), so that a resume takes them from here.
 Checksums: FNV-1a (llmc/checksum.h), so that one flipped bit anywhere is found at
 resume. (llm.c's own state files, magic 20240327, have another layout.)
 
-One file just over 500 lines because the state file's format above and its
-reader and writer below are checked against each other line by line.
+One file of about 600 lines because the state file's format above and its
+reader and writer below (with the streaming of a split position table's moments:
+StateWriter, StateBuffers) are checked against each other line by line.
 */
 #ifndef TRAIN_CHECKPOINT_FILES_H
 #define TRAIN_CHECKPOINT_FILES_H
@@ -336,24 +337,66 @@ static void state_encode_header(const TrainState *s, unsigned char *bytes) {
     memcpy(bytes + sizeof(header), fields, sizeof(fields));
 }
 
+// A state file being written: its header first (rewritten at the end with the
+// checksums), then the floats in order: the first moments, the second moments, and
+// the master weights where there are any, each the parameters [shard_begin,
+// shard_end) in llm.c's order, in as many pieces as the writer likes.
+typedef struct {
+    AtomicFile af;
+    TrainState s;
+    uint64_t moments_sum, master_sum; // the checksums of what was written so far
+    uint64_t floats;                  // floats written so far
+} StateWriter;
+
+// master: whether the master weights will follow the moments
+static void state_write_open(StateWriter *w, const char *path, const TrainState *s, int master) {
+    w->s = *s;
+    w->s.has_master_weights = master != 0;
+    w->moments_sum = FNV_OFFSET;
+    w->master_sum = FNV_OFFSET;
+    w->floats = 0;
+    unsigned char header[STATE_HEADER_BYTES];
+    memset(header, 0, sizeof(header));
+    atomic_open(&w->af, path);
+    fwriteCheck(header, 1, sizeof(header), w->af.fp, w->af.tmp_path);
+}
+
+// The next n floats of the file.
+static void state_write_floats(StateWriter *w, const float *x, size_t n) {
+    int master = w->floats >= 2 * state_shard_count(&w->s);
+    uint64_t *sum = master ? &w->master_sum : &w->moments_sum;
+    *sum = fnv1a(*sum, x, n * sizeof(float));
+    w->floats += n;
+    fwriteCheck(x, sizeof(float), n, w->af.fp, w->af.tmp_path);
+}
+
+// The header with the checksums, and the file in place. Every float must have come.
+static void state_write_close(StateWriter *w) {
+    uint64_t count = state_shard_count(&w->s);
+    if (w->floats != (2 + (uint64_t)w->s.has_master_weights) * count) {
+        fatal("state file '%s': %llu floats written of %llu", w->af.tmp_path, (unsigned long long)w->floats,
+              (unsigned long long)((2 + w->s.has_master_weights) * count));
+    }
+    w->s.moments_checksum = w->moments_sum;
+    w->s.master_checksum = w->s.has_master_weights ? w->master_sum : 0;
+    unsigned char header[STATE_HEADER_BYTES];
+    state_encode_header(&w->s, header);
+    if (fseeko(w->af.fp, 0, SEEK_SET) != 0) { fatal("cannot rewrite the header of '%s': %s", w->af.tmp_path, strerror(errno)); }
+    fwriteCheck(header, 1, sizeof(header), w->af.fp, w->af.tmp_path);
+    atomic_commit(&w->af);
+}
+
 // m, v: the moments of the parameters [s->shard_begin, s->shard_end), one float
 // per parameter each; master: NULL, or the fp32 master weights of that range (the
 // section is then written and flagged). The checksums are computed here.
 static void state_write(const char *path, const TrainState *s, const float *m, const float *v, const float *master) {
-    TrainState copy = *s;
+    StateWriter w;
     uint64_t count = state_shard_count(s);
-    copy.moments_checksum = moments_checksum(m, v, count);
-    copy.has_master_weights = master != NULL;
-    copy.master_checksum = master != NULL ? fnv1a(FNV_OFFSET, master, count * sizeof(float)) : 0;
-    unsigned char header[STATE_HEADER_BYTES];
-    state_encode_header(&copy, header);
-    AtomicFile af;
-    atomic_open(&af, path);
-    fwriteCheck(header, 1, sizeof(header), af.fp, af.tmp_path);
-    fwriteCheck(m, sizeof(float), count, af.fp, af.tmp_path);
-    fwriteCheck(v, sizeof(float), count, af.fp, af.tmp_path);
-    if (master != NULL) { fwriteCheck(master, sizeof(float), count, af.fp, af.tmp_path); }
-    atomic_commit(&af);
+    state_write_open(&w, path, s, master != NULL);
+    state_write_floats(&w, m, count);
+    state_write_floats(&w, v, count);
+    if (master != NULL) { state_write_floats(&w, master, count); }
+    state_write_close(&w);
 }
 
 // Reads the header of a state file of `size` bytes from fp into s and checks it,
@@ -432,12 +475,51 @@ static int state_read_header(FILE *fp, long size, TrainState *s, uint64_t num_pa
 }
 
 // Where a state file's payload goes: the moments (and master weights) of the
-// parameters [begin, end), the range the reader holds.
+// parameters [begin, end), the range the reader holds. A reader that holds only
+// some rows of the position table (cp/position_table.h) names the table's floats
+// [table_at, table_at + table_floats) of the range, and the part of them it keeps,
+// [keep_at, keep_at + keep_floats) of the table, which its m and v hold in room for
+// room_floats (the rest of the room stays 0): the table's other rows pass through
+// scratch (scratch_floats) to be checksummed and dropped. table_floats 0: all held.
 typedef struct {
-    float *m, *v;   // (end - begin) each
+    float *m, *v;   // the held floats each
     float *master;  // (end - begin): filled when the file has master weights; NULL: not wanted
     uint64_t begin, end;
+    uint64_t table_at, table_floats, keep_at, keep_floats, room_floats;
+    float *scratch;
+    size_t scratch_floats;
 } StateBuffers;
+
+// Reads n floats of a moment into x (the held ones) from fp, the table's other
+// rows through the scratch; chains their checksum onto *sum. 0, or -1.
+static int state_read_moment(FILE *fp, const StateBuffers *buf, float *x, uint64_t *sum) {
+    uint64_t n = buf->end - buf->begin, table_end = buf->table_at + buf->table_floats;
+    uint64_t pieces[3][2] = {{0, buf->table_at}, {buf->table_at, table_end}, {table_end, n}}; // [from, to)
+    for (int p = 0; p < 3; p++) {
+        for (uint64_t at = pieces[p][0]; at < pieces[p][1];) {
+            // the table: its kept floats straight into x, the others a scratch at a time
+            uint64_t in_table = at - buf->table_at, to = pieces[p][1];
+            float *dst = x + at;
+            if (p == 1 && in_table < buf->keep_at) {
+                to = at + (buf->keep_at - in_table < buf->scratch_floats ? buf->keep_at - in_table : buf->scratch_floats);
+                dst = buf->scratch;
+            } else if (p == 1 && in_table < buf->keep_at + buf->keep_floats) {
+                to = buf->table_at + buf->keep_at + buf->keep_floats;
+                dst = x + buf->table_at + (in_table - buf->keep_at);
+            } else if (p == 1) {
+                to = at + (pieces[p][1] - at < buf->scratch_floats ? pieces[p][1] - at : buf->scratch_floats);
+                dst = buf->scratch;
+            } else if (p == 2) {
+                dst = x + buf->table_at + buf->room_floats + (at - table_end);
+            }
+            size_t count = (size_t)(to - at);
+            if (fread_progress(dst, sizeof(float), count, fp) != count) { return -1; }
+            *sum = fnv1a(*sum, dst, count * sizeof(float));
+            at = to;
+        }
+    }
+    return 0;
+}
 
 // Reads a state file: the header into s and, unless buf is NULL (the header alone),
 // the payload into buf, whose range must be the file's; each part is checked
@@ -458,9 +540,8 @@ static int state_read(const char *path, TrainState *s, const StateBuffers *buf, 
                          (unsigned long long)s->zero_stage, (unsigned long long)buf->begin,
                          (unsigned long long)buf->end);
     }
-    uint64_t n = buf->end - buf->begin;
-    if (status == 0 &&
-        (fread_progress(buf->m, sizeof(float), n, fp) != n || fread_progress(buf->v, sizeof(float), n, fp) != n)) {
+    uint64_t n = buf->end - buf->begin, sum = FNV_OFFSET;
+    if (status == 0 && (state_read_moment(fp, buf, buf->m, &sum) != 0 || state_read_moment(fp, buf, buf->v, &sum) != 0)) {
         status = problem(why, why_size, "cannot read its optimizer moments");
     }
     int master = status == 0 && s->has_master_weights && buf->master != NULL;
@@ -468,7 +549,7 @@ static int state_read(const char *path, TrainState *s, const StateBuffers *buf, 
         status = problem(why, why_size, "cannot read its master weights");
     }
     fclose(fp);
-    if (status == 0 && moments_checksum(buf->m, buf->v, n) != s->moments_checksum) {
+    if (status == 0 && sum != s->moments_checksum) {
         status = problem(why, why_size, "its optimizer moments do not match their checksum: the file was damaged "
                          "after it was written");
     }
@@ -476,12 +557,15 @@ static int state_read(const char *path, TrainState *s, const StateBuffers *buf, 
         status = problem(why, why_size, "its master weights do not match their checksum: the file was damaged "
                          "after it was written");
     }
-    for (uint64_t i = 0; status == 0 && i < n; i++) {
+    uint64_t held = n - buf->table_floats + buf->room_floats;
+    for (uint64_t i = 0; status == 0 && i < held; i++) {
         if (!isfinite(buf->m[i]) || !isfinite(buf->v[i]) || buf->v[i] < 0.0f) {
-            status = problem(why, why_size, "optimizer moment %llu is not a valid number",
-                             (unsigned long long)(buf->begin + i));
+            status = problem(why, why_size, "optimizer moment %llu of this rank's is not a valid number",
+                             (unsigned long long)i);
         }
-        if (status == 0 && master && !isfinite(buf->master[i])) {
+    }
+    for (uint64_t i = 0; status == 0 && master && i < n; i++) {
+        if (!isfinite(buf->master[i])) {
             status = problem(why, why_size, "master weight %llu is not a finite number",
                              (unsigned long long)(buf->begin + i));
         }

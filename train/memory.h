@@ -32,6 +32,7 @@ estimate is a floor that the measured peak exceeds by a constant, not by a facto
 #include <unistd.h>
 #include "../cp/attention_kind.h"
 #include "../cp/comm_mpi.h"
+#include "../cp/position_table.h"
 #include "../cp/sharder.h"
 #include "../llmc/gpt2.h"
 #include "agree.h"
@@ -50,6 +51,7 @@ typedef struct {
     size_t value_bytes;            // bytes of an activation value: 4 (fp32), 2 (bf16)
     size_t weight_copy_bytes;      // bytes a parameter of the weights' copy in the storage precision, 0: none
     int host;                      // 1: the model runs in host memory (the data buffers share it)
+    int splits_position_table;     // 1: trains the position table in row slices over cp (cp/position_table.h)
     // memory free to this rank and the ranks that draw on the same memory (*sharers,
     // this one included); `source` says where the number comes from. Returns 0, or
     // -1 when it cannot tell (the run then starts unchecked).
@@ -60,6 +62,13 @@ typedef struct {
     // NULL elsewhere
     size_t (*runtime_bytes)(GPT2Config c, int chunk_rows);
 } TrainerMemory;
+
+// Whether a run trains the position table in row slices over its CP group: where
+// the trainer can, at cp > 1 and -z 0 (-z 1 shards every moment over the world
+// already, by ranges of the flat vector that a split table would not fill).
+static int position_table_split(const TrainerMemory *tm, const TrainConfig *cfg) {
+    return tm->splits_position_table && cfg->cp_size > 1 && cfg->zero_stage == 0;
+}
 
 typedef struct {
     size_t parameters;  // fp32 weights, and their copy in the storage precision where there is one
@@ -115,8 +124,14 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     int B = cfg->B;
     size_t param_bytes = gpt2_num_parameters(c) * sizeof(float);
     e.parameters = param_bytes + gpt2_num_parameters(c) * tm->weight_copy_bytes;
-    e.gradients = param_bytes;
-    e.adamw = 2 * zero_largest_shard(cfg->zero_stage, gpt2_num_parameters(c), dp * cfg->cp_size) * sizeof(float);
+    // the trained vector (llmc/gpt2.h): a split table's gradient and moments hold
+    // the largest slice's rows
+    size_t table = (size_t)c.max_seq_len * c.channels;
+    size_t trained = gpt2_num_parameters(c) - table +
+                     (position_table_split(tm, cfg) ? (size_t)position_slice_room(c.max_seq_len, cfg->cp_size) * c.channels
+                                                    : table);
+    e.gradients = trained * sizeof(float);
+    e.adamw = 2 * zero_largest_shard(cfg->zero_stage, trained, dp * cfg->cp_size) * sizeof(float);
     e.activations = activation_bytes(c, B, local_T, cfg->recompute, tm->value_bytes, &e.classifier) - e.classifier;
     e.attention = tm->attention_bytes(attention, cfg->cp_size, cp_ulysses_degree(cfg), B, local_T, c.channels,
                                       c.num_heads);
@@ -139,7 +154,16 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
         // in host memory only the pages written count: a sample writes one token's logits
         if (tm->host) { e.data -= logits - (size_t)c.padded_vocab_size * tm->value_bytes; }
     }
-    if (tm->host && dp * cfg->cp_size > 1) { e.scratch = comm_mpi_all_reduce_scratch(param_bytes); }
+    // the largest of the gradient's all-reduces (cp/position_table.h): the token
+    // embedding, the table's trained rows, or the parameters after the table
+    size_t wte = (size_t)c.padded_vocab_size * c.channels, after = gpt2_num_parameters(c) - wte - table;
+    size_t largest = wte > after ? wte : after;
+    if (trained - wte - after > largest) { largest = trained - wte - after; }
+    if (tm->host && dp * cfg->cp_size > 1) { e.scratch = comm_mpi_all_reduce_scratch(largest * sizeof(float)); }
+    // a split table's exchange (cp/position_table.h)
+    if (position_table_split(tm, cfg)) {
+        e.data += tm->host ? position_table_host_bytes(B * local_T) : position_table_device_bytes(B * local_T);
+    }
     if (tm->runtime_bytes) {
         e.runtime = tm->runtime_bytes(c, classifier_chunk_rows(c.padded_vocab_size, (size_t)B * local_T));
     }

@@ -1,7 +1,6 @@
 /*
-Checkpoints and resume (train/checkpoint_files.h has the files): which checkpoint -y 1
-resumes from, restoring the training state from it, and writing one so that a
-crash at any moment leaves a complete earlier one in charge.
+Resume (train/checkpoint_files.h has the files, train/checkpoint_write.h writes
+them): which checkpoint -y 1 resumes from, and restoring the training state from it.
 */
 #ifndef TRAIN_RESUME_H
 #define TRAIN_RESUME_H
@@ -274,12 +273,42 @@ static int check_checkpoint_tags(const char *dir, int step, const TrainState *wr
 // Every rank proves it resumed the same optimizer state: at -z 0 the moments are
 // the same on every rank (gradients are summed over all ranks), so their checksums
 // are. (At -z 1 each rank holds its own shard, checked against its file.)
+// Where the rows of a split position table (cp/position_table.h) stand in its
+// moments, each rank's own, the table's other rows are checked by their owners.
 static void check_moments_agree(const GPT2 *model) {
+    size_t wte = model->grad_sizes[0], after = wte + model->grad_sizes[1], n = model->opt_end - model->opt_begin;
+    int whole = gpt2_trains_whole_table(model);
+    uint64_t sum = moments_checksum(model->m_memory, model->v_memory, whole ? n : wte);
+    if (!whole) { sum ^= moments_checksum(model->m_memory + after, model->v_memory + after, n - after); }
     JobView view;
     memset(&view, 0, sizeof(view));
-    view_add(&view, "the optimizer state", "checksum %016llx",
-             (unsigned long long)moments_checksum(model->m_memory, model->v_memory, model->opt_end - model->opt_begin));
+    view_add(&view, "the optimizer state", "checksum %016llx", (unsigned long long)sum);
     check_ranks_agree(&view, "every rank must resume the same optimizer state");
+}
+
+// Where a state file's moments go in model (StateBuffers): all of the file's range,
+// or with some rows of the position table (cp/position_table.h) those rows of the
+// table, the others passing through the table's gradient (not yet written).
+static StateBuffers model_state_buffers(GPT2 *model) {
+    StateBuffers buf;
+    memset(&buf, 0, sizeof(buf));
+    size_t begin, end;
+    gpt2_optimizer_range_flat(model, &begin, &end);
+    buf.m = model->m_memory;
+    buf.v = model->v_memory;
+    buf.master = model->params_memory + begin;
+    buf.begin = begin;
+    buf.end = end;
+    if (gpt2_trains_whole_table(model)) { return buf; }
+    size_t C = model->config.channels;
+    buf.table_at = model->param_sizes[0];
+    buf.table_floats = model->param_sizes[1];
+    buf.keep_at = model->wpe_begin * C;
+    buf.keep_floats = (model->wpe_end - model->wpe_begin) * C;
+    buf.room_floats = model->grad_sizes[1];
+    buf.scratch = model->grads.wpe;
+    buf.scratch_floats = model->grad_sizes[1];
+    return buf;
 }
 
 // Restores the training state of checkpoint `step` (its weights came with the
@@ -315,8 +344,7 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
     TrainState writer = s; // rank 0's header: the shape the checkpoint was written in
     if (status == 0) {
         if (own_file) { state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank); }
-        StateBuffers buf = {model->m_memory, model->v_memory, model->params_memory + model->opt_begin,
-                            model->opt_begin, model->opt_end};
+        StateBuffers buf = model_state_buffers(model);
         status = state_read(path, &s, &buf, model->num_parameters, why, sizeof(why));
     }
     if (status == 0 && own_file) { status = check_state_matches_writer(&s, &writer, mesh->world_rank, why, sizeof(why)); }
@@ -385,103 +413,6 @@ static void train_run_resume(TrainRun *run, const TrainConfig *cfg, const Mesh *
         printf("note: -mt %d sets the position table of a fresh start; the checkpoint brings its own of %d rows, "
                "which this run keeps\n", cfg->max_seq_len, model->config.max_seq_len);
     }
-}
-
-// After checkpoint `step`: with -nk K, the checkpoint K * N steps older goes (llm.c's
-// rule), unless -nm M makes it a major one (its step a multiple of M). Its DONE
-// marker goes first, so that a crash in the middle never leaves a marker over
-// missing files; then every rank removes its state file and rank 0 the model.
-// In 64 bits: -nk times -n can pass 2^31, and an int would wrap onto the step
-// just written.
-static void delete_old_checkpoint(const TrainConfig *cfg, const Mesh *mesh, int step) {
-    int64_t older = (int64_t)step - (int64_t)cfg->checkpoints_keep * cfg->checkpoint_every;
-    if (cfg->checkpoints_keep == 0 || older <= 0) { return; }
-    int old = (int)older;
-    if (cfg->major_checkpoint_every > 0 && old % cfg->major_checkpoint_every == 0) { return; }
-    char path[4096];
-    if (mesh->world_rank == 0) { remove_done_marker(cfg->output_dir, old); }
-    job_comm()->barrier(job_comm());
-    state_path(path, sizeof(path), cfg->output_dir, old, mesh->world_rank);
-    remove_file_if_there(path);
-    if (mesh->world_rank == 0) {
-        model_path(path, sizeof(path), cfg->output_dir, old);
-        remove_file_if_there(path);
-    }
-}
-
-// Writes checkpoint `step`: the weights (rank 0) and every rank's state, then,
-// once every rank has finished its files (a barrier), the DONE marker that makes
-// resume trust the checkpoint. A crash before the marker leaves the previous one
-// in charge. An earlier run's marker of the same step goes first (and a barrier
-// waits for that), so that a crash can never leave a marker over a mix of the two
-// runs' files. model: the host model holding the fp32 parameters and AdamW moments
-// (of its optimizer range: all, or the rank's -z 1 shard). model_version: the model
-// file's, CHECKPOINT_VERSION_FP32 or _BF16 (the trainer's choice: llmc/checkpoint.h).
-// A bf16 model file rounds the weights, so then every rank also writes the fp32
-// master weights of its optimizer range into its state file, for the resume to take.
-static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const Mesh *mesh, const GPT2 *model,
-                            int step, int model_version) {
-    char path[4096];
-    int master = mesh->world_rank == 0;
-    if (master) { remove_done_marker(cfg->output_dir, step); }
-    job_comm()->barrier(job_comm());
-    CheckpointTag tag = {run->run_id, step};
-    if (master) {
-        model_path(path, sizeof(path), cfg->output_dir, step);
-        gpt2_save_checkpoint(model, path, model_version, &tag);
-    }
-    TrainState s;
-    memset(&s, 0, sizeof(s));
-    s.step = step;
-    s.rank = mesh->world_rank;
-    s.world_size = mesh->world_size;
-    s.cp_size = mesh->cp_size;
-    s.dp_size = mesh->dp_size;
-    s.layout = (int)run->layout;
-    s.B = cfg->B;
-    s.T = cfg->T;
-    s.num_parameters = model->num_parameters;
-    const DataLoader *dl = &run->train_loader;
-    s.data_shard = dl->shuffle ? 0 : dl->shard_index; // shuffled: the batch count says where
-    s.data_position = dl->shuffle ? 0 : dl->position;
-    s.rng_state = run->sample_rng.state;
-    s.padded_len = (uint64_t)run->padded_T;
-    s.layout_chunk = (uint64_t)cfg->chunk;
-    s.data_fingerprint = run->train_loader.fingerprint;
-    s.data_tokens = run->train_loader.total_tokens;
-    s.data_files = run->train_loader.files.gl_pathc;
-    s.data_batches = dl->batches_read;
-    s.data_shuffled = (uint64_t)dl->shuffle;
-    s.zero_stage = (uint64_t)cfg->zero_stage;
-    s.document_masking = (uint64_t)cfg->document_masking;
-    s.restart_positions = (uint64_t)cfg->restart_positions;
-    s.loss_masks = (uint64_t)cfg->loss_masks;
-    s.shard_begin = model->opt_begin;
-    s.shard_end = model->opt_end;
-    s.run_id = run->run_id;
-    s.micro_batches = run->micro_batches;
-    s.loss_outliers = run->loss_outliers;
-    s.grad_norm_outliers = run->grad_norm_outliers;
-    snprintf(s.init, sizeof(s.init), "%s", cfg->init); // fits: validate_train_config
-    if (run->token_losses.fp != NULL) { // rank 0: the -tl file as it stands (every row flushed)
-        off_t bytes = ftello(run->token_losses.fp);
-        s.token_loss_bytes = bytes > 0 ? (uint64_t)bytes : 0;
-        if (s.token_loss_bytes > 0 && token_loss_tail(cfg->token_loss_path, s.token_loss_bytes, &s.token_loss_tail) != 0) {
-            fatal("cannot read back '%s' (-tl) for the checkpoint: %s", cfg->token_loss_path, strerror(errno));
-        }
-    }
-    state_path(path, sizeof(path), cfg->output_dir, step, mesh->world_rank);
-    const float *master_weights =
-        model_version == CHECKPOINT_VERSION_BF16 ? model->params_memory + model->opt_begin : NULL;
-    state_write(path, &s, model->m_memory, model->v_memory, master_weights);
-    job_comm()->barrier(job_comm());
-    if (master) {
-        write_done_marker(cfg->output_dir, tag);
-        printf("wrote checkpoint %s/model_%08d.bin (%s, version %d; + state of %d rank(s), DONE_%08d)\n",
-               cfg->output_dir, step, model_version == CHECKPOINT_VERSION_BF16 ? "bf16" : "fp32", model_version,
-               mesh->world_size, step);
-    }
-    delete_old_checkpoint(cfg, mesh, step);
 }
 
 #endif // TRAIN_RESUME_H

@@ -5,7 +5,7 @@ flat parameter vector (llm.c's order) and updates only those parameters:
 
     shard size S = N / W (rounded down); rank r holds [r S, (r + 1) S), and the
     last rank also the N - W S that are left (fewer than W), so the shards are
-    equal but for the last one, and nothing is padded.
+    equal but for the last one, and nothing is padded (comm_slice, cp/comm.h).
 
 Per step, as at -z 0: the gradients are all-reduced over the world and their
 global norm (for the clip) taken from the full all-reduced gradient, so it is
@@ -26,18 +26,16 @@ and device memory (the GPU trainer's world Comm).
 #include <stddef.h>
 #include "../cp/comm.h"
 
-// The range [*begin, *end) of the flat parameter vector of n parameters whose
+// The range [*begin, *end) of the flat vector of n trained parameters whose
 // AdamW state world rank `rank` of `world` holds at ZeRO stage `stage`: all of it
-// at 0, its shard at 1.
+// at 0, its slice (comm_slice) at 1.
 static void zero_shard(int stage, size_t n, int rank, int world, size_t *begin, size_t *end) {
     if (stage == 0) {
         *begin = 0;
         *end = n;
         return;
     }
-    size_t S = n / (size_t)world;
-    *begin = (size_t)rank * S;
-    *end = rank == world - 1 ? n : *begin + S;
+    comm_slice(n, rank, world, begin, end);
 }
 
 // The most parameters whose moments any rank holds: the last rank's shard.
@@ -51,10 +49,8 @@ static size_t zero_largest_shard(int stage, size_t n, int world) {
 // in the memory of `world`) become the updated ones, each shard from its rank. At
 // stage 0 every rank updated every parameter, and there is nothing to do.
 static void zero_gather_parameters(int stage, Comm *world, float *params, size_t n) {
-    if (stage == 0 || world->size == 1) { return; }
-    size_t S = n / (size_t)world->size, gathered = S * (size_t)world->size;
-    if (S > 0) { world->all_gather(world, params + (size_t)world->rank * S, params, S * sizeof(float)); }
-    if (n > gathered) { world->broadcast(world, params + gathered, (n - gathered) * sizeof(float), world->size - 1); }
+    if (stage == 0) { return; }
+    comm_gather_slices(world, params, n, sizeof(float));
 }
 
 // Makes every rank's parameters (n floats, in the memory of `world`) the same at

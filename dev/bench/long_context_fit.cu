@@ -14,8 +14,7 @@ estimated peak per rank fits, with the estimate's parts there. Host code only: i
 runs without a GPU.
 */
 #include "train_common.h"
-#include "cp/attention.cuh"
-#include "llmc/gpt2.cuh"
+#include "train/memory_cuda.cuh"
 
 // the estimated peak per rank at (T, cp); 0 where the trainer refuses the model
 // (a position table past its bound of 2^20 rows)
@@ -65,8 +64,7 @@ int main(int argc, char **argv) {
     cfg.B = B;
     cfg.sample_every = 0;
     cfg.val_every = 0;
-    TrainerMemory tm = {"cuda", "nccl", cp_attention_cuda_bytes, activations_cuda_extra_bytes, sizeof(floatX),
-                        GPT2_CUDA_WEIGHT_COPY_BYTES, 0, no_memory_query};
+    TrainerMemory tm = trainer_memory_cuda("cuda", "nccl", no_memory_query);
     printf("model -e %s (L %d, C %d, NH %d, Vp %d), B %d, -r %d, round_robin, ring attention, fp32; %.1f GiB "
            "reserved\n", init, c0.num_layers, c0.channels, c0.num_heads, c0.padded_vocab_size, B, cfg.recompute,
            reserve_gib);

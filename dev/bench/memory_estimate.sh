@@ -14,9 +14,11 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 source test/lib/binary_files.sh # tiny_documents
 tiny_documents "$work/tiny_docs.bin"
-cat > "$work/rank.sh" <<'SH'
+# each rank's peak (KiB) into a file of its own: mpirun's interleaved output could
+# lose a line
+cat > "$work/rank.sh" <<SH
 #!/bin/bash
-exec /usr/bin/time -f "peak rank $OMPI_COMM_WORLD_RANK %M" ./train_gpt2cp_cpu "$@"
+exec /usr/bin/time -o "$work/peak.\$OMPI_COMM_WORLD_RANK" -f "%M" ./train_gpt2cp_cpu "\$@"
 SH
 chmod +x "$work/rank.sh"
 runs=(
@@ -38,10 +40,12 @@ echo "| np | flags | estimated peak per rank (MiB) | measured peak per rank, eac
 echo "| ---: | --- | ---: | --- | ---: |"
 for run in "${runs[@]}"; do
     np=${run%%|*} flags=${run#*|}
+    rm -f "$work"/peak.*
     # shellcheck disable=SC2086
     out=$(OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe --bind-to none -np "$np" "$work/rank.sh" $flags -x 2 -v 0 2>&1)
     est=$(awk -F'|' '$2 ~ /est\. peak per rank/ { split($3, v, " "); print (v[2] == "GiB" ? v[1] * 1024 : v[1]) }' <<<"$out")
-    peaks=$(grep '^peak rank' <<<"$out" | sort -k3n | awk '{ printf "%s%.1f", (NR > 1 ? ", " : ""), $4 / 1024 }')
-    most=$(grep '^peak rank' <<<"$out" | awk '{ if ($4 > m) m = $4 } END { print m / 1024 }')
+    ranks=$(for ((r = 0; r < np; r++)); do tail -n 1 "$work/peak.$r"; done)
+    peaks=$(awk '{ printf "%s%.1f", (NR > 1 ? ", " : ""), $1 / 1024 }' <<<"$ranks")
+    most=$(awk '{ if ($1 > m) m = $1 } END { print m / 1024 }' <<<"$ranks")
     printf "| %d | \`%s\` | %.1f | %s | %.3f |\n" "$np" "${flags/$work\//}" "$est" "$peaks" "$(awk -v m="$most" -v e="$est" 'BEGIN { print m / e }')"
 done

@@ -21,7 +21,10 @@ set -euo pipefail
 cd "$REPO"
 read -ra MPIRUN <<< "$MPIRUN_LINE"
 make -s train_gpt2cp_cpu
-ARGS=(-e d1 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0 -n 1) # -n 1: a checkpoint every step (the resume below)
+# -n 1: a checkpoint every step (the resume below); -mt 64: a position table of T rows,
+# so that at cp > 1 every rank owns rows of it that the tokens use (cp/position_table.cuh);
+# a run from a model file sets -mt 0 before its -e (the file brings its own table)
+ARGS=(-e d1 -mt 64 -b 1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0 -n 1)
 # compare CPU GPU: the two runs' step losses side by side, and their per-token losses
 # within 1e-4
 compare() {
@@ -53,9 +56,9 @@ compare cpu_docs gpu_docs
 "${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -x 0 -o "$WORK/d1" > "$WORK/d1.out"
 cp "$WORK/d1/model_00000000.bin" "$WORK/d1_2heads.bin"
 put_i32 "$WORK/d1_2heads.bin" 20 2
-"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 \
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -mt 0 -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 \
     -o "$WORK/cpu_ulysses" -tl "$WORK/cpu_ulysses.tl" > "$WORK/cpu_ulysses.out"
-"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 2 \
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -mt 0 -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 2 \
     -cl packed -ca ulysses -ct mpi -o "$WORK/gpu_ulysses" -tl "$WORK/gpu_ulysses.tl" > "$WORK/gpu_ulysses.out"
 compare cpu_ulysses gpu_ulysses
 # NCCL: each emulated rank a device of its own (EMU_DEVICES=4, run.sh), as on a node
@@ -90,15 +93,15 @@ nccl() {
 }
 nccl nccl_ring_cp2 2 cpu -cp 2
 nccl nccl_allgather_cp4 4 cpu_docs -i "$WORK/docs.bin" -sh 0 -dm 1 -cp 4 -cl round_robin -ca allgather
-nccl nccl_ulysses_cp2 2 cpu_ulysses -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 2 -cl packed -ca ulysses
-nccl nccl_hybrid_cp4 4 cpu_ulysses -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 4 -cl round_robin \
+nccl nccl_ulysses_cp2 2 cpu_ulysses -mt 0 -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 2 -cl packed -ca ulysses
+nccl nccl_hybrid_cp4 4 cpu_ulysses -mt 0 -e "$WORK/d1_2heads.bin" -i "$WORK/docs.bin" -dm 1 -cp 4 -cl round_robin \
     -ca hybrid -cu 2
 # The solver layout (-cl solver): chunks of 64 placed per batch by the masked area of
 # their queries and the documents' locality, on a row of 256 tokens (4 chunks) with an
 # EOT every few to few dozen tokens and -dm 1, against the CPU twin at cp 1: the ring
 # over NCCL at cp 4 (a chunk a rank)
 eot_text "$WORK/solver_docs.bin" 1024 2 3 11 41
-SOLVER=(-t 256 -i "$WORK/solver_docs.bin" -sh 0 -dm 1)
+SOLVER=(-t 256 -mt 256 -i "$WORK/solver_docs.bin" -sh 0 -dm 1)
 "${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" "${SOLVER[@]}" -o "$WORK/cpu_solver" -tl "$WORK/cpu_solver.tl" \
     > "$WORK/cpu_solver.out"
 nccl nccl_solver_ring_cp4 4 cpu_solver "${SOLVER[@]}" -cp 4 -cl solver -cc 64
@@ -140,7 +143,7 @@ stopped all_gather all_gather 1                # the step's coordinates, before 
 stopped all_reduce all_reduce_sum 1            # the step's count of valid targets
 stopped send "ring exchange" 1                 # the first K/V block around the ring
 stopped reduce_scatter reduce_scatter_sum 1 -ca allgather # dK, dV home from the all-gather
-stopped send all_to_all 1 -e "$WORK/d1_2heads.bin" -ca ulysses
+stopped send all_to_all 1 -mt 0 -e "$WORK/d1_2heads.bin" -ca ulysses
 stopped send all_to_all_v 1 -ca groupcast       # rank 0's only sender of K/V: named
 # cudaGetDeviceCount failing (46: the devices busy or unavailable) is said as what it
 # is, by every rank, not as "no CUDA device found"
@@ -187,8 +190,8 @@ echo "-z 1: -z 0's main.log, per-token losses and weights bit for bit, state fil
 # loads it and trains as the CPU twin does from its fp32 twin (the same weights)
 mkdir -p "$WORK/bf16_files"
 python3 test/lib/llmc_files.py bf16_models "$WORK/bf16_files" > /dev/null
-"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -e "$WORK/bf16_files/exact_v3.bin" -i "$WORK/bf16_files/tokens.bin" -o "$WORK/cpu_v3" -tl "$WORK/cpu_v3.tl" > "$WORK/cpu_v3.out"
-"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -e "$WORK/bf16_files/exact_v5.bin" -i "$WORK/bf16_files/tokens.bin" -cp 2 -ct mpi -o "$WORK/gpu_v5" -tl "$WORK/gpu_v5.tl" > "$WORK/gpu_v5.out"
+"${MPIRUN[@]}" -np 1 ./train_gpt2cp_cpu "${ARGS[@]}" -mt 0 -e "$WORK/bf16_files/exact_v3.bin" -i "$WORK/bf16_files/tokens.bin" -o "$WORK/cpu_v3" -tl "$WORK/cpu_v3.tl" > "$WORK/cpu_v3.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -mt 0 -e "$WORK/bf16_files/exact_v5.bin" -i "$WORK/bf16_files/tokens.bin" -cp 2 -ct mpi -o "$WORK/gpu_v5" -tl "$WORK/gpu_v5.tl" > "$WORK/gpu_v5.out"
 compare cpu_v3 gpu_v5
 echo "-e a version 5 (bf16) file: the CPU twin's losses from its version 3 twin"
 # BF16 vs FP32: the per-step training loss over 20 steps at cp 1 and at cp 2
@@ -241,7 +244,7 @@ if h[1] != 5 or size != 1024 + 2 * n: sys.exit(f"BF16 checkpoint: version {h[1]}
 PY
 diff "$WORK/BF16_ckpt/main.log" "$WORK/BF16_resume/main.log"
 same_model "$WORK/BF16_ckpt/model_00000002.bin" "$WORK/BF16_resume/model_00000002.bin"
-"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_BF16" "${ARGS[@]}" -e "$WORK/bf16_files/exact_v5.bin" -i "$WORK/bf16_files/tokens.bin" -cp 2 -ct mpi -x 1 -o "$WORK/gpu_v5_bf16" > "$WORK/gpu_v5_bf16.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_BF16" "${ARGS[@]}" -mt 0 -e "$WORK/bf16_files/exact_v5.bin" -i "$WORK/bf16_files/tokens.bin" -cp 2 -ct mpi -x 1 -o "$WORK/gpu_v5_bf16" > "$WORK/gpu_v5_bf16.out"
 echo "BF16 checkpoints: version 5 model files, resume at step 1 bit for bit; the BF16 build trains from llm.c's v5 file"
 # The sharder contract's striped layout, positions that restart at each document
 # (-rp 1) and loss masks (-lm 1), on the GPU: the FP32 build at cp 2 (striped over
@@ -258,7 +261,7 @@ mask = bytes(0 if (j // 6) % 3 == 1 else 1 for j in range(n))
 with open(path[:-4] + '.mask', 'wb') as f:
     f.write(struct.pack('<256i', 20240613, 1, n, *[0] * 253)); f.write(mask)
 PY
-SHARDER=(-e d1 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0 -sh 0 -dm 1 -rp 1 -lm 1 -i "$WORK/sharder.bin")
+SHARDER=(-e d1 -mt 64 -t 64 -x 2 -f 0 -l 1e-3 -v 0 -s 0 -sh 0 -dm 1 -rp 1 -lm 1 -i "$WORK/sharder.bin")
 # compare_masked CPU GPU: step losses and learned per-token losses within 1e-4, NaN alike
 compare_masked() {
     python3 - "$WORK/$1" "$WORK/$2" <<'PY'
