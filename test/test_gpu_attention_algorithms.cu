@@ -4,8 +4,10 @@ MPI test of the context-parallel attention algorithms on the GPU, ring attention
 Ulysses (U = np) and the Ulysses x ring hybrid (U 2 x R 2 at np 4, else U 1) of
 cp/ulysses_attention.cuh, against their CPU twins (cp/ring_attention.h,
 cp/allgather_attention.h, cp/ulysses_attention.h, all checked against a
-double-precision reference by test_attention_algorithms.c), and of the device
-transport's verbs.
+double-precision reference by test_attention_algorithms.c), of the device
+transport's verbs, and of the other exchange a training step makes over the CP
+group: the position table's rows (cp/position_table.cuh against its CPU twin,
+which test_position_table.c checks against the job's sums).
 
 On every rank of the CP group the same local Q, K, V and dO go through each
 algorithm on the CPU over MPI on host memory (cp/comm_mpi.h), then on the GPU over
@@ -83,6 +85,7 @@ With no GPU the binary exits 77 (skipped) on every rank.
 #include "cp/comm_nccl.cuh"
 #endif
 #include "cp/mesh.h"
+#include "cp/position_table.cuh"
 #include "cp/sharder.h"
 #include "test/lib/gpu_test_utils.cuh"
 #include "test/lib/test_comm.h"
@@ -670,6 +673,77 @@ static void test_transport(Comm *comm) {
     free(x); free(expected);
 }
 
+// The position table split over this job's ranks (cp/position_table.cuh): every
+// rank's tokens at random positions (many shared, on one rank and across ranks)
+// send the rows of a random floatX gradient to their owners, which add them into
+// rows that already hold values; then the trained vector's sums and norm, and the
+// rows' gather. The CPU twin (cp/position_table.h) on the same values must give
+// the same rows bit for bit (both add each row's tokens in arrival order, in fp32),
+// the same sums and the same norm to 1e-12.
+static void check_position_table(Comm *host_comm, Comm *dev_comm) {
+    int max_T = 37, C = 24, tokens = 29;
+    Comm *self = comm_mpi_create(comm_duplicate(MPI_COMM_SELF));
+    Comm *dev_self = comm_mpi_staged_create(comm_duplicate(MPI_COMM_SELF), cuda_ctx.stream);
+    PositionTable cpu;
+    PositionTableCuda gpu;
+    position_table_init(&cpu, host_comm, host_comm, self, max_T, C, tokens);
+    position_table_cuda_init(&gpu, dev_comm, host_comm, dev_self, max_T, C, tokens);
+    Rng rng;
+    rng_seed(&rng, 4321 + 17 * host_comm->rank);
+    int *pos = (int *)mallocCheck((size_t)tokens * sizeof(int));
+    for (int t = 0; t < tokens; t++) { pos[t] = (int)(rng_next_u64(&rng) % (uint64_t)max_T); }
+    size_t rows = (size_t)cpu.room * C;
+    float *dout = (float *)mallocCheck((size_t)tokens * C * sizeof(float));
+    float *dwpe = (float *)mallocCheck(rows * sizeof(float));
+    fill_uniform(&rng, dout, (size_t)tokens * C, -1.0f, 1.0f);
+    fill_uniform(&rng, dwpe, rows, -1.0f, 1.0f);
+    for (size_t i = 0; i < (size_t)tokens * C; i++) { dout[i] = to_float(to_floatX(dout[i])); }
+    floatX *d_dout = device_copy_floatx(dout, (size_t)tokens * C);
+    float *d_dwpe = device_copy(dwpe, rows);
+    floatX *d_send = (floatX *)cudaMallocCheck((size_t)tokens * C * sizeof(floatX));
+    floatX *d_recv = (floatX *)cudaMallocCheck((size_t)tokens * C * sizeof(floatX));
+    float *send = (float *)mallocCheck((size_t)tokens * C * sizeof(float));
+    float *recv = (float *)mallocCheck((size_t)tokens * C * sizeof(float));
+    position_table_send_gradients(&cpu, dwpe, dout, pos, tokens, send, recv);
+    position_table_send_gradients_cuda(&gpu, d_dwpe, d_dout, pos, tokens, d_send, d_recv);
+    float *got = host_copy(d_dwpe, rows);
+    int same = memcmp(got, dwpe, rows * sizeof(float)) == 0;
+    printf("%-4s rank %d  position table: owned rows [%d, %d) after the exchange, bit for bit\n", same ? "ok" : "FAIL",
+           fatal_rank, cpu.begin, cpu.end);
+    if (!same) { rel_failures++; }
+    // the trained vector: 11 parameters, the rows, 13 more
+    size_t at = 11, n = at + rows + 13;
+    float *grads = (float *)mallocCheck(n * sizeof(float));
+    fill_uniform(&rng, grads, n, -1.0f, 1.0f);
+    float *d_grads = device_copy(grads, n);
+    double *d_norm = (double *)cudaMallocCheck(sizeof(double)), norm;
+    double want = position_table_sum_gradients(&cpu, host_comm, grads, n, at);
+    position_table_sum_gradients_cuda(&gpu, dev_comm, d_grads, n, at, d_norm);
+    cuda_download(&norm, d_norm, sizeof(double));
+    check_rel_device("position table: the trained vector's sums", d_grads, grads, n, 1e-7);
+    int norm_ok = fabs(norm - want) <= 1e-12 * want;
+    printf("%-4s rank %d  position table: squared norm %.17g, the CPU's %.17g\n", norm_ok ? "ok" : "FAIL", fatal_rank,
+           norm, want);
+    if (!norm_ok) { rel_failures++; }
+    // the rows' gather: each rank's own rows in a table of NaN
+    float *wpe = (float *)mallocCheck((size_t)max_T * C * sizeof(float));
+    for (size_t i = 0; i < (size_t)max_T * C; i++) {
+        int p = (int)(i / C);
+        wpe[i] = p >= cpu.begin && p < cpu.end ? (float)i : NAN;
+    }
+    float *d_wpe = device_copy(wpe, (size_t)max_T * C);
+    position_table_gather_rows(&gpu.host, d_wpe);
+    for (size_t i = 0; i < (size_t)max_T * C; i++) { wpe[i] = (float)i; }
+    check_rel_device("position table: the rows gathered", d_wpe, wpe, (size_t)max_T * C, 0.0);
+    void *dev[] = {d_dout, d_dwpe, d_send, d_recv, d_grads, d_norm, d_wpe};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++) { cudaCheck(cudaFree(dev[i])); }
+    free(pos); free(dout); free(dwpe); free(send); free(recv); free(got); free(grads); free(wpe);
+    position_table_cuda_free(&gpu);
+    position_table_free(&cpu);
+    dev_self->destroy(dev_self);
+    self->destroy(self);
+}
+
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
     gpu_test_require_device(1);
@@ -678,6 +752,7 @@ int main(int argc, char **argv) {
     Comm *host_comm = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
     Comm *dev_comm = comm_mpi_staged_create(comm_duplicate(MPI_COMM_WORLD), cuda_ctx.stream);
     test_transport(dev_comm);
+    check_position_table(host_comm, dev_comm);
     if (host_comm->rank == 0) {
         test_mma("m16n8k8 tf32", mma_probe_kernel, 8, tf32_round, 4242);
         test_mma("m16n8k16 bf16", mma_bf16_probe_kernel, 16, bf16_round, 4243);
