@@ -161,6 +161,7 @@ typedef struct {
     ActivationsCuda *acts;
     CpAttentionCuda *attention;
     AttentionVerbsCuda attn; // bound to the last forward's layout, for its backward
+    PositionTableCuda *table; // the position table's rows and their owners (cp/position_table.cuh)
     StepLossCuda step_loss;  // the training step's loss on the device (cp/loss.cuh)
     float *losses_host;      // (B, local T) the last forward pass's per-token losses, for -tl and -h 1
 } Trainer;
@@ -176,6 +177,8 @@ typedef struct {
 static LossStats *forward_step(Trainer *tr, const int *inputs, const int *targets, const unsigned char *loss_mask,
                                CpSharder *sh, int micro_steps) {
     shard_rows(sh, inputs, targets, loss_mask, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
+    // a training pass's position-table routing, before any exchange of its forward
+    if (micro_steps > 0) { position_table_plan(&tr->table->host, sh->layout.position, sh->layout.B * sh->layout.local_len); }
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_cuda_free(tr->acts);
         activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
@@ -307,7 +310,8 @@ int main(int argc, char **argv) {
     int split = position_table_split(&memory, &cfg);
     position_table_cuda_init(&table, split ? ranks.cp : ranks.self, split ? ranks.cp_host : NULL,
                              split ? ranks.dp : ranks.world, c.max_seq_len, c.channels, acts.B * acts.T);
-    Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention};
+    Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention,
+                  .table = &table};
     step_loss_cuda_init(&tr.step_loss);
     int print_host_waits = test_hook_host_waits();
 
@@ -341,8 +345,7 @@ int main(int argc, char **argv) {
                                                            run.train_loader.loss_mask, &sh, run.grad_accum_steps));
             gpt2_cuda_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
             // the rows of positions other ranks own, to them, in the dead gradient scratch
-            position_table_send_gradients_cuda(&table, model.grads.wpe, acts.t.dresidual, sh.layout.position,
-                                               acts.B * acts.T, acts.t.dbt4c, acts.t.dbtc);
+            position_table_send_gradients_cuda(&table, model.grads.wpe, acts.t.dresidual, acts.t.dbt4c, acts.t.dbtc);
             if (cfg.token_loss_path) {
                 write_token_losses(&run.token_losses, &sh, ranks.cp_host, ranks.dp_host, shard_losses(&tr),
                                    run.train_loader.loss_mask);

@@ -64,6 +64,7 @@ typedef struct {
     Activations *acts;
     CpAttention *attention;
     AttentionVerbs attn; // bound to the last forward's layout, for its backward
+    PositionTable *table; // the position table's rows and their owners (cp/position_table.h)
     StepLoss step_loss;  // the training step's loss (cp/loss.h)
 } Trainer;
 
@@ -79,6 +80,8 @@ typedef struct {
 static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, const unsigned char *loss_mask,
                               CpSharder *sh, int micro_steps) {
     shard_rows(sh, inputs, targets, loss_mask, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
+    // a training pass's position-table routing, before any exchange of its forward
+    if (micro_steps > 0) { position_table_plan(tr->table, sh->layout.position, sh->layout.B * sh->layout.local_len); }
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_free(tr->acts);
         activations_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
@@ -187,7 +190,8 @@ int main(int argc, char **argv) {
     int split = position_table_split(&memory, &cfg);
     position_table_init(&table, split ? ranks.cp : ranks.self, split ? ranks.cp : NULL,
                         split ? ranks.dp : ranks.world, c.max_seq_len, c.channels, acts.B * acts.T);
-    Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention};
+    Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention,
+                  .table = &table};
 
     for (int step = run.start_step; step <= run.steps; step++) {
         int last_step = step == run.steps;
@@ -218,8 +222,7 @@ int main(int argc, char **argv) {
             gpt2_backward(&model, &acts, sh.local.inputs, sh.layout.position, &tr.attn);
             // the rows of positions other ranks own, to them; the backward's
             // gradient scratch is dead now and carries them
-            position_table_send_gradients(&table, model.grads.wpe, acts.t.dresidual, sh.layout.position,
-                                          acts.B * acts.T, acts.t.dbt4c, acts.t.dbtc);
+            position_table_send_gradients(&table, model.grads.wpe, acts.t.dresidual, acts.t.dbt4c, acts.t.dbtc);
             if (cfg.token_loss_path) {
                 write_token_losses(&run.token_losses, &sh, ranks.cp, ranks.dp, shard_losses(&tr), run.train_loader.loss_mask);
             }

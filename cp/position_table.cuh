@@ -17,6 +17,7 @@ row's tokens in arrival order, as the CPU loop adds them.
 
 typedef struct {
     PositionTable host;     // the rows, the routing and the communicators
+    int device_tokens;      // the room of the two below, in tokens a pass
     TokenBuckets received;  // the arriving rows by position: (tokens) over the room's rows
     int *d_send_tokens;     // (tokens) device: which rows of dout travel
     double *d_norms;        // (3) device: the squared norms of the gradient's parts
@@ -25,15 +26,14 @@ typedef struct {
 // position_table_reserve on the device too: the arriving rows' buckets and the
 // routed tokens (what position_table_device_bytes counts) grow with the host's.
 static void position_table_cuda_reserve(PositionTableCuda *pt, int tokens) {
-    int had = pt->host.tokens;
-    if (tokens <= had) { return; }
     position_table_reserve(&pt->host, tokens);
-    if (pt->host.group->size == 1) { return; }
-    if (had > 0) {
+    if (tokens <= pt->device_tokens || pt->host.group->size == 1) { return; }
+    if (pt->device_tokens > 0) {
         cuda_sync(); // the last exchange's kernels may still read them
         token_buckets_free(&pt->received);
         cudaCheck(cudaFree(pt->d_send_tokens));
     }
+    pt->device_tokens = tokens;
     token_buckets_init(&pt->received, tokens, pt->host.room);
     pt->d_send_tokens = (int *)cudaMallocCheck((size_t)tokens * sizeof(int));
 }
@@ -49,7 +49,7 @@ static void position_table_cuda_init(PositionTableCuda *pt, Comm *group, Comm *g
 
 static void position_table_cuda_free(PositionTableCuda *pt) {
     cuda_sync();
-    if (pt->host.group->size > 1 && pt->host.tokens > 0) {
+    if (pt->device_tokens > 0) {
         token_buckets_free(&pt->received);
         cudaCheck(cudaFree(pt->d_send_tokens));
     }
@@ -65,31 +65,33 @@ __global__ static void gather_rows_kernel(floatX *rows, const floatX *dout, cons
     rows[idx] = dout[(size_t)tokens[n] * C + c];
 }
 
-// position_table_send_gradients on the device: dwpe ((room, C) fp32), dout ((tokens,
-// C) floatX), send_rows and recv_rows ((tokens, C) floatX, dead scratch) in device
-// memory; pos (tokens) on the host.
-static void position_table_send_gradients_cuda(PositionTableCuda *pt, float *dwpe, const floatX *dout, const int *pos,
-                                               int tokens, floatX *send_rows, floatX *recv_rows) {
+// position_table_send_gradients on the device, after position_table_plan of the
+// batch: dwpe ((room, C) fp32), dout ((tokens, C) floatX), send_rows and recv_rows
+// ((tokens, C) floatX, dead scratch) in device memory.
+static void position_table_send_gradients_cuda(PositionTableCuda *pt, float *dwpe, const floatX *dout,
+                                               floatX *send_rows, floatX *recv_rows) {
     PositionTable *h = &pt->host;
     Comm *g = h->group;
-    int C = h->C;
-    position_table_cuda_reserve(pt, tokens);
-    size_t *counts = (size_t *)mallocCheck(4 * (size_t)g->size * sizeof(size_t));
-    for (int k = 1; k < g->size; k++) {
-        int n_send, n_recv;
-        position_table_route(h, pos, tokens, k, &n_send, &n_recv, counts);
-        if (n_send > 0) {
-            cuda_upload(pt->d_send_tokens, h->send_tokens, (size_t)n_send * sizeof(int));
-            size_t n = (size_t)n_send * C;
+    int P = g->size, C = h->C;
+    position_table_cuda_reserve(pt, h->tokens);
+    int *scratch = (int *)mallocCheck(3 * (size_t)P * sizeof(int)), *zeros = scratch, *send_n = scratch + P,
+        *recv_n = scratch + 2 * P;
+    for (int k = 1; k < P; k++) {
+        int to, from;
+        position_table_round(h, k, &to, &from, zeros, send_n, recv_n);
+        if (send_n[to] > 0) {
+            cuda_upload(pt->d_send_tokens, h->send_tokens + h->send_start[to], (size_t)send_n[to] * sizeof(int));
+            size_t n = (size_t)send_n[to] * C;
             gather_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(send_rows, dout, pt->d_send_tokens,
-                                                                             n_send, C);
+                                                                             send_n[to], C);
             cudaCheckLaunch();
         }
-        size_t row = (size_t)C * sizeof(floatX);
-        g->all_to_all_v_wait(g, position_table_post(g, k, send_rows, n_send * row, recv_rows, n_recv * row, counts));
-        embedding_backward_cuda(dwpe, recv_rows, &pt->received, h->recv_positions, n_recv, h->begin, h->end, C);
+        g->all_to_all_v_wait(g, position_table_post(h, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,
+                                                    (size_t)C * sizeof(floatX)));
+        embedding_backward_cuda(dwpe, recv_rows, &pt->received, h->recv_positions + h->recv_start[from], recv_n[from],
+                                h->begin, h->end, C);
     }
-    free(counts);
+    free(scratch);
 }
 
 // position_table_sum_gradients on the device: grads (n) device; the squared norm

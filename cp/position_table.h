@@ -14,7 +14,9 @@ long T outgrows what context parallelism divides.
                rank owns (llmc/encoder.h); position_table_send_gradients sends every
                other token's row of the residual's gradient to its position's
                owner, one peer a round, and the owner adds them in the senders'
-               token order. A position whose tokens all sit on one rank (always
+               token order. Which rows go where is planned on the host when the
+               batch is sharded (position_table_plan), before its forward pass,
+               so the backward holds no host exchange. A position whose tokens all sit on one rank (always
                under contiguous, round_robin and striped, which lay out every row
                alike) is summed exactly as the single-rank run sums it: 0 + its
                tokens in order. Under packed, solver and restarted positions
@@ -68,11 +70,14 @@ typedef struct {
     int max_T, C;
     int begin, end;   // this rank's rows
     int room;         // rows of the largest slice
-    int tokens;       // most tokens a pass of this rank has held (B x T_local): the routing's room
-    // a round's routing (position_table_route), host: (tokens) each
-    int *send_tokens;    // which of this rank's tokens travel ...
-    int *send_positions; // ... and their positions
-    int *recv_positions; // the positions of the rows that come
+    // the batch's routing (position_table_plan), host
+    int tokens;          // most tokens a pass of this rank has held (B x T_local): the routing's room
+    int *send_tokens;    // (tokens) this rank's tokens that travel, by owner, each owner's in token order ...
+    int *send_positions; // (tokens) ... and their positions
+    int *recv_positions; // (recv_room) the positions of the rows that come, by sender, in its token order
+    int recv_room;
+    int *send_count, *send_start, *recv_count, *recv_start; // (group size) each, by peer
+    size_t *bytes;       // (4 group size) an all-to-all-v's counts and offsets
 } PositionTable;
 
 // Room for passes of `tokens` tokens: the routing's arrays grow with the
@@ -81,8 +86,8 @@ static void position_table_reserve(PositionTable *pt, int tokens) {
     if (tokens <= pt->tokens) { return; }
     pt->tokens = tokens;
     if (pt->group->size == 1) { return; }
-    int **arrays[3] = {&pt->send_tokens, &pt->send_positions, &pt->recv_positions};
-    for (int i = 0; i < 3; i++) {
+    int **arrays[2] = {&pt->send_tokens, &pt->send_positions};
+    for (int i = 0; i < 2; i++) {
         free(*arrays[i]);
         *arrays[i] = (int *)mallocCheck((size_t)tokens * sizeof(int));
     }
@@ -96,12 +101,22 @@ static void position_table_init(PositionTable *pt, Comm *group, Comm *group_host
                           .room = position_slice_room(max_T, group->size)};
     position_slice(max_T, group->size, group->rank, &pt->begin, &pt->end);
     position_table_reserve(pt, tokens);
+    if (group->size > 1) {
+        size_t P = (size_t)group->size;
+        pt->send_count = (int *)mallocCheck(4 * P * sizeof(int));
+        pt->send_start = pt->send_count + P;
+        pt->recv_count = pt->send_count + 2 * P;
+        pt->recv_start = pt->send_count + 3 * P;
+        pt->bytes = (size_t *)mallocCheck(4 * P * sizeof(size_t));
+    }
 }
 
 // The bytes a split table of `tokens` tokens a pass holds besides the model's:
-// the routing's host arrays, and on the GPU (cp/position_table.cuh) the arriving
-// rows' token buckets (device order, starts and rows), the routed tokens and the
-// norms' three doubles.
+// the routing's host arrays (the positions that come: as many as this rank's
+// tokens in every layout whose rows are laid out alike; more where a rank owns
+// positions many ranks' tokens share, -rp 1), and on the GPU (cp/position_table.cuh)
+// the arriving rows' token buckets (device order, starts and rows), the routed
+// tokens and the norms' three doubles.
 static size_t position_table_host_bytes(int tokens) { return 3 * (size_t)tokens * sizeof(int); }
 static size_t position_table_device_bytes(int tokens) {
     return (4 * (size_t)tokens + 1) * sizeof(int) + 3 * sizeof(double);
@@ -111,6 +126,8 @@ static void position_table_free(PositionTable *pt) {
     free(pt->send_tokens);
     free(pt->send_positions);
     free(pt->recv_positions);
+    free(pt->send_count);
+    free(pt->bytes);
     memset(pt, 0, sizeof(*pt));
 }
 
@@ -120,73 +137,109 @@ static int position_owner(const PositionTable *pt, int p) {
     return owner < pt->group->size ? owner : pt->group->size - 1;
 }
 
-// One peer each way: `bytes_to` bytes of send to the rank k after this one, and
-// `bytes_from` of recv from the rank k before it, over comm; returns the handle.
-static void *position_table_post(Comm *comm, int k, const void *send, size_t bytes_to, void *recv, size_t bytes_from,
-                                 size_t *counts) {
-    int P = comm->size, to = (comm->rank + k) % P, from = (comm->rank - k + P) % P;
-    size_t *send_bytes = counts, *send_offset = counts + P, *recv_bytes = counts + 2 * P, *recv_offset = counts + 3 * P;
-    memset(counts, 0, 4 * (size_t)P * sizeof(size_t));
-    send_bytes[to] = bytes_to;
-    recv_bytes[from] = bytes_from;
+// Posts an all-to-all-v over comm of the parts [send_at[j], + send_n[j]) of send to
+// each rank j and [recv_at[i], + recv_n[i]) of recv from each rank i, in units of
+// `unit` bytes; returns the handle.
+static void *position_table_post(PositionTable *pt, Comm *comm, const void *send, const int *send_at, const int *send_n,
+                                 void *recv, const int *recv_at, const int *recv_n, size_t unit) {
+    int P = comm->size;
+    size_t *send_bytes = pt->bytes, *send_offset = pt->bytes + P, *recv_bytes = pt->bytes + 2 * P,
+           *recv_offset = pt->bytes + 3 * P;
+    for (int j = 0; j < P; j++) {
+        send_bytes[j] = (size_t)send_n[j] * unit;
+        send_offset[j] = (size_t)send_at[j] * unit;
+        recv_bytes[j] = (size_t)recv_n[j] * unit;
+        recv_offset[j] = (size_t)recv_at[j] * unit;
+    }
     return comm->all_to_all_v_start(comm, send, send_bytes, send_offset, recv, recv_bytes, recv_offset);
 }
 
-// Round k of the exchange, on the host: which of this rank's tokens (pos: their
-// positions) go to the rank k after it, in token order (send_tokens, and their
-// send_positions), and the positions of the rows that come from the rank k before
-// it (recv_positions). *n_send, *n_recv: how many. counts: (4 group size) scratch.
-static void position_table_route(PositionTable *pt, const int *pos, int tokens, int k, int *n_send, int *n_recv,
-                                 size_t *counts) {
+// The batch's routing, on the host, before its forward pass (so that no rank's
+// backward waits on another's host; pos: (tokens) this rank's positions): which
+// tokens travel to which owner, in token order, and the positions of the rows
+// that will come from each rank. Two exchanges over the host group: the counts,
+// then the positions.
+static void position_table_plan(PositionTable *pt, const int *pos, int tokens) {
     Comm *g = pt->group_host;
-    int to = (g->rank + k) % g->size, n = 0;
+    if (pt->group->size == 1) { return; }
+    position_table_reserve(pt, tokens);
+    int P = g->size;
+    memset(pt->send_count, 0, (size_t)P * sizeof(int));
     for (int t = 0; t < tokens; t++) {
-        if (position_owner(pt, pos[t]) != to) { continue; }
-        pt->send_tokens[n] = t;
-        pt->send_positions[n] = pos[t];
-        n++;
+        int owner = position_owner(pt, pos[t]);
+        if (owner != g->rank) { pt->send_count[owner]++; }
     }
-    *n_send = n;
-    *n_recv = 0;
-    g->all_to_all_v_wait(g, position_table_post(g, k, n_send, sizeof(int), n_recv, sizeof(int), counts));
-    g->all_to_all_v_wait(g, position_table_post(g, k, pt->send_positions, (size_t)*n_send * sizeof(int),
-                                                pt->recv_positions, (size_t)*n_recv * sizeof(int), counts));
-    for (int t = 0; t < *n_recv; t++) {
-        int p = pt->recv_positions[t];
+    int *cursor = pt->recv_start; // the fill's cursor, before the receives' starts are known
+    for (int j = 0, at = 0; j < P; at += pt->send_count[j], j++) { pt->send_start[j] = cursor[j] = at; }
+    for (int t = 0; t < tokens; t++) { // increasing t within an owner: token order
+        int owner = position_owner(pt, pos[t]);
+        if (owner == g->rank) { continue; }
+        pt->send_tokens[cursor[owner]] = t;
+        pt->send_positions[cursor[owner]++] = pos[t];
+    }
+    g->all_to_all(g, pt->send_count, pt->recv_count, sizeof(int));
+    int total = 0;
+    for (int i = 0; i < P; i++) {
+        pt->recv_start[i] = total;
+        total += pt->recv_count[i];
+    }
+    if (total > pt->recv_room) {
+        free(pt->recv_positions);
+        pt->recv_room = total;
+        pt->recv_positions = (int *)mallocCheck((size_t)total * sizeof(int));
+    }
+    g->all_to_all_v_wait(g, position_table_post(pt, g, pt->send_positions, pt->send_start, pt->send_count,
+                                                pt->recv_positions, pt->recv_start, pt->recv_count, sizeof(int)));
+    for (int n = 0; n < total; n++) {
+        int p = pt->recv_positions[n];
         if (p < pt->begin || p >= pt->end) {
             fatal("rank %d of the position table received position %d, it owns [%d, %d)", g->rank, p, pt->begin, pt->end);
         }
     }
 }
 
-// After the backward pass of `tokens` tokens (dout: (tokens, C), the gradient of
-// the encoder's output; pos: (tokens)): the rows of the tokens whose positions
-// other ranks own go to them and are added into their dwpe ((room, C), row begin
-// first); the own rows the encoder added already. In round k a rank sends to the
-// rank k after it and receives from the rank k before it, so no receive holds more
-// than one rank's tokens. send_rows and recv_rows: (tokens, C) each, any memory
-// dead at this point (the trainer lends the backward's gradient scratch).
-static void position_table_send_gradients(PositionTable *pt, float *dwpe, const float *dout, const int *pos,
-                                          int tokens, float *send_rows, float *recv_rows) {
+// Round k of the exchange: the peer this rank sends to (the rank k after it) and
+// the one it receives from (the rank k before it); every other peer's part empty.
+// Each round's receive holds one rank's rows only.
+static void position_table_round(const PositionTable *pt, int k, int *to, int *from, int *zeros, int *send_n, int *recv_n) {
+    int P = pt->group->size;
+    *to = (pt->group->rank + k) % P;
+    *from = (pt->group->rank - k + P) % P;
+    memset(zeros, 0, (size_t)P * sizeof(int));
+    memset(send_n, 0, (size_t)P * sizeof(int));
+    memset(recv_n, 0, (size_t)P * sizeof(int));
+    send_n[*to] = pt->send_count[*to];
+    recv_n[*from] = pt->recv_count[*from];
+}
+
+// After the backward pass of the planned batch (dout: (tokens, C), the gradient of
+// the encoder's output): the rows of the tokens whose positions other ranks own go
+// to them, round by round, and are added into their dwpe ((room, C), row begin
+// first) in the senders' token order; the own rows the encoder added already.
+// send_rows and recv_rows: (tokens, C) each, any memory dead at this point (the
+// trainer lends the backward's gradient scratch).
+static void position_table_send_gradients(PositionTable *pt, float *dwpe, const float *dout, float *send_rows,
+                                          float *recv_rows) {
     Comm *g = pt->group;
-    int C = pt->C;
-    position_table_reserve(pt, tokens);
-    size_t *counts = (size_t *)mallocCheck(4 * (size_t)g->size * sizeof(size_t));
-    for (int k = 1; k < g->size; k++) {
-        int n_send, n_recv;
-        position_table_route(pt, pos, tokens, k, &n_send, &n_recv, counts);
-        for (int n = 0; n < n_send; n++) {
-            memcpy(send_rows + (size_t)n * C, dout + (size_t)pt->send_tokens[n] * C, (size_t)C * sizeof(float));
+    int P = g->size, C = pt->C;
+    int *scratch = (int *)mallocCheck(3 * (size_t)P * sizeof(int)), *zeros = scratch, *send_n = scratch + P,
+        *recv_n = scratch + 2 * P;
+    for (int k = 1; k < P; k++) {
+        int to, from;
+        position_table_round(pt, k, &to, &from, zeros, send_n, recv_n);
+        const int *tokens = pt->send_tokens + pt->send_start[to], *positions = pt->recv_positions + pt->recv_start[from];
+        for (int n = 0; n < send_n[to]; n++) {
+            memcpy(send_rows + (size_t)n * C, dout + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
         }
-        size_t row = (size_t)C * sizeof(float);
-        g->all_to_all_v_wait(g, position_table_post(g, k, send_rows, n_send * row, recv_rows, n_recv * row, counts));
-        for (int n = 0; n < n_recv; n++) {
-            float *dst = dwpe + (size_t)(pt->recv_positions[n] - pt->begin) * C;
+        g->all_to_all_v_wait(g, position_table_post(pt, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,
+                                                    (size_t)C * sizeof(float)));
+        for (int n = 0; n < recv_n[from]; n++) {
+            float *dst = dwpe + (size_t)(positions[n] - pt->begin) * C;
             const float *add = recv_rows + (size_t)n * C;
             for (int i = 0; i < C; i++) { dst[i] += add[i]; }
         }
     }
-    free(counts);
+    free(scratch);
 }
 
 // The squared norm of the whole gradient: `replicated` (the same on every rank of

@@ -704,8 +704,10 @@ static void check_position_table(Comm *host_comm, Comm *dev_comm) {
     floatX *d_recv = (floatX *)cudaMallocCheck((size_t)tokens * C * sizeof(floatX));
     float *send = (float *)mallocCheck((size_t)tokens * C * sizeof(float));
     float *recv = (float *)mallocCheck((size_t)tokens * C * sizeof(float));
-    position_table_send_gradients(&cpu, dwpe, dout, pos, tokens, send, recv);
-    position_table_send_gradients_cuda(&gpu, d_dwpe, d_dout, pos, tokens, d_send, d_recv);
+    position_table_plan(&cpu, pos, tokens);
+    position_table_plan(&gpu.host, pos, tokens);
+    position_table_send_gradients(&cpu, dwpe, dout, send, recv);
+    position_table_send_gradients_cuda(&gpu, d_dwpe, d_dout, d_send, d_recv);
     float *got = host_copy(d_dwpe, rows);
     int same = memcmp(got, dwpe, rows * sizeof(float)) == 0;
     printf("%-4s rank %d  position table: owned rows [%d, %d) after the exchange, bit for bit\n", same ? "ok" : "FAIL",

@@ -7,8 +7,8 @@ host memory over MPI, the group being this job's world:
        tile the table
     2. the gradients' journey: every rank holds tokens at random positions (many
        repeated, on one rank and across ranks); the encoder adds its own rows
-       (encoder_backward, llmc/encoder.h) and position_table_send_gradients the
-       others' rows. Each owner's rows must be the sums of all ranks' tokens at
+       (encoder_backward, llmc/encoder.h) and, as position_table_plan routed them,
+       position_table_send_gradients the others' rows. Each owner's rows must be the sums of all ranks' tokens at
        those positions (a double-precision sum over the whole job's tokens, which
        every rank builds from the same seed); and where every token of a position
        sits on one rank, as in every layout but restarted positions, the sum must
@@ -93,8 +93,9 @@ static void check_send_gradients(Comm *world, int max_T, int one_rank) {
     const int *pos = j.pos + (size_t)world->rank * N;
     const float *dout = j.dout + (size_t)world->rank * N * C;
     float *send = (float *)mallocCheck((size_t)N * C * sizeof(float)), *recv = (float *)mallocCheck((size_t)N * C * sizeof(float));
+    position_table_plan(&pt, pos, N);
     encoder_backward(dwte, dwpe, pt.begin, pt.end, dout, inp, pos, 1, N, C);
-    position_table_send_gradients(&pt, dwpe, dout, pos, N, send, recv);
+    position_table_send_gradients(&pt, dwpe, dout, send, recv);
     for (int p = pt.begin; p < pt.end; p++) {
         for (int c = 0; c < C; c++) {
             double want = 0.0;
