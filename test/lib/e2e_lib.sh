@@ -77,8 +77,15 @@ signal_mid_run() {
             return 1
         fi
     done
-    local pid
+    # looked for again for up to 2 s: on a loaded machine one look (pgrep, then the
+    # process's environment) was seen to miss a rank that went on training
+    local pid tries=0
     pid=$(rank_pid "$dir" "$rank")
+    while [[ -z $pid && $tries -lt 20 ]]; do
+        sleep 0.1
+        tries=$((tries + 1))
+        pid=$(rank_pid "$dir" "$rank")
+    done
     if [[ -z $pid ]]; then
         kill "$launcher" 2>/dev/null || true
         fail "$name: rank $rank's process not found"
