@@ -102,6 +102,13 @@ static void comm_slice(size_t n, int rank, int size, size_t *begin, size_t *end)
     *end = rank == size - 1 ? n : *begin + S;
 }
 
+// The rank whose comm_slice of n units holds unit u (u < n).
+static int comm_slice_holder(size_t n, int size, size_t u) {
+    size_t S = n / (size_t)size;
+    if (S == 0) { return size - 1; } // fewer units than ranks: the last holds them all
+    return u / S < (size_t)size ? (int)(u / S) : size - 1;
+}
+
 // Every rank's buf (n units of unit_bytes, in the comm's memory) becomes the
 // slices' holders' (comm_slice): the equal slices gathered in place, and the last
 // rank's leftover broadcast.

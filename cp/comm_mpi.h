@@ -467,14 +467,8 @@ static void comm_mpi_destroy(Comm *comm) {
     if (impl->comm != MPI_COMM_WORLD && impl->comm != MPI_COMM_SELF) {
         MPI_Comm_free(&impl->comm);
     }
-    free(impl->world_ranks);
-    free(impl->awaited);
-    free(impl->arrived);
-    free(impl->requests);
-    free(impl->completed);
-    free(impl->op_peers);
-    free(impl);
-    free(comm);
+    free_all(impl->world_ranks, impl->awaited, impl->arrived, impl->requests, impl->completed, impl->op_peers, impl,
+             comm);
 }
 
 // the per-call limit: COMM_MPI_MAX_BYTES, or for tests GPT2CP_TEST_MPI_MAX_BYTES

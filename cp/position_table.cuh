@@ -74,11 +74,11 @@ static void position_table_send_gradients_cuda(PositionTableCuda *pt, float *dwp
     Comm *g = h->group;
     int P = g->size, C = h->C;
     position_table_cuda_reserve(pt, h->tokens);
-    int *scratch = (int *)mallocCheck(3 * (size_t)P * sizeof(int)), *zeros = scratch, *send_n = scratch + P,
+    int *scratch = (int *)callocCheck(3 * (size_t)P, sizeof(int)), *zeros = scratch, *send_n = scratch + P,
         *recv_n = scratch + 2 * P;
     for (int k = 1; k < P; k++) {
         int to, from;
-        position_table_round(h, k, &to, &from, zeros, send_n, recv_n);
+        position_table_round(h, k, &to, &from, send_n, recv_n);
         if (send_n[to] > 0) {
             cuda_upload(pt->d_send_tokens, h->send_tokens + h->send_start[to], (size_t)send_n[to] * sizeof(int));
             size_t n = (size_t)send_n[to] * C;

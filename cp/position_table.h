@@ -123,18 +123,13 @@ static size_t position_table_device_bytes(int tokens) {
 }
 
 static void position_table_free(PositionTable *pt) {
-    free(pt->send_tokens);
-    free(pt->send_positions);
-    free(pt->recv_positions);
-    free(pt->send_count);
-    free(pt->bytes);
+    free_all(pt->send_tokens, pt->send_positions, pt->recv_positions, pt->send_count, pt->bytes);
     memset(pt, 0, sizeof(*pt));
 }
 
 // The owner of position p.
 static int position_owner(const PositionTable *pt, int p) {
-    int S = pt->max_T / pt->group->size, owner = p / S; // comm_slice's slices
-    return owner < pt->group->size ? owner : pt->group->size - 1;
+    return comm_slice_holder((size_t)pt->max_T, pt->group->size, (size_t)p);
 }
 
 // Posts an all-to-all-v over comm of the parts [send_at[j], + send_n[j]) of send to
@@ -200,12 +195,12 @@ static void position_table_plan(PositionTable *pt, const int *pos, int tokens) {
 
 // Round k of the exchange: the peer this rank sends to (the rank k after it) and
 // the one it receives from (the rank k before it); every other peer's part empty.
-// Each round's receive holds one rank's rows only.
-static void position_table_round(const PositionTable *pt, int k, int *to, int *from, int *zeros, int *send_n, int *recv_n) {
+// Each round's receive holds one rank's rows only. (The exchange's offsets are
+// the caller's zeros: each round's one part starts at its buffer's start.)
+static void position_table_round(const PositionTable *pt, int k, int *to, int *from, int *send_n, int *recv_n) {
     int P = pt->group->size;
     *to = (pt->group->rank + k) % P;
     *from = (pt->group->rank - k + P) % P;
-    memset(zeros, 0, (size_t)P * sizeof(int));
     memset(send_n, 0, (size_t)P * sizeof(int));
     memset(recv_n, 0, (size_t)P * sizeof(int));
     send_n[*to] = pt->send_count[*to];
@@ -222,11 +217,11 @@ static void position_table_send_gradients(PositionTable *pt, float *dwpe, const 
                                           float *recv_rows) {
     Comm *g = pt->group;
     int P = g->size, C = pt->C;
-    int *scratch = (int *)mallocCheck(3 * (size_t)P * sizeof(int)), *zeros = scratch, *send_n = scratch + P,
+    int *scratch = (int *)callocCheck(3 * (size_t)P, sizeof(int)), *zeros = scratch, *send_n = scratch + P,
         *recv_n = scratch + 2 * P;
     for (int k = 1; k < P; k++) {
         int to, from;
-        position_table_round(pt, k, &to, &from, zeros, send_n, recv_n);
+        position_table_round(pt, k, &to, &from, send_n, recv_n);
         const int *tokens = pt->send_tokens + pt->send_start[to], *positions = pt->recv_positions + pt->recv_start[from];
         for (int n = 0; n < send_n[to]; n++) {
             memcpy(send_rows + (size_t)n * C, dout + (size_t)tokens[n] * C, (size_t)C * sizeof(float));

@@ -162,12 +162,7 @@ static void bpe_free(BpeEncoder *e) {
     free(e->ranks.slots);
     pcre2_match_data_free(e->match);
     pcre2_code_free(e->regex);
-    free(e->len);
-    free(e->back);
-    free(e->heap);
-    free(e->slot);
-    free(e->cache);
-    free(e->arena);
+    free_all(e->len, e->back, e->heap, e->slot, e->cache, e->arena);
     memset(e, 0, sizeof(*e));
 }
 

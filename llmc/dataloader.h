@@ -406,15 +406,9 @@ static void dataloader_next_batch(DataLoader *dl) {
 static void dataloader_free(DataLoader *dl) {
     if (dl->fp) { fclose(dl->fp); }
     if (dl->mask_fp) { fclose(dl->mask_fp); }
-    free(dl->mask_identity);
-    free(dl->loss_mask);
     globfree(&dl->files);
-    free(dl->identity);
-    free(dl->window);
-    free(dl->inputs);
-    free(dl->targets);
-    free(dl->shard_order);
-    free(dl->span_order);
+    free_all(dl->mask_identity, dl->loss_mask, dl->identity, dl->window, dl->inputs, dl->targets, dl->shard_order,
+             dl->span_order);
     memset(dl, 0, sizeof(*dl));
 }
 

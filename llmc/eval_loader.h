@@ -205,11 +205,7 @@ static int evalloader_correct(const EvalLoader *el, const float *losses) {
 }
 
 static void evalloader_free(EvalLoader *el) {
-    free(el->stream);
-    free(el->offsets);
-    free(el->inputs);
-    free(el->targets);
-    free(el->labels);
+    free_all(el->stream, el->offsets, el->inputs, el->targets, el->labels);
     memset(el, 0, sizeof(*el));
 }
 

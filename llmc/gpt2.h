@@ -332,6 +332,12 @@ static size_t gpt2_num_parameters(GPT2Config c) {
     return n;
 }
 
+// The trained vector's length when the position table's gradient and moments hold
+// `room` of its rows (gpt2_position_rows): every other parameter's, plus room C.
+static size_t gpt2_num_trained(GPT2Config c, size_t room) {
+    return gpt2_num_parameters(c) - (size_t)c.max_seq_len * c.channels + room * c.channels;
+}
+
 // The gradient and the AdamW state of the trained vector (zeroed), whole: the
 // optimizer range is all of it. The rest of the old ones is freed before it was
 // ever written, so it never becomes resident.
@@ -373,7 +379,7 @@ static void gpt2_position_rows(GPT2 *model, size_t begin, size_t end, size_t roo
     model->wpe_begin = begin;
     model->wpe_end = end;
     model->grad_sizes[1] = room * C;
-    model->num_trained = model->num_parameters - model->param_sizes[1] + model->grad_sizes[1];
+    model->num_trained = gpt2_num_trained(model->config, room);
     gpt2_allocate_trained(model);
 }
 

@@ -277,6 +277,15 @@ static void *callocCheck(size_t nmemb, size_t size) {
     return ptr;
 }
 
+// A struct's heap buffers freed in one line: free_all(x->a, x->b, x->c).
+#define free_all(...)                                                                   \
+    do {                                                                                \
+        void *free_all_list[] = {__VA_ARGS__};                                          \
+        for (size_t i = 0; i < sizeof(free_all_list) / sizeof(free_all_list[0]); i++) { \
+            free(free_all_list[i]);                                                     \
+        }                                                                               \
+    } while (0)
+
 // ----------------------------------------------------------------------------
 // writing a file atomically: to `path`.tmp, flushed to disk, renamed into place,
 // so that a reader (or a resume after a crash) sees the whole file or none of it

@@ -76,7 +76,7 @@ static long size_of(const char *path) {
 // state_read of path into buffers of [begin, end); returns its status, the reason in why
 static int read_into(const char *path, TrainState *s, float *m, float *v, float *master, uint64_t begin, uint64_t end,
                      char *why) {
-    StateBuffers buf = {m, v, master, begin, end};
+    StateBuffers buf = {.m = m, .v = v, .master = master, .begin = begin, .end = end}; // no table window: all held
     return state_read(path, s, &buf, NUM_PARAMETERS, why, 512);
 }
 

@@ -127,9 +127,8 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     // the trained vector (llmc/gpt2.h): a split table's gradient and moments hold
     // the largest slice's rows
     size_t table = (size_t)c.max_seq_len * c.channels;
-    size_t trained = gpt2_num_parameters(c) - table +
-                     (position_table_split(tm, cfg) ? (size_t)position_slice_room(c.max_seq_len, cfg->cp_size) * c.channels
-                                                    : table);
+    int rows = position_table_split(tm, cfg) ? position_slice_room(c.max_seq_len, cfg->cp_size) : c.max_seq_len;
+    size_t trained = gpt2_num_trained(c, (size_t)rows);
     e.gradients = trained * sizeof(float);
     e.adamw = 2 * zero_largest_shard(cfg->zero_stage, trained, dp * cfg->cp_size) * sizeof(float);
     e.activations = activation_bytes(c, B, local_T, cfg->recompute, tm->value_bytes, &e.classifier) - e.classifier;
