@@ -10,7 +10,12 @@
 #      dev/bench/gpt2_torch.py -d cpu (Debian's torch, same threads) side by side:
 #      tiny (1 layer, C 64, a vocabulary of 512, B 4, T 256), d2 (B 4, T 1024),
 #      6 layers C 384 (d6, B 4, T 1024) and d12 (B 1, T 1024). Without torch the
-#      table says so and goes on.
+#      table says so and goes on. Both sides run with malloc's large blocks on
+#      transparent huge pages (GLIBC_TUNABLES=glibc.malloc.hugetlb=1, glibc >= 2.35),
+#      where the kernel gives them only on request (THP mode madvise, as here):
+#      PyTorch allocates its activations afresh every step, and on a VM whose page
+#      faults are dear it spent 30% of its time faulting them in (d2 ran 2.9x
+#      faster with huge pages; ours, whose buffers are allocated once, 2%).
 #
 #   bash dev/bench/cpu_speed.sh [-t "1024 8192"] [-x STEPS] [-n THREADS] [-c 0|1] [-p TRAINER]
 #   bash dev/bench/cpu_speed.sh -t "" -c 1          (the PyTorch comparison alone)
@@ -67,6 +72,7 @@ if [ "$compare" = 1 ]; then
         "$torch_python" -c "import torch" 2> /dev/null && { have_torch=1; break; }
     done
     [ $have_torch = 1 ] || echo "(no torch in python3 or /usr/bin/python3: PyTorch left out; apt-get install python3-torch)"
+    export GLIBC_TUNABLES=glibc.malloc.hugetlb=1
     # the tiny model: d1's random init cut to a vocabulary of 512 and its data mapped to it
     "$trainer" -e d1 -x 0 -n 1 -v 0 -s 0 -o "$work/d1" > /dev/null
     python3 test/lib/llmc_files.py small "$work/d1/model_00000000.bin" "$work/tiny.bin" \
