@@ -18,7 +18,7 @@ layernorms, instead of keeping them per layer.
 
 The gradient and the AdamW state are laid out as the trained vector: llm.c's flat
 vector, but for the rows of the position table that the model does not train
-(gpt2_position_rows). About 570 lines in one file: the buffers, that layout and
+(gpt2_position_rows). About 590 lines in one file: the buffers, that layout and
 the passes that read them by it belong together.
 */
 #ifndef LLMC_GPT2_H
