@@ -4,7 +4,8 @@ host memory over MPI, the group being this job's world:
 
     1. the owners: every position of tables of many sizes, at every group size
        1..9, has the owner whose slice (position_slice) holds it, and the slices
-       tile the table
+       tile the table; and comm_slice_holder, the rule beneath, for every unit of
+       1..12 units over 1..9 ranks (fewer units than ranks too) against comm_slice
     2. the gradients' journey: every rank holds tokens at random positions (many
        repeated, on one rank and across ranks); the encoder adds its own rows
        (encoder_backward, llmc/encoder.h) and, as position_table_plan routed them,
@@ -52,6 +53,24 @@ static void check_owners(void) {
                 position_slice(sizes[k], P, owner, &b, &e);
                 CHECK(p >= b && p < e, "maxT %d, %d parts: position %d given to part %d, which holds [%d, %d)", sizes[k],
                       P, p, owner, b, e);
+            }
+        }
+    }
+}
+
+// comm_slice_holder, the rule position_owner stands on, at every count of units
+// against every count of ranks, fewer units than ranks included (then every slice
+// but the last is empty): the holder's comm_slice must hold the unit.
+static void check_slice_holders(void) {
+    for (size_t n = 1; n <= 12; n++) {
+        for (int size = 1; size <= 9; size++) {
+            for (size_t u = 0; u < n; u++) {
+                int holder = comm_slice_holder(n, size, u);
+                size_t b, e;
+                comm_slice(n, holder, size, &b, &e);
+                CHECK(holder >= 0 && holder < size && u >= b && u < e,
+                      "%zu units over %d ranks: unit %zu given to rank %d, which holds [%zu, %zu)", n, size, u, holder,
+                      b, e);
             }
         }
     }
@@ -185,6 +204,7 @@ int main(int argc, char **argv) {
     Comm *world = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
     Comm *self = comm_mpi_create(comm_duplicate(MPI_COMM_SELF));
     check_owners();
+    check_slice_holders();
     const int tables[] = {7, 64, 101};
     for (size_t k = 0; k < sizeof(tables) / sizeof(tables[0]); k++) {
         if (tables[k] < world->size) { continue; }
