@@ -15,7 +15,7 @@ group of cp ranks that share every sequence of the replica's batch. Per step:
        gradients are summed over all ranks, so every rank takes the same step
        (at -z 1 each rank updates its shard of the parameters, then they are
        all-gathered: train/zero.h); at -z 0 the position table's rows are
-       trained by their owners in the CP group (cp/position_table.h)
+       held and trained by their owners in the CP group (cp/position_table.h)
 
 Same flags as the GPU trainer; see -h.
 */
@@ -80,8 +80,8 @@ typedef struct {
 static LossStats forward_step(Trainer *tr, const int *inputs, const int *targets, const unsigned char *loss_mask,
                               CpSharder *sh, int micro_steps) {
     shard_rows(sh, inputs, targets, loss_mask, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
-    // a training pass's position-table routing, before any exchange of its forward
-    if (micro_steps > 0) { position_table_plan(tr->table, sh->layout.position, sh->layout.B * sh->layout.local_len); }
+    // the pass's position-table routing, before any exchange of its forward
+    position_table_plan(tr->table, sh->layout.position, sh->layout.B * sh->layout.local_len);
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_free(tr->acts);
         activations_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
@@ -121,15 +121,29 @@ static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
     return gpt2_logits(s->model, &s->acts, (size_t)(t - 1));
 }
 
-static void sample(const TrainConfig *cfg, GPT2 *model, Comm *self, TrainRun *run) {
+// Rank 0 samples; where the position table is split (its weights too), the rows
+// of the sample's positions come first from their owners, every rank of the CP
+// group taking part.
+static void sample(const TrainConfig *cfg, GPT2 *model, const PositionTable *table, Comm *self, TrainRun *run,
+                   int master) {
     GPT2Config c = model->config;
-    Sampler s;
-    s.model = model;
-    activations_init(&s.acts, c, 1, cfg->gen_tokens, cfg->recompute);
-    ring_attention_init(&s.ring, self, 1, cfg->gen_tokens, c.channels, c.num_heads);
-    generate_sample(cfg, c, &run->tokenizer, &run->sample_rng, sampler_next_logits, &s);
-    ring_attention_free(&s.ring);
-    activations_free(&s.acts);
+    float *rows = NULL;
+    GPT2 with_rows = *model;
+    if (model->wpe_rows_only) {
+        rows = (float *)mallocCheck((size_t)cfg->gen_tokens * c.channels * sizeof(float));
+        position_table_first_rows(table, model->params.wpe, rows, cfg->gen_tokens);
+        with_rows = gpt2_with_first_rows(model, rows, (size_t)cfg->gen_tokens);
+    }
+    if (master) {
+        Sampler s;
+        s.model = &with_rows;
+        activations_init(&s.acts, c, 1, cfg->gen_tokens, cfg->recompute);
+        ring_attention_init(&s.ring, self, 1, cfg->gen_tokens, c.channels, c.num_heads);
+        generate_sample(cfg, c, &run->tokenizer, &run->sample_rng, sampler_next_logits, &s);
+        ring_attention_free(&s.ring);
+        activations_free(&s.acts);
+    }
+    free(rows);
 }
 
 // The model files the twin writes: fp32 (version 3), as llm.c's fp32 trainer;
@@ -176,6 +190,7 @@ int main(int argc, char **argv) {
                             .weight_copy_bytes = 0,
                             .host = 1,
                             .splits_position_table = 1,
+                            .splits_position_weights = 1,
                             .available = host_memory_available,
                             .runtime_bytes = cpu_runtime_bytes};
     train_run_start(&run, &model, &cfg, layout, mesh, &memory);
@@ -195,6 +210,9 @@ int main(int argc, char **argv) {
     int split = position_table_split(&memory, &cfg);
     position_table_init(&table, split ? ranks.cp : ranks.self, split ? ranks.cp : NULL,
                         split ? ranks.dp : ranks.world, c.max_seq_len, c.channels, acts.B * acts.T);
+    // the table's weights too: each rank keeps its rows, and a forward pass gets
+    // its tokens' other rows from their owners
+    if (split) { gpt2_position_weights(&model, position_table_rows_verb(&table)); }
     Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention,
                   .table = &table};
 
@@ -207,7 +225,7 @@ int main(int argc, char **argv) {
             float accuracy = hellaswag_accuracy(forward_step_verb, shard_losses, &tr, &run, ranks.cp, ranks.dp);
             logger_log_eval(&run.logger, step, accuracy);
         }
-        if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
+        if (run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, &table, ranks.self, &run, master); }
         if (run_checkpoints(&run, &cfg, step, last_step)) {
             save_checkpoint(&run, &cfg, mesh, &model, table.group_host, step, model_file_version());
         }
@@ -242,7 +260,6 @@ int main(int argc, char **argv) {
         if (!skip_update(&run, &cfg, master, &end)) {
             gpt2_update(&model, lr, cfg.weight_decay, end.update_scale, step + 1);
             zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
-            position_table_gather_rows(&table, model.params.wpe);
         }
         train_run_end_step(&run, master, step, &end, lr, wall_seconds() - start);
     }

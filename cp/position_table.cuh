@@ -78,7 +78,7 @@ static void position_table_send_gradients_cuda(PositionTableCuda *pt, float *dwp
         *recv_n = scratch + 2 * P;
     for (int k = 1; k < P; k++) {
         int to, from;
-        position_table_round(h, k, &to, &from, send_n, recv_n);
+        position_table_round(h, k, 1, &to, &from, send_n, recv_n);
         if (send_n[to] > 0) {
             cuda_upload(pt->d_send_tokens, h->send_tokens + h->send_start[to], (size_t)send_n[to] * sizeof(int));
             size_t n = (size_t)send_n[to] * C;

@@ -1,15 +1,23 @@
 /*
-The position table (wpe, maxT x C) trained in row slices over the CP group.
+The position table (wpe, maxT x C) held and trained in row slices over the CP group.
 
-Every rank keeps the whole table's weights (a token at any position may land on
-any rank, and the model file is llm.c's), but the gradient and the two AdamW
-moments of a row live on one rank of the group only: its owner. Without this,
-each rank would hold 16 C bytes for every position of the sequence, which at
-long T outgrows what context parallelism divides.
+The weights, the gradient and the two AdamW moments of a row live on one rank of
+the group only: its owner. Without this, each rank would hold 16 C bytes for
+every position of the sequence, which at long T outgrows what context
+parallelism divides. (The GPU trainer splits the gradient and the moments, and
+still keeps the whole table's weights on every rank: cp/position_table.cuh.)
 
     owners     rank r of P owns the rows [r S, r S + S), S = maxT / P, and the last
                rank also the maxT - P S left over; every rank keeps room for the
                largest slice, so that their buffers have one size
+    weights    a token at any position may land on any rank: before each forward
+               pass, position_table_fetch_rows brings the rows of this rank's tokens
+               whose positions others own (the reverse of the gradients' journey
+               below, by the same plan), and the encoder reads them beside its own
+               (llmc/encoder.h); a sample gathers the rows of its positions
+               (position_table_first_rows), and a checkpoint's model file streams
+               every owner's rows in turn (train/checkpoint_write.h), so the file is
+               llm.c's
     gradient   the model's encoder backward adds the tokens whose positions this
                rank owns (llmc/encoder.h); position_table_send_gradients sends every
                other token's row of the residual's gradient to its position's
@@ -26,18 +34,19 @@ long T outgrows what context parallelism divides.
                gradients (the other parameters are summed over the whole world)
     norm       the replicated parameters' squares plus the slices' squares summed
                over the group (position_table_norm_squared)
-    update     each owner runs AdamW on its rows; position_table_gather_rows then
-               gives every rank the whole table again
+    update     each owner runs AdamW on its rows (where a trainer keeps the whole
+               table's weights, the GPU's, position_table_gather_rows then gives every
+               rank the whole table again)
 
 At -z 1 (train/zero.h) the world shards the AdamW state already, by ranges of the
 flat vector: there the table is not split (every rank owns every row and the
 group is one rank), and everything above reduces to llm.c's path. The same holds
 at cp 1.
 
-The state files keep llm.c's whole flat order: a split table's moments are
-streamed to each file slice by slice, and read back keeping one's own rows
-(train/checkpoint_write.h, train/resume.h), so a checkpoint resumes in any
-shape.
+The state files keep llm.c's whole flat order: a split table's moments (and
+master weights, where a state file holds them) are streamed to each file slice by
+slice, and read back keeping one's own rows (train/checkpoint_write.h,
+train/resume.h), so a checkpoint resumes in any shape.
 */
 #ifndef CP_POSITION_TABLE_H
 #define CP_POSITION_TABLE_H
@@ -46,6 +55,7 @@ shape.
 #include <string.h>
 #include "comm.h"
 #include "../llmc/adamw.h"
+#include "../llmc/encoder.h"
 #include "../llmc/utils.h"
 
 // The rows [*begin, *end) of a table of max_T rows that part `part` of `parts` owns.
@@ -72,6 +82,7 @@ typedef struct {
     int room;         // rows of the largest slice
     // the batch's routing (position_table_plan), host
     int tokens;          // most tokens a pass of this rank has held (B x T_local): the routing's room
+    int pass_tokens;     // the planned pass's tokens (B x T_local, the same on every rank of the group)
     int *send_tokens;    // (tokens) this rank's tokens that travel, by owner, each owner's in token order ...
     int *send_positions; // (tokens) ... and their positions
     int *recv_positions; // (recv_room) the positions of the rows that come, by sender, in its token order
@@ -158,6 +169,7 @@ static void position_table_plan(PositionTable *pt, const int *pos, int tokens) {
     Comm *g = pt->group_host;
     if (pt->group->size == 1) { return; }
     position_table_reserve(pt, tokens);
+    pt->pass_tokens = tokens;
     int P = g->size;
     memset(pt->send_count, 0, (size_t)P * sizeof(int));
     for (int t = 0; t < tokens; t++) {
@@ -193,18 +205,104 @@ static void position_table_plan(PositionTable *pt, const int *pos, int tokens) {
     }
 }
 
-// Round k of the exchange: the peer this rank sends to (the rank k after it) and
-// the one it receives from (the rank k before it); every other peer's part empty.
-// Each round's receive holds one rank's rows only. (The exchange's offsets are
-// the caller's zeros: each round's one part starts at its buffer's start.)
-static void position_table_round(const PositionTable *pt, int k, int *to, int *from, int *send_n, int *recv_n) {
+// Round k of an exchange between the tokens and the owners of their positions:
+// this rank meets `owner`, the rank k after it, which owns the positions of some
+// of this rank's tokens (send_count[owner] of them), and `user`, the rank k
+// before it, some of whose tokens sit at positions this rank owns
+// (recv_count[user]). The round's counts by peer: towards the owners (a
+// gradient's rows) this rank sends to owner and receives from user; towards the
+// tokens (the weights' rows) it sends to user and receives from owner. Every
+// other peer's part is empty, so each round's receive holds one rank's rows only
+// (and the exchange's offsets are the caller's zeros: each round's one part
+// starts at its buffer's start).
+static void position_table_round(const PositionTable *pt, int k, int towards_owners, int *owner, int *user,
+                                 int *send_n, int *recv_n) {
     int P = pt->group->size;
-    *to = (pt->group->rank + k) % P;
-    *from = (pt->group->rank - k + P) % P;
+    *owner = (pt->group->rank + k) % P;
+    *user = (pt->group->rank - k + P) % P;
     memset(send_n, 0, (size_t)P * sizeof(int));
     memset(recv_n, 0, (size_t)P * sizeof(int));
-    send_n[*to] = pt->send_count[*to];
-    recv_n[*from] = pt->recv_count[*from];
+    if (towards_owners) {
+        send_n[*owner] = pt->send_count[*owner];
+        recv_n[*user] = pt->recv_count[*user];
+    } else {
+        send_n[*user] = pt->recv_count[*user];
+        recv_n[*owner] = pt->send_count[*owner];
+    }
+}
+
+// rows: (n, C), row j a copy of src's row at[j] - first
+static void position_rows_pack(float *rows, const float *src, const int *at, int first, int n, int C) {
+    for (int j = 0; j < n; j++) {
+        memcpy(rows + (size_t)j * C, src + (size_t)(at[j] - first) * C, (size_t)C * sizeof(float));
+    }
+}
+
+// dst's row at[j] - first += row j of rows ((n, C)), for j in order
+static void position_rows_add(float *dst, const float *rows, const int *at, int first, int n, int C) {
+    for (int j = 0; j < n; j++) {
+        float *d = dst + (size_t)(at[j] - first) * C;
+        const float *add = rows + (size_t)j * C;
+        for (int i = 0; i < C; i++) { d[i] += add[i]; }
+    }
+}
+
+// dst's row at[j] = row j of rows ((n, C))
+static void position_rows_scatter(float *dst, const float *rows, const int *at, int n, int C) {
+    for (int j = 0; j < n; j++) {
+        memcpy(dst + (size_t)at[j] * C, rows + (size_t)j * C, (size_t)C * sizeof(float));
+    }
+}
+
+// Before the planned batch's encoder, where the weights are split too
+// (llmc/gpt2.h's gpt2_position_weights): the wpe rows of this rank's tokens whose
+// positions other ranks own come from them, round by round, into rows ((tokens,
+// C), each such token's row; the others' are left alone). wpe: this rank's rows
+// ((room, C), row begin first); scratch: (2 tokens, C) floats dead at this point
+// (the model lends its backward's scratch).
+static void position_table_fetch_rows(PositionTable *pt, const float *wpe, float *rows, float *scratch) {
+    Comm *g = pt->group;
+    int P = g->size, C = pt->C;
+    float *send_rows = scratch, *recv_rows = scratch + (size_t)pt->pass_tokens * C;
+    int *counts = (int *)callocCheck(3 * (size_t)P, sizeof(int)), *zeros = counts, *send_n = counts + P,
+        *recv_n = counts + 2 * P;
+    for (int k = 1; k < P; k++) {
+        int owner, user;
+        position_table_round(pt, k, 0, &owner, &user, send_n, recv_n);
+        const int *positions = pt->recv_positions + pt->recv_start[user], *tokens = pt->send_tokens + pt->send_start[owner];
+        position_rows_pack(send_rows, wpe, positions, pt->begin, send_n[user], C);
+        g->all_to_all_v_wait(g, position_table_post(pt, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,
+                                                    (size_t)C * sizeof(float)));
+        position_rows_scatter(rows, recv_rows, tokens, recv_n[owner], C);
+    }
+    free(counts);
+}
+
+static void position_table_fetch_rows_verb(void *table, const float *wpe_rows, float *rows, float *scratch) {
+    position_table_fetch_rows((PositionTable *)table, wpe_rows, rows, scratch);
+}
+
+// The verb a model whose weights hold this rank's rows only fetches the others with.
+static EncoderRowsVerb position_table_rows_verb(PositionTable *pt) {
+    return (EncoderRowsVerb){pt, position_table_fetch_rows_verb};
+}
+
+// The table's rows [0, n) into rows ((n, C)) on every rank of the group, each
+// slice from its owner (wpe: this rank's rows, row begin first): what an
+// unsharded forward pass over positions below n reads (a sample) where the
+// weights are split. A collective of the group.
+static void position_table_first_rows(const PositionTable *pt, const float *wpe, float *rows, int n) {
+    Comm *g = pt->group;
+    size_t C = (size_t)pt->C;
+    for (int owner = 0; owner < g->size; owner++) {
+        int begin, end;
+        position_slice(pt->max_T, g->size, owner, &begin, &end);
+        if (end > n) { end = n; }
+        if (begin >= end) { continue; }
+        size_t bytes = (size_t)(end - begin) * C * sizeof(float);
+        if (owner == g->rank) { memcpy(rows + (size_t)begin * C, wpe, bytes); }
+        g->broadcast(g, rows + (size_t)begin * C, bytes, owner);
+    }
 }
 
 // After the backward pass of the planned batch (dout: (tokens, C), the gradient of
@@ -221,18 +319,12 @@ static void position_table_send_gradients(PositionTable *pt, float *dwpe, const 
         *recv_n = scratch + 2 * P;
     for (int k = 1; k < P; k++) {
         int to, from;
-        position_table_round(pt, k, &to, &from, send_n, recv_n);
+        position_table_round(pt, k, 1, &to, &from, send_n, recv_n);
         const int *tokens = pt->send_tokens + pt->send_start[to], *positions = pt->recv_positions + pt->recv_start[from];
-        for (int n = 0; n < send_n[to]; n++) {
-            memcpy(send_rows + (size_t)n * C, dout + (size_t)tokens[n] * C, (size_t)C * sizeof(float));
-        }
+        position_rows_pack(send_rows, dout, tokens, 0, send_n[to], C);
         g->all_to_all_v_wait(g, position_table_post(pt, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,
                                                     (size_t)C * sizeof(float)));
-        for (int n = 0; n < recv_n[from]; n++) {
-            float *dst = dwpe + (size_t)(positions[n] - pt->begin) * C;
-            const float *add = recv_rows + (size_t)n * C;
-            for (int i = 0; i < C; i++) { dst[i] += add[i]; }
-        }
+        position_rows_add(dwpe, recv_rows, positions, pt->begin, recv_n[from], C);
     }
     free(scratch);
 }

@@ -18,6 +18,7 @@ beside each rank's state file.
 #ifndef LLMC_CHECKPOINT_H
 #define LLMC_CHECKPOINT_H
 
+#include <errno.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -50,11 +51,11 @@ static void model_round_to_bf16(const float *params, size_t n, uint16_t *bits) {
 }
 
 // The checksum of n parameters as a model file of `version` stores them (the
-// fp32 bytes, or those of their bf16 rounding): what its header records.
-static uint64_t model_params_checksum(const float *params, size_t n, int version) {
-    if (version != CHECKPOINT_VERSION_BF16) { return fnv1a(FNV_OFFSET, params, n * sizeof(float)); }
+// fp32 bytes, or those of their bf16 rounding), going on from sum (FNV_OFFSET
+// for the first): what its header records, over every parameter in order.
+static uint64_t model_params_checksum(uint64_t sum, const float *params, size_t n, int version) {
+    if (version != CHECKPOINT_VERSION_BF16) { return fnv1a(sum, params, n * sizeof(float)); }
     uint16_t bits[MODEL_BF16_CHUNK];
-    uint64_t sum = FNV_OFFSET;
     for (size_t i = 0; i < n; i += MODEL_BF16_CHUNK) {
         size_t m = n - i < MODEL_BF16_CHUNK ? n - i : MODEL_BF16_CHUNK;
         model_round_to_bf16(params + i, m, bits);
@@ -241,37 +242,80 @@ static void gpt2_load_checkpoint(GPT2 *model, const char *path) {
     if (status != 0) { fatal_everywhere("checkpoint '%s': %s", path, why); }
 }
 
-static void gpt2_write_checkpoint_header(const GPT2 *model, int version, const CheckpointTag *tag, int header[256]) {
+static void gpt2_write_checkpoint_header(GPT2Config c, int version, uint64_t sum, const CheckpointTag *tag,
+                                         int header[256]) {
     memset(header, 0, 256 * sizeof(int));
     header[0] = CHECKPOINT_MAGIC;
     header[1] = version;
-    header[2] = model->config.max_seq_len;
-    header[3] = model->config.vocab_size;
-    header[4] = model->config.num_layers;
-    header[5] = model->config.num_heads;
-    header[6] = model->config.channels;
-    header[7] = model->config.padded_vocab_size;
-    checkpoint_put_checksum(header, model_params_checksum(model->params_memory, model->num_parameters, version));
+    header[2] = c.max_seq_len;
+    header[3] = c.vocab_size;
+    header[4] = c.num_layers;
+    header[5] = c.num_heads;
+    header[6] = c.channels;
+    header[7] = c.padded_vocab_size;
+    checkpoint_put_checksum(header, sum);
     if (tag) { checkpoint_put_tag(header, *tag); }
 }
 
-// Writes the model as an llm.c model file of `version`: CHECKPOINT_VERSION_FP32
+// An llm.c model file of `version`, written in parts, the parameters in llm.c's
+// order (they may come from several ranks: train/checkpoint_write.h), and its
+// header last, once the checksum of every part is known: CHECKPOINT_VERSION_FP32
 // (the fp32 parameters as they are) or CHECKPOINT_VERSION_BF16 (each rounded to
 // bf16, to nearest even: llmc/bf16.h). Written atomically (llmc/utils.h): a crash
-// mid-write leaves no half checkpoint. tag: the checkpoint the file belongs to
-// (its run id and step, in the header), NULL for a model file of its own.
-static void gpt2_save_checkpoint(const GPT2 *model, const char *path, int version, const CheckpointTag *tag) {
+// mid-write leaves no half checkpoint.
+typedef struct {
+    AtomicFile af;
+    GPT2Config config;
+    int version;
+    uint64_t sum;   // the checksum of the parameters written
+    size_t written; // parameters written
+} ModelFileWriter;
+
+static void model_file_open(ModelFileWriter *w, const char *path, GPT2Config c, int version) {
     if (version != CHECKPOINT_VERSION_FP32 && version != CHECKPOINT_VERSION_BF16) {
         fatal("model file version %d: only %d and %d can be written", version, CHECKPOINT_VERSION_FP32,
               CHECKPOINT_VERSION_BF16);
     }
+    w->config = c;
+    w->version = version;
+    w->sum = FNV_OFFSET;
+    w->written = 0;
+    atomic_open(&w->af, path);
+    int header[256] = {0}; // its place: model_file_close writes it
+    fwriteCheck(header, sizeof(int), 256, w->af.fp, w->af.tmp_path);
+}
+
+// The next n parameters in llm.c's order.
+static void model_file_write(ModelFileWriter *w, const float *params, size_t n) {
+    w->sum = model_params_checksum(w->sum, params, n, w->version);
+    model_params_write(w->af.fp, w->af.tmp_path, params, n, w->version);
+    w->written += n;
+}
+
+// The header (tag: the checkpoint the file belongs to, its run id and step; NULL
+// for a model file of its own), once every parameter is written, and the commit.
+static void model_file_close(ModelFileWriter *w, const CheckpointTag *tag) {
+    size_t n = gpt2_num_parameters(w->config);
+    if (w->written != n) {
+        fatal("model file '%s': %zu parameters written, its model has %zu", w->af.path, w->written, n);
+    }
     int header[256];
-    gpt2_write_checkpoint_header(model, version, tag, header);
-    AtomicFile af;
-    atomic_open(&af, path);
-    fwriteCheck(header, sizeof(int), 256, af.fp, af.tmp_path);
-    model_params_write(af.fp, af.tmp_path, model->params_memory, model->num_parameters, version);
-    atomic_commit(&af);
+    gpt2_write_checkpoint_header(w->config, w->version, w->sum, tag, header);
+    if (fseek(w->af.fp, 0, SEEK_SET) != 0) {
+        fatal("cannot write the header of '%s': %s", w->af.tmp_path, strerror(errno));
+    }
+    fwriteCheck(header, sizeof(int), 256, w->af.fp, w->af.tmp_path);
+    atomic_commit(&w->af);
+}
+
+// Writes a model that holds all its parameters as an llm.c model file of
+// `version` (ModelFileWriter) in one part.
+static void gpt2_save_checkpoint(const GPT2 *model, const char *path, int version, const CheckpointTag *tag) {
+    if (model->wpe_rows_only) { fatal("model file '%s': the model holds some rows of its position table only", path); }
+    ModelFileWriter w;
+    model_file_open(&w, path, model->config, version);
+    model_file_write(&w, model->params_memory, model->num_parameters);
+    model_file_close(&w, tag);
 }
 
 #endif // LLMC_CHECKPOINT_H

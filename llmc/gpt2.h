@@ -18,7 +18,9 @@ layernorms, instead of keeping them per layer.
 
 The gradient and the AdamW state are laid out as the trained vector: llm.c's flat
 vector, but for the rows of the position table that the model does not train
-(gpt2_position_rows). About 590 lines in one file: the buffers, that layout and
+(gpt2_position_rows); with gpt2_position_weights the weights too, and a forward
+pass gets the other rows it needs through a verb (EncoderRowsVerb, llmc/encoder.h).
+About 650 lines in one file: the buffers, that layout and
 the passes that read them by it belong together.
 */
 #ifndef LLMC_GPT2_H
@@ -311,6 +313,11 @@ typedef struct {
     // llm.c's flat vector with wpe cut down to those rows: grad_sizes are
     // param_sizes but for wpe, and grads, m and v are laid out by them.
     size_t wpe_begin, wpe_end;
+    // 1: the weights hold those rows only too (gpt2_position_weights): params is
+    // laid out as the trained vector, and other_rows fetches every other row a
+    // forward pass needs
+    int wpe_rows_only;
+    EncoderRowsVerb other_rows;
     size_t grad_sizes[NUM_PARAMETER_TENSORS];
     size_t num_trained;
     ParameterTensors grads; // grads.wpe: row wpe_begin first
@@ -362,6 +369,8 @@ static void gpt2_allocate(GPT2 *model, GPT2Config config) {
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     model->wpe_begin = 0;
     model->wpe_end = (size_t)config.max_seq_len;
+    model->wpe_rows_only = 0;
+    model->other_rows = (EncoderRowsVerb){NULL, NULL};
     memcpy(model->grad_sizes, model->param_sizes, sizeof(model->grad_sizes));
     model->num_trained = model->num_parameters;
     model->grads_memory = model->m_memory = model->v_memory = NULL;
@@ -373,6 +382,7 @@ static void gpt2_allocate(GPT2 *model, GPT2Config config) {
 // and moments shrink to those rows. Before any gradient or moment is written.
 static void gpt2_position_rows(GPT2 *model, size_t begin, size_t end, size_t room) {
     size_t maxT = (size_t)model->config.max_seq_len, C = model->config.channels;
+    if (model->wpe_rows_only) { fatal("the position rows of a model that holds some rows only are fixed"); }
     if (begin > end || end > maxT || end - begin > room || room > maxT) {
         fatal("the position rows [%zu, %zu) in room for %zu lie outside the table's %zu rows", begin, end, room, maxT);
     }
@@ -381,6 +391,44 @@ static void gpt2_position_rows(GPT2 *model, size_t begin, size_t end, size_t roo
     model->grad_sizes[1] = room * C;
     model->num_trained = gpt2_num_trained(model->config, room);
     gpt2_allocate_trained(model);
+}
+
+// Keeps the weights of the trained rows only (those of gpt2_position_rows): the
+// parameters take the trained vector's layout, and other_rows fetches the rows
+// of other positions in every forward pass. After every rank's weights are the same
+// (the trainers' start-up), since the rest of the table is dropped here.
+static void gpt2_position_weights(GPT2 *model, EncoderRowsVerb other_rows) {
+    if (model->wpe_rows_only) { return; }
+    size_t C = model->config.channels, wte = model->param_sizes[0], table = model->param_sizes[1];
+    size_t rows = (model->wpe_end - model->wpe_begin) * C, after = model->num_parameters - wte - table;
+    float *held = (float *)callocCheck(model->num_trained, sizeof(float));
+    memcpy(held, model->params_memory, wte * sizeof(float));
+    memcpy(held + wte, model->params_memory + wte + model->wpe_begin * C, rows * sizeof(float));
+    memcpy(held + wte + model->grad_sizes[1], model->params_memory + wte + table, after * sizeof(float));
+    free(model->params_memory);
+    model->params_memory = held;
+    point_parameters(&model->params, held, model->grad_sizes);
+    model->wpe_rows_only = 1;
+    model->other_rows = other_rows;
+}
+
+// The model with the position table's rows [0, n) taken from rows ((n, C), not
+// owned): for forward passes whose positions lie below n (a sample), where the
+// model holds some rows only. Shares everything else with model.
+static GPT2 gpt2_with_first_rows(const GPT2 *model, float *rows, size_t n) {
+    GPT2 view = *model;
+    view.params.wpe = rows;
+    view.wpe_begin = 0;
+    view.wpe_end = n;
+    view.wpe_rows_only = 1;
+    view.other_rows = (EncoderRowsVerb){NULL, NULL};
+    return view;
+}
+
+// The floats of params_memory: all parameters, or with gpt2_position_weights the
+// trained vector's.
+static size_t gpt2_num_held(const GPT2 *model) {
+    return model->wpe_rows_only ? model->num_trained : model->num_parameters;
 }
 
 // Keeps the AdamW state of the trained vector's [begin, end) only (zeroed).
@@ -411,7 +459,7 @@ static int range_part_of_tensor(const size_t *sizes, size_t begin, size_t end, i
 // wte's in the same place, wpe's trained rows from row wpe_begin, and the tensors
 // after it moved by what the trained vector leaves out of wpe.
 static size_t trained_to_parameter(const GPT2 *model, int i, size_t at) {
-    if (i == 0) { return at; }
+    if (i == 0 || model->wpe_rows_only) { return at; }
     if (i == 1) { return at + model->wpe_begin * model->config.channels; }
     return at + model->param_sizes[1] - model->grad_sizes[1];
 }
@@ -455,7 +503,20 @@ static void gpt2_forward_pass(GPT2 *model, Activations *acts, const int *inputs,
     size_t BT = (size_t)B * T;
     ParameterTensors p = model->params;
     ActivationTensors a = acts->t;
-    encoder_forward(a.encoded, inputs, positions, p.wte, p.wpe, B, T, C);
+    int held_begin = model->wpe_rows_only ? (int)model->wpe_begin : 0;
+    int held_end = model->wpe_rows_only ? (int)model->wpe_end : c.max_seq_len;
+    float *other_rows = NULL; // (B, T, C) in the backward's scratch, dead in the forward pass
+    if (model->other_rows.fetch) { // every pass, whatever its tokens: the ranks that hold the rows take part in it
+        other_rows = a.dbt4c;
+        model->other_rows.fetch(model->other_rows.ctx, p.wpe, other_rows, a.dbt4c + BT * C);
+    } else {
+        int outside = position_outside(positions, (int)BT, held_begin, held_end);
+        if (outside >= 0) {
+            fatal("position %d lies outside the rows [%d, %d) of the position table the model holds, and nothing "
+                  "fetches the others", positions[outside], held_begin, held_end);
+        }
+    }
+    encoder_forward(a.encoded, inputs, positions, p.wte, p.wpe, held_begin, held_end, other_rows, B, T, (int)C);
     for (size_t l = 0; l < L; l++) {
         LayerActivations v = layer_activations(&a, acts->recompute, c, B, T, l);
         layernorm_forward(v.ln1, v.ln1_mean, v.ln1_rstd, v.residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);

@@ -2,8 +2,9 @@
 # End to end: the CPU trainer at cp {2, 3, 4} x {contiguous, round_robin, striped,
 # solver}, the all-gather attention over solver at cp 4, and group-cast over
 # round_robin at cp 4 in 3 stages, reproduces the cp 1 (identity) run, step losses and gathered per-token losses (docs/DESIGN.md §5);
-# dp 2 x cp {1, 2} (cp 2 with the ring and with group-cast) reproduces one rank with the batch of both replicas; and a
-# checkpoint written with -x 0 loads back into the same run.
+# dp 2 x cp {1, 2} (cp 2 with the ring and with group-cast) reproduces one rank with the batch of both replicas; a
+# checkpoint written with -x 0 loads back into the same run; and at cp 3, where each rank holds a third of the
+# position table, the checkpoint's model file and a sample of every position are cp 1's.
 #
 #   bash test/e2e_cp_equivalence.sh COMPARE_RUNS
 #
@@ -85,7 +86,8 @@ echo "== dp 2 x cp {1, 2}, B = 2, against one rank with B = 4"
 echo
 echo "== checkpoint round trip"
 CKPT_DIR=$WORK/ckpt
-train ckpt 1 -b 2 -x 0 -n 1 -o "$CKPT_DIR" # a later flag wins: no steps; -n 1: the checkpoint at the end
+# a later flag wins: no steps; -n 1: the checkpoint at the end; -s 1: a sample there, of every position
+train ckpt 1 -b 2 -x 0 -n 1 -s 1 -g $T -o "$CKPT_DIR"
 CKPT=$CKPT_DIR/model_00000000.bin
 if [[ ! -f $CKPT ]]; then
     echo "FAIL: -x 0 -o $CKPT_DIR wrote no $CKPT; the directory holds: $(ls "$CKPT_DIR")" >&2
@@ -108,6 +110,20 @@ if [[ $header != "$expected_header" ]]; then
     echo "FAIL: checkpoint header '$header', expected '$expected_header'" >&2
     exit 1
 fi
+# cp 3: every rank holds its third of the position table's rows, the model file
+# gets the others' from them, and so does the sample (it reads all T rows)
+source "$(dirname "$0")/lib/binary_files.sh" # same_model
+train ckpt_cp3 3 -b 2 -x 0 -n 1 -s 1 -g $T -cp 3 -o "$WORK/ckpt_cp3"
+if ! same_model "$CKPT" "$WORK/ckpt_cp3/model_00000000.bin"; then
+    echo "FAIL: the cp 3 checkpoint's model file differs from cp 1's (the position table's rows from their owners)" >&2
+    exit 1
+fi
+sample_of() { grep -A 2 '^generating:' "$WORK/$1.out" | tail -n 1; } # the line of tokens after the ---
+if [[ -z $(sample_of ckpt) || $(sample_of ckpt) != "$(sample_of ckpt_cp3)" ]]; then
+    echo "FAIL: the cp 3 sample differs from cp 1's: '$(sample_of ckpt_cp3)' against '$(sample_of ckpt)'" >&2
+    exit 1
+fi
+echo "cp 3: the model file and the sample of $T tokens are cp 1's"
 # the reloaded run must be the d1 run: same losses at every step, bit for bit in
 # main.log (same binary, same rank count, same weights)
 train_b reload_b2 1 2 -cp 1 -cl identity -mt 0 -e "$CKPT" # -mt 0: the file brings its own table

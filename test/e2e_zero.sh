@@ -14,8 +14,10 @@
 #      BF16 build writes them (GPT2CP_TEST_BF16_MODEL_FILE=1: a bf16-rounded model
 #      file, the exact fp32 master weights in the state), the model file differs
 #      from the exact one, the ranks' master-weight sections put together are the
-#      exact weights, and the resume, at -z 1 np 4 and at -z 0 np 2, is again the
-#      uninterrupted run bit for bit: its weights came from the state files
+#      exact weights, and the resume, at -z 1 np 4, at -z 0 np 2 and at -z 0 np 4
+#      cp 2 (where each rank holds its rows of the position table only, and the
+#      others' master weights come from their owners), is again the uninterrupted
+#      run bit for bit: its weights came from the state files
 #   5. a shard larger than the MPI transport's per-call limit (1 GiB: GPT-2 774M at
 #      np 2), here with the limit lowered to 1 MiB (GPT2CP_TEST_MPI_MAX_BYTES):
 #      every collective goes in pieces, and -z 1 is again -z 0 bit for bit
@@ -100,7 +102,7 @@ same_checkpoint_file "cp 4 resumed final weights, -z 1 and -z 0" same_model "$WO
 # ---- 4. the master weights in the state files
 echo
 echo "== master weights in the state (a bf16 model file, as the GPU's BF16 build writes)"
-for mesh in "4 2 1" "2 1 0"; do
+for mesh in "4 2 1" "2 1 0" "4 2 0"; do
     read -r np cp z <<<"$mesh"
     name=m_np${np}_z$z ref=$WORK/z${z}_np$np
     GPT2CP_TEST_BF16_MODEL_FILE=1 train "${name}_first" "$np" -cp "$cp" -z "$z" -x 3 -o "$WORK/$name" -tl "$WORK/$name.tl"

@@ -496,7 +496,7 @@ static void test_encoder(void) {
     int *inp = random_ints(BT, 20); // few distinct ids: many tokens share an embedding row
     int *pos = random_ints(BT, MAXT);
     float *out = (float *)mallocCheck((size_t)BT * C * sizeof(float));
-    encoder_forward(out, inp, pos, wte, wpe, B, T, C);
+    encoder_forward(out, inp, pos, wte, wpe, 0, MAXT, NULL, B, T, C);
     floatX *d_wte = device_copy_x(wte, (size_t)VP * C), *d_wpe = device_copy_x(wpe, (size_t)MAXT * C);
     int *d_inp = device_copy_int(inp, BT), *d_pos = device_copy_int(pos, BT);
     floatX *d_out = device_alloc_x((size_t)BT * C);

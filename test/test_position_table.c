@@ -19,6 +19,11 @@ host memory over MPI, the group being this job's world:
        replica), and its squared norm against the same sums in double
     4. position_table_gather_rows: each rank writes only its own rows (the others
        NaN); afterwards every rank holds every row
+    5. the weights' rows, where each rank holds its own only: the encoder's output
+       of every rank's tokens at random positions (position_table_fetch_rows, then
+       encoder_forward over the held rows and the fetched ones) must be the whole
+       table's encoder output to the bit; and position_table_first_rows, for a
+       sample, must give every rank the table's first n rows
 */
 #include <math.h>
 #include <stdio.h>
@@ -199,6 +204,54 @@ static void check_gather_rows(Comm *world, int max_T) {
     free(wpe);
 }
 
+// a row of the whole table, the same on every rank
+static float table_value(int p, int c) { return 0.001f * (float)((p * 37 + c * 11) % 101) - 0.05f; }
+
+static void check_weight_rows(Comm *world, int max_T) {
+    int W = world->size, N = 29, C = 6, V = 13;
+    JobTokens j = job_tokens(W, N, C, max_T, 0, 99 + (unsigned long long)max_T);
+    PositionTable pt;
+    position_table_init(&pt, world, world, world, max_T, C, N);
+    float *whole = (float *)mallocCheck((size_t)max_T * C * sizeof(float));
+    float *held = (float *)callocCheck((size_t)pt.room * C, sizeof(float));
+    for (int p = 0; p < max_T; p++) {
+        for (int c = 0; c < C; c++) { whole[(size_t)p * C + c] = table_value(p, c); }
+    }
+    memcpy(held, whole + (size_t)pt.begin * C, (size_t)(pt.end - pt.begin) * C * sizeof(float));
+    Rng rng;
+    rng_seed(&rng, 5 + (unsigned long long)world->rank);
+    float *wte = (float *)mallocCheck((size_t)V * C * sizeof(float));
+    fill_uniform(&rng, wte, (size_t)V * C, -1.0f, 1.0f);
+    int *inp = (int *)mallocCheck((size_t)N * sizeof(int));
+    for (int t = 0; t < N; t++) { inp[t] = rand_below(&rng, V); }
+    const int *pos = j.pos + (size_t)world->rank * N;
+    float *want = (float *)mallocCheck((size_t)N * C * sizeof(float)), *got = (float *)mallocCheck((size_t)N * C * sizeof(float));
+    float *scratch = (float *)mallocCheck(2 * (size_t)N * C * sizeof(float));
+    float *fetched = (float *)mallocCheck((size_t)N * C * sizeof(float));
+    for (size_t i = 0; i < (size_t)N * C; i++) { fetched[i] = NAN; } // a row not fetched would show
+    encoder_forward(want, inp, pos, wte, whole, 0, max_T, NULL, 1, N, C);
+    position_table_plan(&pt, pos, N);
+    position_table_fetch_rows(&pt, held, fetched, scratch);
+    encoder_forward(got, inp, pos, wte, held, pt.begin, pt.end, fetched, 1, N, C);
+    for (size_t i = 0; i < (size_t)N * C; i++) {
+        CHECK(got[i] == want[i], "rank %d, maxT %d: token %zu channel %zu (position %d) is %.9g, the whole table's "
+              "encoder gives %.9g", world->rank, max_T, i / C, i % C, pos[i / C], got[i], want[i]);
+    }
+    const int firsts[] = {1, max_T / 2 + 1, max_T};
+    for (int k = 0; k < 3; k++) {
+        int n = firsts[k];
+        float *rows = (float *)mallocCheck((size_t)n * C * sizeof(float));
+        for (size_t i = 0; i < (size_t)n * C; i++) { rows[i] = NAN; }
+        position_table_first_rows(&pt, held, rows, n);
+        CHECK(memcmp(rows, whole, (size_t)n * C * sizeof(float)) == 0, "rank %d, maxT %d: the first %d rows "
+              "gathered differ from the table's", world->rank, max_T, n);
+        free(rows);
+    }
+    position_table_free(&pt);
+    free(whole); free(held); free(wte); free(inp); free(want); free(got); free(scratch); free(fetched); free(j.pos);
+    free(j.dout);
+}
+
 int main(int argc, char **argv) {
     mpi_runtime_init(&argc, &argv);
     Comm *world = comm_mpi_create(comm_duplicate(MPI_COMM_WORLD));
@@ -211,11 +264,12 @@ int main(int argc, char **argv) {
         check_send_gradients(world, tables[k], 0);
         check_send_gradients(world, tables[k], 1);
         check_gather_rows(world, tables[k]);
+        check_weight_rows(world, tables[k]);
     }
     check_sum_gradients(world, self);
     if (world->rank == 0) {
         printf("test_position_table np %d: OK, owners, the gradients' journey (any positions, and one rank's to the "
-               "bit), the sums and norm, the rows' gather\n", world->size);
+               "bit), the sums and norm, the rows' gather, the weights' rows to the encoder and to a sample\n", world->size);
     }
     world->destroy(world);
     self->destroy(self);

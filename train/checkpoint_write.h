@@ -42,27 +42,56 @@ static void delete_old_checkpoint(const TrainConfig *cfg, const Mesh *mesh, int 
     }
 }
 
-// Writes a moment x of model (its optimizer range) into a state file in llm.c's
-// order. Where the model trains some rows of the position table only, the table's
-// rows come from their owners (table_owners, cp/position_table.h) one slice at a
-// time, through the table's gradient (dead between steps), so every rank's file
-// holds the whole table's moments, as at cp 1.
-static void write_moment(StateWriter *w, GPT2 *model, const float *x, Comm *table_owners) {
-    if (gpt2_trains_whole_table(model)) {
-        state_write_floats(w, x, model->opt_end - model->opt_begin);
-        return;
-    }
+// Where the floats of a trained vector go: a state file, or the model file.
+typedef void (*FloatSink)(void *file, const float *x, size_t n);
+
+static void state_file_sink(void *file, const float *x, size_t n) { state_write_floats((StateWriter *)file, x, n); }
+static void model_file_sink(void *file, const float *x, size_t n) { model_file_write((ModelFileWriter *)file, x, n); }
+
+// Writes x, a vector of model laid out as its trained vector (llmc/gpt2.h) where
+// the model trains some rows of the position table only, to sink (NULL: this rank
+// writes nothing, it lends its rows) in llm.c's order: the table's rows come from
+// their owners (table_owners, cp/position_table.h) one slice at a time, through
+// the table's gradient (dead between steps), so the file holds the whole table, as
+// at cp 1. Every rank of table_owners takes part.
+static void write_trained_vector(GPT2 *model, const float *x, Comm *table_owners, FloatSink sink, void *file) {
     size_t wte = model->grad_sizes[0], room = model->grad_sizes[1], C = model->config.channels;
-    state_write_floats(w, x, wte);
+    if (sink) { sink(file, x, wte); }
     for (int owner = 0; owner < table_owners->size; owner++) {
         int begin, end;
         position_slice(model->config.max_seq_len, table_owners->size, owner, &begin, &end);
         size_t n = (size_t)(end - begin) * C;
         if (owner == table_owners->rank) { memcpy(model->grads.wpe, x + wte, n * sizeof(float)); }
         table_owners->broadcast(table_owners, model->grads.wpe, n * sizeof(float), owner);
-        state_write_floats(w, model->grads.wpe, n);
+        if (sink) { sink(file, model->grads.wpe, n); }
     }
-    state_write_floats(w, x + wte + room, model->num_trained - wte - room);
+    if (sink) { sink(file, x + wte + room, model->num_trained - wte - room); }
+}
+
+// Writes a moment x of model (its optimizer range) into a state file in llm.c's
+// order, every rank its own file (write_trained_vector where the model trains
+// some rows of the table only).
+static void write_moment(StateWriter *w, GPT2 *model, const float *x, Comm *table_owners) {
+    if (gpt2_trains_whole_table(model)) {
+        state_write_floats(w, x, model->opt_end - model->opt_begin);
+        return;
+    }
+    write_trained_vector(model, x, table_owners, state_file_sink, w);
+}
+
+// Writes the model file of checkpoint `tag` (rank 0 writes it, `writes`). Where
+// the model holds some rows of the position table only (gpt2_position_weights),
+// every rank of table_owners lends its rows.
+static void write_model_file(GPT2 *model, const char *path, int version, const CheckpointTag *tag,
+                             Comm *table_owners, int writes) {
+    if (!model->wpe_rows_only) {
+        if (writes) { gpt2_save_checkpoint(model, path, version, tag); }
+        return;
+    }
+    ModelFileWriter mw;
+    if (writes) { model_file_open(&mw, path, model->config, version); }
+    write_trained_vector(model, model->params_memory, table_owners, writes ? model_file_sink : NULL, &mw);
+    if (writes) { model_file_close(&mw, tag); }
 }
 
 // Writes checkpoint `step`: the weights (rank 0) and every rank's state, then,
@@ -84,10 +113,8 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     if (master) { remove_done_marker(cfg->output_dir, step); }
     job_comm()->barrier(job_comm());
     CheckpointTag tag = {run->run_id, step};
-    if (master) {
-        model_path(path, sizeof(path), cfg->output_dir, step);
-        gpt2_save_checkpoint(model, path, model_version, &tag);
-    }
+    model_path(path, sizeof(path), cfg->output_dir, step);
+    write_model_file(model, path, model_version, &tag, table_owners, master);
     TrainState s;
     memset(&s, 0, sizeof(s));
     s.step = step;
@@ -135,7 +162,11 @@ static void save_checkpoint(const TrainRun *run, const TrainConfig *cfg, const M
     state_write_open(&w, path, &s, model_version == CHECKPOINT_VERSION_BF16);
     write_moment(&w, model, model->m_memory, table_owners);
     write_moment(&w, model, model->v_memory, table_owners);
-    if (w.s.has_master_weights) { state_write_floats(&w, model->params_memory + begin, end - begin); }
+    if (w.s.has_master_weights && model->wpe_rows_only) {
+        write_trained_vector(model, model->params_memory, table_owners, state_file_sink, &w);
+    } else if (w.s.has_master_weights) {
+        state_write_floats(&w, model->params_memory + begin, end - begin);
+    }
     state_write_close(&w);
     job_comm()->barrier(job_comm());
     if (master) {

@@ -52,6 +52,7 @@ typedef struct {
     size_t weight_copy_bytes;      // bytes a parameter of the weights' copy in the storage precision, 0: none
     int host;                      // 1: the model runs in host memory (the data buffers share it)
     int splits_position_table;     // 1: trains the position table in row slices over cp (cp/position_table.h)
+    int splits_position_weights;   // 1: and holds only those rows of its weights
     // memory free to this rank and the ranks that draw on the same memory (*sharers,
     // this one included); `source` says where the number comes from. Returns 0, or
     // -1 when it cannot tell (the run then starts unchecked).
@@ -125,13 +126,14 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     memset(&e, 0, sizeof(e));
     e.local_T = local_T;
     int B = cfg->B;
-    size_t param_bytes = gpt2_num_parameters(c) * sizeof(float);
-    e.parameters = param_bytes + gpt2_num_parameters(c) * tm->weight_copy_bytes;
     // the trained vector (llmc/gpt2.h): a split table's gradient and moments hold
-    // the largest slice's rows
+    // the largest slice's rows, and its weights too where the trainer splits them
     size_t table = (size_t)c.max_seq_len * c.channels;
-    int rows = position_table_split(tm, cfg) ? position_slice_room(c.max_seq_len, cfg->cp_size) : c.max_seq_len;
+    int split = position_table_split(tm, cfg);
+    int rows = split ? position_slice_room(c.max_seq_len, cfg->cp_size) : c.max_seq_len;
     size_t trained = gpt2_num_trained(c, (size_t)rows);
+    size_t weights = split && tm->splits_position_weights ? trained : gpt2_num_parameters(c);
+    e.parameters = weights * sizeof(float) + gpt2_num_parameters(c) * tm->weight_copy_bytes;
     e.gradients = trained * sizeof(float);
     e.adamw = 2 * zero_largest_shard(cfg->zero_stage, trained, dp * cfg->cp_size) * sizeof(float);
     e.activations = activation_bytes(c, B, local_T, cfg->recompute, tm->value_bytes, &e.classifier) - e.classifier;
@@ -155,6 +157,8 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
                   tm->attention_bytes(CP_ATTENTION_RING, 1, 1, 1, cfg->gen_tokens, c.channels, c.num_heads);
         // in host memory only the pages written count: a sample writes one token's logits
         if (tm->host) { e.data -= logits - (size_t)c.padded_vocab_size * tm->value_bytes; }
+        // a split table's rows of the sample's positions, gathered on every rank
+        if (split && tm->splits_position_weights) { e.data += (size_t)cfg->gen_tokens * c.channels * sizeof(float); }
     }
     // the largest of the gradient's all-reduces (cp/position_table.h): the token
     // embedding, the table's trained rows, or the parameters after the table
@@ -163,7 +167,7 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     if (trained - wte - after > largest) { largest = trained - wte - after; }
     if (tm->host && dp * cfg->cp_size > 1) { e.scratch = comm_mpi_all_reduce_scratch(largest * sizeof(float)); }
     // a split table's exchange (cp/position_table.h)
-    if (position_table_split(tm, cfg)) {
+    if (split) {
         e.data += tm->host ? position_table_host_bytes(B * local_T) : position_table_device_bytes(B * local_T);
     }
     if (tm->runtime_bytes) {
