@@ -147,7 +147,7 @@ static void ranks_free(Ranks *r) {
 // rounded into the model's floatX copy.
 static void load_model(GPT2Cuda *model, GPT2 *host, Comm *world, int from_shards, int gelu_fusion) {
     gpt2_cuda_init(model, host);
-    zero_sync_parameters(from_shards, world, model->params_memory, model->num_parameters);
+    zero_sync_parameters(from_shards, world, model->params_memory, model->num_held);
     gpt2_cuda_round_weights(model);
     model->gelu_fusion = gelu_fusion;
     cuda_sync();
@@ -177,8 +177,8 @@ typedef struct {
 static LossStats *forward_step(Trainer *tr, const int *inputs, const int *targets, const unsigned char *loss_mask,
                                CpSharder *sh, int micro_steps) {
     shard_rows(sh, inputs, targets, loss_mask, tr->run, tr->cfg, &tr->ranks->mesh, tr->model->config.max_seq_len);
-    // a training pass's position-table routing, before any exchange of its forward
-    if (micro_steps > 0) { position_table_plan(&tr->table->host, sh->layout.position, sh->layout.B * sh->layout.local_len); }
+    // the pass's position-table routing, before any exchange of its forward
+    position_table_plan(&tr->table->host, sh->layout.position, sh->layout.B * sh->layout.local_len);
     if (tr->acts->T != tr->run->local_T) { // a packed batch longer than any before
         activations_cuda_free(tr->acts);
         activations_cuda_init(tr->acts, tr->model->config, tr->cfg->B, tr->run->local_T, tr->cfg->recompute);
@@ -232,19 +232,56 @@ static const float *sampler_next_logits(void *ctx, const CpSharder *sh, int t) {
     return s->logits;
 }
 
-static void sample(const TrainConfig *cfg, GPT2Cuda *model, Comm *self, TrainRun *run) {
+// Rank 0 samples; where the position table is split, the rows of the sample's
+// positions come first from their owners (on the host: the master weights'
+// rows, rounded to floatX on the device as the owners' copies are), every rank
+// of the CP group taking part.
+static void sample(const TrainConfig *cfg, GPT2Cuda *model, const PositionTableCuda *table, Comm *self, TrainRun *run,
+                   int master) {
     GPT2Config c = model->config;
-    Sampler s;
-    s.model = model;
-    s.logits = (float *)mallocCheck((size_t)c.padded_vocab_size * sizeof(float));
-    s.logits_x = (floatX *)mallocCheck((size_t)c.padded_vocab_size * sizeof(floatX));
-    activations_cuda_init(&s.acts, c, 1, cfg->gen_tokens, cfg->recompute);
-    ring_attention_cuda_init(&s.ring, self, 1, cfg->gen_tokens, c.channels, c.num_heads);
-    generate_sample(cfg, c, &run->tokenizer, &run->sample_rng, sampler_next_logits, &s);
-    ring_attention_cuda_free(&s.ring);
-    activations_cuda_free(&s.acts);
-    free(s.logits);
-    free(s.logits_x);
+    GPT2Cuda with_rows = *model;
+    float *d_rows = NULL;
+    floatX *d_rows_x = NULL;
+    if (model->host.wpe_rows_only) {
+        size_t C = c.channels, g = (size_t)cfg->gen_tokens;
+        size_t held = (model->host.wpe_end - model->host.wpe_begin) * C;
+        float *own = (float *)mallocCheck((held > 0 ? held : 1) * sizeof(float));
+        float *rows = (float *)mallocCheck(g * C * sizeof(float));
+        cuda_download(own, model->params_memory + model->host.grad_sizes[0], held * sizeof(float));
+        position_table_first_rows(&table->host, own, rows, (int)g);
+        if (master) {
+            d_rows = (float *)cudaMallocCheck(g * C * sizeof(float));
+            cuda_upload_pageable(d_rows, rows, g * C * sizeof(float));
+            d_rows_x = (floatX *)d_rows;
+            if (GPT2_CUDA_WEIGHT_COPY_BYTES > 0) {
+                d_rows_x = (floatX *)cudaMallocCheck(g * C * sizeof(floatX));
+                round_to_floatX_cuda(d_rows_x, d_rows, g * C);
+            }
+            with_rows.host = gpt2_with_first_rows(&model->host, NULL, g);
+            with_rows.params.wpe = d_rows_x;
+            with_rows.other_rows = (EncoderRowsVerbCuda){NULL, NULL};
+        }
+        free(own);
+        free(rows);
+    }
+    if (master) {
+        Sampler s;
+        s.model = &with_rows;
+        s.logits = (float *)mallocCheck((size_t)c.padded_vocab_size * sizeof(float));
+        s.logits_x = (floatX *)mallocCheck((size_t)c.padded_vocab_size * sizeof(floatX));
+        activations_cuda_init(&s.acts, c, 1, cfg->gen_tokens, cfg->recompute);
+        ring_attention_cuda_init(&s.ring, self, 1, cfg->gen_tokens, c.channels, c.num_heads);
+        generate_sample(cfg, c, &run->tokenizer, &run->sample_rng, sampler_next_logits, &s);
+        ring_attention_cuda_free(&s.ring);
+        activations_cuda_free(&s.acts);
+        free(s.logits);
+        free(s.logits_x);
+    }
+    if (d_rows) {
+        cuda_sync();
+        if (d_rows_x != (floatX *)d_rows) { cudaCheck(cudaFree(d_rows_x)); }
+        cudaCheck(cudaFree(d_rows));
+    }
 }
 
 // The model files this build writes: llm.c's bf16 ones (version 5) from a BF16
@@ -310,6 +347,9 @@ int main(int argc, char **argv) {
     int split = position_table_split(&memory, &cfg);
     position_table_cuda_init(&table, split ? ranks.cp : ranks.self, split ? ranks.cp_host : NULL,
                              split ? ranks.dp : ranks.world, c.max_seq_len, c.channels, acts.B * acts.T);
+    // the table's weights too: each rank keeps its rows, and a forward pass gets
+    // its tokens' other rows from their owners
+    if (split) { gpt2_cuda_position_weights(&model, position_table_rows_verb_cuda(&table)); }
     Trainer tr = {.cfg = &cfg, .run = &run, .ranks = &ranks, .model = &model, .acts = &acts, .attention = &attention,
                   .table = &table};
     step_loss_cuda_init(&tr.step_loss);
@@ -325,7 +365,7 @@ int main(int argc, char **argv) {
                                                 ranks.dp_host);
             logger_log_eval(&run.logger, step, accuracy);
         }
-        if (master && run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, ranks.self, &run); }
+        if (run_samples(&run, &cfg, step, last_step)) { sample(&cfg, &model, &table, ranks.self, &run, master); }
         if (run_checkpoints(&run, &cfg, step, last_step)) {
             gpt2_cuda_to_host(&model);
             save_checkpoint(&run, &cfg, mesh, &model.host, table.host.group_host, step, model_file_version());
@@ -361,13 +401,9 @@ int main(int argc, char **argv) {
         float lr = learning_rate_at(&run.schedule, step);
         if (!skip_update(&run, &cfg, master, &end)) {
             gpt2_cuda_update(&model, lr, cfg.weight_decay, end.update_scale, step + 1);
-            zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_parameters);
+            zero_gather_parameters(cfg.zero_stage, ranks.world, model.params_memory, model.num_held);
             // the other ranks' shards came in fp32: their floatX copy too
             if (cfg.zero_stage >= 1) { gpt2_cuda_round_weights(&model); }
-            if (split) {
-                position_table_gather_rows(&table.host, model.params_memory + model.host.param_sizes[0]);
-                gpt2_cuda_round_tensor(&model, 1);
-            }
         }
         if (print_host_waits) {
             printf("rank %d step %d: %ld host wait(s)\n", mesh->world_rank, step, cuda_ctx.host_waits - waits_before);

@@ -190,7 +190,6 @@ int main(int argc, char **argv) {
                             .weight_copy_bytes = 0,
                             .host = 1,
                             .splits_position_table = 1,
-                            .splits_position_weights = 1,
                             .available = host_memory_available,
                             .runtime_bytes = cpu_runtime_bytes};
     train_run_start(&run, &model, &cfg, layout, mesh, &memory);

@@ -6,7 +6,9 @@ group's host communicator: the positions are host arrays from the sharder. The
 rows travel in device memory over the device communicator, in floatX (the
 residual's gradient as the backward leaves it), and the owner adds them into its
 fp32 rows with the encoder's deterministic token buckets (llmc/encoder.cuh): each
-row's tokens in arrival order, as the CPU loop adds them.
+row's tokens in arrival order, as the CPU loop adds them. Before each forward
+pass the weights' rows travel the other way (position_table_fetch_rows_cuda), in
+floatX, the copy the encoder reads.
 */
 #ifndef CP_POSITION_TABLE_CUH
 #define CP_POSITION_TABLE_CUH
@@ -19,7 +21,8 @@ typedef struct {
     PositionTable host;     // the rows, the routing and the communicators
     int device_tokens;      // the room of the two below, in tokens a pass
     TokenBuckets received;  // the arriving rows by position: (tokens) over the room's rows
-    int *d_send_tokens;     // (tokens) device: which rows of dout travel
+    int *d_send_tokens;     // (tokens) device: which rows of dout travel, or where the fetched rows go
+    int *d_positions;       // (tokens) device: the positions whose weights' rows travel
     double *d_norms;        // (3) device: the squared norms of the gradient's parts
 } PositionTableCuda;
 
@@ -32,10 +35,12 @@ static void position_table_cuda_reserve(PositionTableCuda *pt, int tokens) {
         cuda_sync(); // the last exchange's kernels may still read them
         token_buckets_free(&pt->received);
         cudaCheck(cudaFree(pt->d_send_tokens));
+        cudaCheck(cudaFree(pt->d_positions));
     }
     pt->device_tokens = tokens;
     token_buckets_init(&pt->received, tokens, pt->host.room);
     pt->d_send_tokens = (int *)cudaMallocCheck((size_t)tokens * sizeof(int));
+    pt->d_positions = (int *)cudaMallocCheck((size_t)tokens * sizeof(int));
 }
 
 // position_table_init's arguments: group in device memory, group_host its host twin.
@@ -52,17 +57,69 @@ static void position_table_cuda_free(PositionTableCuda *pt) {
     if (pt->device_tokens > 0) {
         token_buckets_free(&pt->received);
         cudaCheck(cudaFree(pt->d_send_tokens));
+        cudaCheck(cudaFree(pt->d_positions));
     }
     cudaCheck(cudaFree(pt->d_norms));
     position_table_free(&pt->host);
 }
 
-// rows[n] = dout[tokens[n]]   rows: (count, C)   dout: (any, C)   tokens: (count)
-__global__ static void gather_rows_kernel(floatX *rows, const floatX *dout, const int *tokens, int count, int C) {
+// position_rows_pack: rows[n] = src[at[n] - first]   rows: (count, C)   src: (any, C)   at: (count)
+__global__ static void pack_rows_kernel(floatX *rows, const floatX *src, const int *at, int first, int count, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)count * C) { return; }
     size_t n = idx / C, c = idx % C;
-    rows[idx] = dout[(size_t)tokens[n] * C + c];
+    rows[idx] = src[(size_t)(at[n] - first) * C + c];
+}
+
+// position_rows_scatter: dst[at[n]] = rows[n]   rows: (count, C)   dst: (any, C)   at: (count)
+__global__ static void scatter_rows_kernel(floatX *dst, const floatX *rows, const int *at, int count, int C) {
+    size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (idx >= (size_t)count * C) { return; }
+    size_t n = idx / C, c = idx % C;
+    dst[(size_t)at[n] * C + c] = rows[idx];
+}
+
+// position_table_fetch_rows on the device, after position_table_plan of the
+// batch: wpe ((room, C), this rank's rows of the weights' floatX copy), rows
+// ((tokens, C)) and scratch ((2 tokens, C), dead) in device memory, floatX.
+static void position_table_fetch_rows_cuda(PositionTableCuda *pt, const floatX *wpe, floatX *rows, floatX *scratch) {
+    PositionTable *h = &pt->host;
+    Comm *g = h->group;
+    int P = g->size, C = h->C;
+    position_table_cuda_reserve(pt, h->tokens);
+    floatX *send_rows = scratch, *recv_rows = scratch + (size_t)h->pass_tokens * C;
+    int *counts = (int *)callocCheck(3 * (size_t)P, sizeof(int)), *zeros = counts, *send_n = counts + P,
+        *recv_n = counts + 2 * P;
+    for (int k = 1; k < P; k++) {
+        int owner, user;
+        position_table_round(h, k, 0, &owner, &user, send_n, recv_n);
+        if (send_n[user] > 0) {
+            cuda_upload(pt->d_positions, h->recv_positions + h->recv_start[user], (size_t)send_n[user] * sizeof(int));
+            size_t n = (size_t)send_n[user] * C;
+            pack_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(send_rows, wpe, pt->d_positions, h->begin,
+                                                                           send_n[user], C);
+            cudaCheckLaunch();
+        }
+        g->all_to_all_v_wait(g, position_table_post(h, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,
+                                                    (size_t)C * sizeof(floatX)));
+        if (recv_n[owner] > 0) {
+            cuda_upload(pt->d_send_tokens, h->send_tokens + h->send_start[owner], (size_t)recv_n[owner] * sizeof(int));
+            size_t n = (size_t)recv_n[owner] * C;
+            scatter_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(rows, recv_rows, pt->d_send_tokens,
+                                                                              recv_n[owner], C);
+            cudaCheckLaunch();
+        }
+    }
+    free(counts);
+}
+
+static void position_table_fetch_rows_cuda_verb(void *table, const floatX *wpe_rows, floatX *rows, floatX *scratch) {
+    position_table_fetch_rows_cuda((PositionTableCuda *)table, wpe_rows, rows, scratch);
+}
+
+// The verb a model whose weights hold this rank's rows only fetches the others with.
+static EncoderRowsVerbCuda position_table_rows_verb_cuda(PositionTableCuda *pt) {
+    return (EncoderRowsVerbCuda){pt, position_table_fetch_rows_cuda_verb};
 }
 
 // position_table_send_gradients on the device, after position_table_plan of the
@@ -82,8 +139,8 @@ static void position_table_send_gradients_cuda(PositionTableCuda *pt, float *dwp
         if (send_n[to] > 0) {
             cuda_upload(pt->d_send_tokens, h->send_tokens + h->send_start[to], (size_t)send_n[to] * sizeof(int));
             size_t n = (size_t)send_n[to] * C;
-            gather_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(send_rows, dout, pt->d_send_tokens,
-                                                                             send_n[to], C);
+            pack_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(send_rows, dout, pt->d_send_tokens, 0,
+                                                                           send_n[to], C);
             cudaCheckLaunch();
         }
         g->all_to_all_v_wait(g, position_table_post(h, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,

@@ -4,8 +4,7 @@ The position table (wpe, maxT x C) held and trained in row slices over the CP gr
 The weights, the gradient and the two AdamW moments of a row live on one rank of
 the group only: its owner. Without this, each rank would hold 16 C bytes for
 every position of the sequence, which at long T outgrows what context
-parallelism divides. (The GPU trainer splits the gradient and the moments, and
-still keeps the whole table's weights on every rank: cp/position_table.cuh.)
+parallelism divides. (cp/position_table.cuh is the GPU twin.)
 
     owners     rank r of P owns the rows [r S, r S + S), S = maxT / P, and the last
                rank also the maxT - P S left over; every rank keeps room for the
@@ -34,9 +33,8 @@ still keeps the whole table's weights on every rank: cp/position_table.cuh.)
                gradients (the other parameters are summed over the whole world)
     norm       the replicated parameters' squares plus the slices' squares summed
                over the group (position_table_norm_squared)
-    update     each owner runs AdamW on its rows (where a trainer keeps the whole
-               table's weights, the GPU's, position_table_gather_rows then gives every
-               rank the whole table again)
+    update     each owner runs AdamW on its rows, which no other rank holds: nothing
+               to gather
 
 At -z 1 (train/zero.h) the world shards the AdamW state already, by ranges of the
 flat vector: there the table is not split (every rank owns every row and the
@@ -127,10 +125,10 @@ static void position_table_init(PositionTable *pt, Comm *group, Comm *group_host
 // tokens in every layout whose rows are laid out alike; more where a rank owns
 // positions many ranks' tokens share, -rp 1), and on the GPU (cp/position_table.cuh)
 // the arriving rows' token buckets (device order, starts and rows), the routed
-// tokens and the norms' three doubles.
+// tokens, the positions whose weights' rows travel and the norms' three doubles.
 static size_t position_table_host_bytes(int tokens) { return 3 * (size_t)tokens * sizeof(int); }
 static size_t position_table_device_bytes(int tokens) {
-    return (4 * (size_t)tokens + 1) * sizeof(int) + 3 * sizeof(double);
+    return (5 * (size_t)tokens + 1) * sizeof(int) + 3 * sizeof(double);
 }
 
 static void position_table_free(PositionTable *pt) {
@@ -287,12 +285,12 @@ static EncoderRowsVerb position_table_rows_verb(PositionTable *pt) {
     return (EncoderRowsVerb){pt, position_table_fetch_rows_verb};
 }
 
-// The table's rows [0, n) into rows ((n, C)) on every rank of the group, each
-// slice from its owner (wpe: this rank's rows, row begin first): what an
-// unsharded forward pass over positions below n reads (a sample) where the
-// weights are split. A collective of the group.
+// The table's rows [0, n) into rows ((n, C), host) on every rank of the group,
+// each slice from its owner (wpe: this rank's rows, row begin first, host): what
+// an unsharded forward pass over positions below n reads (a sample) where the
+// weights are split. A collective of the group, over its host twin.
 static void position_table_first_rows(const PositionTable *pt, const float *wpe, float *rows, int n) {
-    Comm *g = pt->group;
+    Comm *g = pt->group_host;
     size_t C = (size_t)pt->C;
     for (int owner = 0; owner < g->size; owner++) {
         int begin, end;
@@ -335,12 +333,6 @@ static double position_table_norm_squared(const PositionTable *pt, double replic
     double slice = global_norm_squared(dwpe, (size_t)(pt->end - pt->begin) * pt->C);
     pt->group->all_reduce_sum(pt->group, &slice, 1, COMM_DOUBLE);
     return replicated + slice;
-}
-
-// After the owners' update: every rank's wpe ((max_T, C), in the group's memory)
-// becomes the owners' rows.
-static void position_table_gather_rows(const PositionTable *pt, float *wpe) {
-    comm_gather_slices(pt->group, wpe, (size_t)pt->max_T, (size_t)pt->C * sizeof(float));
 }
 
 // The step's gradient summed over the ranks, and its squared norm: grads is the

@@ -18,19 +18,31 @@ gradient of the residual stream.
 
 #include "cuda_common.cuh"
 
-// out: (B, T, C)   inp, pos: (B, T) device   wte: (Vp, C)   wpe: (maxT, C)
+// encoder.h's EncoderRowsVerb on the device: rows and scratch in device memory,
+// floatX (the weights' copy the encoder reads).
+typedef struct {
+    void *ctx;
+    void (*fetch)(void *ctx, const floatX *wpe_rows, floatX *rows, floatX *scratch);
+} EncoderRowsVerbCuda;
+
+// out: (B, T, C)   inp, pos: (B, T) device   wte: (Vp, C)   wpe: (wpe_end - wpe_begin, C), row wpe_begin first
+// other_rows: (B, T, C), the wpe row of each token whose position lies outside
+// [wpe_begin, wpe_end), read in its place (NULL where every position lies inside)
 __global__ static void encoder_forward_kernel(floatX *out, const int *inp, const int *pos, const floatX *wte,
-                                              const floatX *wpe, int BT, int C) {
+                                              const floatX *wpe, int wpe_begin, int wpe_end, const floatX *other_rows,
+                                              int BT, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)BT * C) { return; }
-    int bt = (int)(idx / C), i = (int)(idx % C);
-    out[idx] = to_floatX(to_float(wte[(size_t)inp[bt] * C + i]) + to_float(wpe[(size_t)pos[bt] * C + i]));
+    int bt = (int)(idx / C), i = (int)(idx % C), p = pos[bt];
+    const floatX *wpe_p = p >= wpe_begin && p < wpe_end ? wpe + (size_t)(p - wpe_begin) * C : other_rows + (size_t)bt * C;
+    out[idx] = to_floatX(to_float(wte[(size_t)inp[bt] * C + i]) + to_float(wpe_p[i]));
 }
 
 static void encoder_forward_cuda(floatX *out, const int *inp, const int *pos, const floatX *wte, const floatX *wpe,
-                                 int B, int T, int C) {
+                                 int wpe_begin, int wpe_end, const floatX *other_rows, int B, int T, int C) {
     size_t n = (size_t)B * T * C;
-    encoder_forward_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(out, inp, pos, wte, wpe, B * T, C);
+    encoder_forward_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(out, inp, pos, wte, wpe, wpe_begin, wpe_end,
+                                                                         other_rows, B * T, C);
     cudaCheckLaunch();
 }
 

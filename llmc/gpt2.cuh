@@ -54,7 +54,8 @@ DEFINE_LAYER_ACTIVATIONS(layer_activations_cuda, LayerActivationsCuda, Activatio
 typedef struct {
     GPT2 host;                // configuration, sizes, host parameters and moments (checkpoints)
     GPT2Config config;
-    size_t num_parameters;
+    size_t num_held;          // the floats of params_memory: all parameters, or the trained vector's
+                              // where the model holds some rows of the position table (host.wpe_rows_only)
     float *params_memory;     // the fp32 master weights (device)
     floatX *params_x;         // the weights in floatX (device): params_memory itself in the fp32 build
     ParameterTensorsX params; // views into params_x: what forward and backward read
@@ -63,6 +64,7 @@ typedef struct {
     float *m_memory;          // AdamW first moment (device)
     float *v_memory;          // AdamW second moment (device)
     int gelu_fusion;          // -ge >= 1: the fc layer's GELU in its matmul's epilogue (llmc/matmul.cuh)
+    EncoderRowsVerbCuda other_rows; // with host.wpe_rows_only: fetches the position rows held elsewhere
 } GPT2Cuda;
 
 typedef struct {
@@ -90,7 +92,7 @@ static size_t gpt2_cuda_moment_bytes(const GPT2Cuda *model) {
 // in the fp32 build.
 static void gpt2_cuda_round_weights(GPT2Cuda *model) {
     if (GPT2_CUDA_WEIGHT_COPY_BYTES > 0) {
-        round_to_floatX_cuda(model->params_x, model->params_memory, model->num_parameters);
+        round_to_floatX_cuda(model->params_x, model->params_memory, model->num_held);
     }
 }
 
@@ -101,15 +103,15 @@ static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
     model->host = *host;
     memset(host, 0, sizeof(*host));
     model->config = model->host.config;
-    model->num_parameters = model->host.num_parameters;
-    size_t bytes = model->num_parameters * sizeof(float), grad_bytes = model->host.num_trained * sizeof(float);
+    model->num_held = gpt2_num_held(&model->host);
+    size_t bytes = model->num_held * sizeof(float), grad_bytes = model->host.num_trained * sizeof(float);
     size_t moment_bytes = gpt2_cuda_moment_bytes(model);
     model->params_memory = (float *)cudaMallocCheck(bytes);
     model->grads_memory = (float *)cudaMallocCheck(grad_bytes);
     model->m_memory = (float *)cudaMallocCheck(moment_bytes);
     model->v_memory = (float *)cudaMallocCheck(moment_bytes);
     model->params_x = GPT2_CUDA_WEIGHT_COPY_BYTES > 0
-                          ? (floatX *)cudaMallocCheck(model->num_parameters * GPT2_CUDA_WEIGHT_COPY_BYTES)
+                          ? (floatX *)cudaMallocCheck(model->num_held * GPT2_CUDA_WEIGHT_COPY_BYTES)
                           : (floatX *)model->params_memory;
     model->gelu_fusion = 1;
     cudaCheck(cudaMemsetAsync(model->grads_memory, 0, grad_bytes, cuda_ctx.stream));
@@ -117,12 +119,47 @@ static void gpt2_cuda_init(GPT2Cuda *model, GPT2 *host) {
     cuda_upload_pageable(model->m_memory, model->host.m_memory, moment_bytes);
     cuda_upload_pageable(model->v_memory, model->host.v_memory, moment_bytes);
     gpt2_cuda_round_weights(model);
-    point_parameters_of(&model->params, model->params_x, model->host.param_sizes, sizeof(floatX));
+    point_parameters_of(&model->params, model->params_x,
+                        model->host.wpe_rows_only ? model->host.grad_sizes : model->host.param_sizes, sizeof(floatX));
     point_parameters(&model->grads, model->grads_memory, model->host.grad_sizes);
     // the largest deterministic reduction's scratch: dbias of fcb (4C) and layernorm's two sums
     size_t C = model->config.channels;
     cuda_scratch(2 * COLUMN_SUM_CHUNKS * 4 * C * sizeof(float));
     cuda_sync();
+}
+
+// gpt2_position_weights on the device, once every rank's weights are the same
+// (load_model): the master weights and their floatX copy keep the trained rows of
+// the position table only, laid out as the trained vector, and other_rows fetches
+// the others in every forward pass. The host model takes the same layout (its
+// copy is rewritten before every checkpoint: gpt2_cuda_to_host).
+static void gpt2_cuda_position_weights(GPT2Cuda *model, EncoderRowsVerbCuda other_rows) {
+    GPT2 *h = &model->host;
+    if (h->wpe_rows_only) { return; }
+    size_t C = model->config.channels, wte = h->param_sizes[0], table = h->param_sizes[1], room = h->grad_sizes[1];
+    size_t rows = (h->wpe_end - h->wpe_begin) * C, after = h->num_parameters - wte - table;
+    float *held = (float *)cudaMallocCheck(h->num_trained * sizeof(float)), *whole = model->params_memory;
+    cudaStream_t st = cuda_ctx.stream;
+    cudaCheck(cudaMemcpyAsync(held, whole, wte * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    cudaCheck(cudaMemcpyAsync(held + wte, whole + wte + h->wpe_begin * C, rows * sizeof(float),
+                              cudaMemcpyDeviceToDevice, st));
+    cudaCheck(cudaMemsetAsync(held + wte + rows, 0, (room - rows) * sizeof(float), st)); // the room after the rows
+    cudaCheck(cudaMemcpyAsync(held + wte + room, whole + wte + table, after * sizeof(float), cudaMemcpyDeviceToDevice,
+                              st));
+    cuda_sync();
+    cudaCheck(cudaFree(whole));
+    model->params_memory = held;
+    if (GPT2_CUDA_WEIGHT_COPY_BYTES > 0) {
+        cudaCheck(cudaFree(model->params_x));
+        model->params_x = (floatX *)cudaMallocCheck(h->num_trained * GPT2_CUDA_WEIGHT_COPY_BYTES);
+    } else {
+        model->params_x = (floatX *)held;
+    }
+    model->num_held = h->num_trained;
+    gpt2_cuda_round_weights(model);
+    gpt2_position_weights(h, (EncoderRowsVerb){NULL, NULL});
+    point_parameters_of(&model->params, model->params_x, h->grad_sizes, sizeof(floatX));
+    model->other_rows = other_rows;
 }
 
 static void gpt2_cuda_free(GPT2Cuda *model) {
@@ -138,7 +175,7 @@ static void gpt2_cuda_free(GPT2Cuda *model) {
 
 // the device parameters and AdamW moments into the host copy (for checkpoints)
 static void gpt2_cuda_to_host(GPT2Cuda *model) {
-    size_t bytes = model->num_parameters * sizeof(float);
+    size_t bytes = model->num_held * sizeof(float);
     cuda_download(model->host.params_memory, model->params_memory, bytes);
     cuda_download(model->host.m_memory, model->m_memory, gpt2_cuda_moment_bytes(model));
     cuda_download(model->host.v_memory, model->v_memory, gpt2_cuda_moment_bytes(model));
@@ -204,7 +241,17 @@ static void gpt2_cuda_forward_pass(GPT2Cuda *model, ActivationsCuda *acts, const
     cuda_upload(acts->inputs, inputs, BT * sizeof(int));
     cuda_upload(acts->positions, positions, BT * sizeof(int));
     if (targets != NULL) { cuda_upload(acts->targets, targets, BT * sizeof(int)); }
-    encoder_forward_cuda(a.encoded, acts->inputs, acts->positions, p.wte, p.wpe, B, T, C);
+    // the position rows held elsewhere, fetched into the backward's scratch (dead in the forward pass), as
+    // gpt2_forward_pass fetches them on the CPU
+    int held_begin, held_end;
+    gpt2_held_rows(&model->host, positions, (int)BT, model->other_rows.fetch != NULL, &held_begin, &held_end);
+    floatX *other_rows = NULL;
+    if (model->other_rows.fetch) {
+        other_rows = a.dbt4c;
+        model->other_rows.fetch(model->other_rows.ctx, p.wpe, other_rows, a.dbt4c + BT * C);
+    }
+    encoder_forward_cuda(a.encoded, acts->inputs, acts->positions, p.wte, p.wpe, held_begin, held_end, other_rows, B,
+                         T, (int)C);
     for (size_t l = 0; l < L; l++) {
         LayerActivationsCuda v = layer_activations_cuda(&a, acts->recompute, c, B, T, l);
         layernorm_forward_cuda(v.ln1, v.ln1_mean, v.ln1_rstd, v.residual, p.ln1w + l * C, p.ln1b + l * C, B, T, C);
@@ -329,16 +376,6 @@ static void gpt2_cuda_update(GPT2Cuda *model, float lr, float weight_decay, floa
         adamw_update_cuda(model->params_memory + at, model->params_x + at, model->grads_memory + lo,
                           model->m_memory + (lo - b), model->v_memory + (lo - b), hi - lo, lr, wd, grad_scale, t);
     }
-}
-
-// The floatX copy of parameter tensor i from its master weights (after the
-// position table's rows were gathered: cp/position_table.cuh); nothing to do in
-// the fp32 build.
-static void gpt2_cuda_round_tensor(GPT2Cuda *model, int i) {
-    if (GPT2_CUDA_WEIGHT_COPY_BYTES == 0) { return; }
-    size_t at = 0;
-    for (int j = 0; j < i; j++) { at += model->host.param_sizes[j]; }
-    round_to_floatX_cuda(model->params_x + at, model->params_memory + at, model->host.param_sizes[i]);
 }
 
 #endif // LLMC_GPT2_CUH

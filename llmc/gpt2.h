@@ -425,6 +425,19 @@ static GPT2 gpt2_with_first_rows(const GPT2 *model, float *rows, size_t n) {
     return view;
 }
 
+// The rows [*begin, *end) of the position table the model's weights hold; where
+// nothing fetches the others (fetches 0), every one of the n positions must lie
+// inside them.
+static void gpt2_held_rows(const GPT2 *model, const int *positions, int n, int fetches, int *begin, int *end) {
+    *begin = model->wpe_rows_only ? (int)model->wpe_begin : 0;
+    *end = model->wpe_rows_only ? (int)model->wpe_end : model->config.max_seq_len;
+    int outside = fetches ? -1 : position_outside(positions, n, *begin, *end);
+    if (outside >= 0) {
+        fatal("position %d lies outside the rows [%d, %d) of the position table the model holds, and nothing fetches "
+              "the others", positions[outside], *begin, *end);
+    }
+}
+
 // The floats of params_memory: all parameters, or with gpt2_position_weights the
 // trained vector's.
 static size_t gpt2_num_held(const GPT2 *model) {
@@ -503,18 +516,12 @@ static void gpt2_forward_pass(GPT2 *model, Activations *acts, const int *inputs,
     size_t BT = (size_t)B * T;
     ParameterTensors p = model->params;
     ActivationTensors a = acts->t;
-    int held_begin = model->wpe_rows_only ? (int)model->wpe_begin : 0;
-    int held_end = model->wpe_rows_only ? (int)model->wpe_end : c.max_seq_len;
+    int held_begin, held_end;
+    gpt2_held_rows(model, positions, (int)BT, model->other_rows.fetch != NULL, &held_begin, &held_end);
     float *other_rows = NULL; // (B, T, C) in the backward's scratch, dead in the forward pass
     if (model->other_rows.fetch) { // every pass, whatever its tokens: the ranks that hold the rows take part in it
         other_rows = a.dbt4c;
         model->other_rows.fetch(model->other_rows.ctx, p.wpe, other_rows, a.dbt4c + BT * C);
-    } else {
-        int outside = position_outside(positions, (int)BT, held_begin, held_end);
-        if (outside >= 0) {
-            fatal("position %d lies outside the rows [%d, %d) of the position table the model holds, and nothing "
-                  "fetches the others", positions[outside], held_begin, held_end);
-        }
     }
     encoder_forward(a.encoded, inputs, positions, p.wte, p.wpe, held_begin, held_end, other_rows, B, T, (int)C);
     for (size_t l = 0; l < L; l++) {

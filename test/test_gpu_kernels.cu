@@ -501,8 +501,22 @@ static void test_encoder(void) {
     int *d_inp = device_copy_int(inp, BT), *d_pos = device_copy_int(pos, BT);
     floatX *d_out = device_alloc_x((size_t)BT * C);
     poison_device(d_out, (size_t)BT * C * sizeof(floatX));
-    encoder_forward_cuda(d_out, d_inp, d_pos, d_wte, d_wpe, B, T, C);
+    encoder_forward_cuda(d_out, d_inp, d_pos, d_wte, d_wpe, 0, MAXT, NULL, B, T, C);
     check_rel_device_x("encoder forward", d_out, out, (size_t)BT * C, x_tol(1e-6));
+    // a rank that holds the rows [MAXT / 3, 2 MAXT / 3) of the weights, and every
+    // other token's row in other_rows (as fetched from its owner): the same output
+    {
+        int held_begin = MAXT / 3, held_end = 2 * MAXT / 3;
+        float *other = (float *)mallocCheck((size_t)BT * C * sizeof(float));
+        for (int t = 0; t < BT; t++) { memcpy(other + (size_t)t * C, wpe + (size_t)pos[t] * C, C * sizeof(float)); }
+        floatX *d_held = device_copy_x(wpe + (size_t)held_begin * C, (size_t)(held_end - held_begin) * C);
+        floatX *d_other = device_copy_x(other, (size_t)BT * C);
+        poison_device(d_out, (size_t)BT * C * sizeof(floatX));
+        encoder_forward_cuda(d_out, d_inp, d_pos, d_wte, d_held, held_begin, held_end, d_other, B, T, C);
+        check_rel_device_x("encoder forward, held rows and fetched ones", d_out, out, (size_t)BT * C, x_tol(1e-6));
+        cudaCheck(cudaFree(d_held)); cudaCheck(cudaFree(d_other));
+        free(other);
+    }
 
     // backward accumulates (fp32) into tables that already hold values
     float *dout = random_stored((size_t)BT * C, -1, 1);
@@ -1039,7 +1053,7 @@ static void test_model(void) {
                      model_tol(1e-5, MODEL_BF16_LSE));
     gpt2_backward(&cpu_model, &acts, sh.local.inputs, sh.layout.position, &attn);
     gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, &gattn);
-    float *grads = host_copy(gpu_model.grads_memory, gpu_model.num_parameters);
+    float *grads = host_copy(gpu_model.grads_memory, gpu_model.host.num_trained);
     const char *names[NUM_PARAMETER_TENSORS] = {"wte", "wpe", "ln1w", "ln1b", "qkvw", "qkvb", "attprojw",
                                                 "attprojb", "ln2w", "ln2b", "fcw", "fcb", "fcprojw", "fcprojb",
                                                 "lnfw", "lnfb"};
@@ -1057,8 +1071,8 @@ static void test_model(void) {
     gpt2_cuda_zero_grad(&gpu_model);
     gpt2_cuda_forward_train(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, sh.local.targets, d_dloss, &gattn);
     gpt2_cuda_backward(&gpu_model, &gacts, sh.local.inputs, sh.layout.position, &gattn);
-    float *again = host_copy(gpu_model.grads_memory, gpu_model.num_parameters);
-    CHECK(memcmp(grads, again, gpu_model.num_parameters * sizeof(float)) == 0,
+    float *again = host_copy(gpu_model.grads_memory, gpu_model.host.num_trained);
+    CHECK(memcmp(grads, again, gpu_model.host.num_trained * sizeof(float)) == 0,
           "the GPU backward pass is not deterministic: two runs differ");
     CHECK(cuda_ctx.num_plans == plans, "the second pass made %d new matmul plans", cuda_ctx.num_plans - plans);
     printf("ok   rank 0  model backward is bitwise deterministic, through the %d matmul plans made so far\n",
@@ -1070,10 +1084,10 @@ static void test_model(void) {
     }
     check_rel_device("model parameters after 2 AdamW steps", gpu_model.params_memory, cpu_model.params_memory,
                      cpu_model.num_parameters, model_tol(1e-4, MODEL_BF16_PARAMETERS));
-    float *rounded = round_to_storage(host_copy(gpu_model.params_memory, gpu_model.num_parameters),
-                                      gpu_model.num_parameters);
+    float *rounded = round_to_storage(host_copy(gpu_model.params_memory, gpu_model.num_held),
+                                      gpu_model.num_held);
     check_rel_device_x("model weights' floatX copy = the master weights rounded", gpu_model.params_x, rounded,
-                       gpu_model.num_parameters, 0.0);
+                       gpu_model.num_held, 0.0);
     free(rounded);
 
     free(grads); free(again); free(inputs); free(targets);

@@ -17,9 +17,7 @@ host memory over MPI, the group being this job's world:
     3. position_table_sum_gradients: a trained vector with the table's rows
        between two other parts, summed over the world (the rows over a group of one
        replica), and its squared norm against the same sums in double
-    4. position_table_gather_rows: each rank writes only its own rows (the others
-       NaN); afterwards every rank holds every row
-    5. the weights' rows, where each rank holds its own only: the encoder's output
+    4. the weights' rows, where each rank holds its own only: the encoder's output
        of every rank's tokens at random positions (position_table_fetch_rows, then
        encoder_forward over the held rows and the fetched ones) must be the whole
        table's encoder output to the bit; and position_table_first_rows, for a
@@ -183,27 +181,6 @@ static void check_sum_gradients(Comm *world, Comm *self) {
     free(grads);
 }
 
-static void check_gather_rows(Comm *world, int max_T) {
-    int C = 4;
-    PositionTable pt;
-    position_table_init(&pt, world, world, world, max_T, C, 1);
-    float *wpe = (float *)mallocCheck((size_t)max_T * C * sizeof(float));
-    for (int p = 0; p < max_T; p++) {
-        for (int c = 0; c < C; c++) {
-            wpe[(size_t)p * C + c] = p >= pt.begin && p < pt.end ? (float)(p * 10 + c) : NAN;
-        }
-    }
-    position_table_gather_rows(&pt, wpe);
-    for (int p = 0; p < max_T; p++) {
-        for (int c = 0; c < C; c++) {
-            CHECK(wpe[(size_t)p * C + c] == (float)(p * 10 + c), "rank %d, maxT %d: row %d channel %d is %g after the "
-                  "gather", world->rank, max_T, p, c, wpe[(size_t)p * C + c]);
-        }
-    }
-    position_table_free(&pt);
-    free(wpe);
-}
-
 // a row of the whole table, the same on every rank
 static float table_value(int p, int c) { return 0.001f * (float)((p * 37 + c * 11) % 101) - 0.05f; }
 
@@ -263,13 +240,12 @@ int main(int argc, char **argv) {
         if (tables[k] < world->size) { continue; }
         check_send_gradients(world, tables[k], 0);
         check_send_gradients(world, tables[k], 1);
-        check_gather_rows(world, tables[k]);
         check_weight_rows(world, tables[k]);
     }
     check_sum_gradients(world, self);
     if (world->rank == 0) {
         printf("test_position_table np %d: OK, owners, the gradients' journey (any positions, and one rank's to the "
-               "bit), the sums and norm, the rows' gather, the weights' rows to the encoder and to a sample\n", world->size);
+               "bit), the sums and norm, the weights' rows to the encoder and to a sample\n", world->size);
     }
     world->destroy(world);
     self->destroy(self);

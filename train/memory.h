@@ -51,8 +51,7 @@ typedef struct {
     size_t value_bytes;            // bytes of an activation value: 4 (fp32), 2 (bf16)
     size_t weight_copy_bytes;      // bytes a parameter of the weights' copy in the storage precision, 0: none
     int host;                      // 1: the model runs in host memory (the data buffers share it)
-    int splits_position_table;     // 1: trains the position table in row slices over cp (cp/position_table.h)
-    int splits_position_weights;   // 1: and holds only those rows of its weights
+    int splits_position_table;     // 1: holds and trains the position table in row slices over cp (cp/position_table.h)
     // memory free to this rank and the ranks that draw on the same memory (*sharers,
     // this one included); `source` says where the number comes from. Returns 0, or
     // -1 when it cannot tell (the run then starts unchecked).
@@ -126,14 +125,13 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
     memset(&e, 0, sizeof(e));
     e.local_T = local_T;
     int B = cfg->B;
-    // the trained vector (llmc/gpt2.h): a split table's gradient and moments hold
-    // the largest slice's rows, and its weights too where the trainer splits them
+    // the trained vector (llmc/gpt2.h): a split table's weights, gradient and
+    // moments hold the largest slice's rows
     size_t table = (size_t)c.max_seq_len * c.channels;
     int split = position_table_split(tm, cfg);
     int rows = split ? position_slice_room(c.max_seq_len, cfg->cp_size) : c.max_seq_len;
     size_t trained = gpt2_num_trained(c, (size_t)rows);
-    size_t weights = split && tm->splits_position_weights ? trained : gpt2_num_parameters(c);
-    e.parameters = weights * sizeof(float) + gpt2_num_parameters(c) * tm->weight_copy_bytes;
+    e.parameters = trained * (sizeof(float) + tm->weight_copy_bytes);
     e.gradients = trained * sizeof(float);
     e.adamw = 2 * zero_largest_shard(cfg->zero_stage, trained, dp * cfg->cp_size) * sizeof(float);
     e.activations = activation_bytes(c, B, local_T, cfg->recompute, tm->value_bytes, &e.classifier) - e.classifier;
@@ -158,7 +156,11 @@ static MemoryEstimate estimate_rank_memory(const TrainerMemory *tm, const TrainC
         // in host memory only the pages written count: a sample writes one token's logits
         if (tm->host) { e.data -= logits - (size_t)c.padded_vocab_size * tm->value_bytes; }
         // a split table's rows of the sample's positions, gathered on every rank
-        if (split && tm->splits_position_weights) { e.data += (size_t)cfg->gen_tokens * c.channels * sizeof(float); }
+        // (on the GPU also on the device, fp32 and the floatX copy)
+        if (split) {
+            size_t rows = (size_t)cfg->gen_tokens * c.channels;
+            e.data += tm->host ? rows * sizeof(float) : rows * (sizeof(float) + tm->weight_copy_bytes);
+        }
     }
     // the largest of the gradient's all-reduces (cp/position_table.h): the token
     // embedding, the table's trained rows, or the parameters after the table

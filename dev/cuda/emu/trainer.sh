@@ -17,6 +17,7 @@
 #     their resume
 #   - the striped layout, positions per document and loss masks against the CPU twin
 #   - one host wait for the device per training step over NCCL (-d, -sl/-sg on)
+#   - a sample at cp 2 (the position table's rows gathered from their owners)
 set -euo pipefail
 cd "$REPO"
 read -ra MPIRUN <<< "$MPIRUN_LINE"
@@ -141,10 +142,12 @@ stopped() {
 stopped broadcast broadcast 0                  # the start: rank 0's weights to every rank
 stopped all_gather all_gather 1                # the step's coordinates, before the first layer
 stopped all_reduce all_reduce_sum 1            # the step's count of valid targets
-stopped send "ring exchange" 1                 # the first K/V block around the ring
+stopped send all_to_all_v 1                    # the position table's rows, before the first layer
+# -z 1: the position table whole on every rank (nothing sent before the attention)
+stopped send "ring exchange" 1 -z 1            # the first K/V block around the ring
 stopped reduce_scatter reduce_scatter_sum 1 -ca allgather # dK, dV home from the all-gather
-stopped send all_to_all 1 -mt 0 -e "$WORK/d1_2heads.bin" -ca ulysses
-stopped send all_to_all_v 1 -ca groupcast       # rank 0's only sender of K/V: named
+stopped send all_to_all 1 -z 1 -mt 0 -e "$WORK/d1_2heads.bin" -ca ulysses
+stopped send all_to_all_v 1 -z 1 -ca groupcast  # rank 0's only sender of K/V: named
 # cudaGetDeviceCount failing (46: the devices busy or unavailable) is said as what it
 # is, by every rank, not as "no CUDA device found"
 set +e
@@ -310,4 +313,16 @@ paste <(awk -F'trl:' '/trl:/ { print $2 + 0 }' "$WORK/sharder_cpu_b2/main.log") 
       <(awk -F'trl:' '/trl:/ { print $2 + 0 }' "$WORK/host_waits/main.log") |
     awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > m) m = d }
         END { printf "one host wait a step (NCCL, cp 2, -d, -sl/-sg), the CPU twin'"'"'s step losses within %.2e\n", m; exit !(NR == 2 && m < 1e-4) }'
+# A sample at cp 2, where each rank holds half of the position table's weights: the
+# rows of its 40 positions (both ranks' rows) gathered from their owners, it is the
+# cp 1 sample token for token (the same unsharded forward passes, the same weights)
+sample_of() { grep -A 2 '^generating:' "$WORK/$1.out" | tail -n 1; }
+"${MPIRUN[@]}" -np 1 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -x 0 -n 0 -s 1 -g 40 -o "$WORK/sample_cp1" > "$WORK/sample_cp1.out"
+"${MPIRUN[@]}" -np 2 "$WORK/train_gpt2cp_FP32" "${ARGS[@]}" -x 0 -n 0 -s 1 -g 40 -cp 2 -ct mpi -o "$WORK/sample_cp2" \
+    > "$WORK/sample_cp2.out"
+if [[ -z $(sample_of sample_cp1) || $(sample_of sample_cp1) != "$(sample_of sample_cp2)" ]]; then
+    echo "the cp 2 sample ($(sample_of sample_cp2)) is not cp 1's ($(sample_of sample_cp1))"
+    exit 1
+fi
+echo "a sample at cp 2 (the position table's rows from their owners): cp 1's, token for token"
 echo "emulated trainer: $SECONDS s"
