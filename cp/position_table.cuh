@@ -71,7 +71,7 @@ __global__ static void pack_rows_kernel(floatX *rows, const floatX *src, const i
     rows[idx] = src[(size_t)(at[n] - first) * C + c];
 }
 
-// position_rows_scatter: dst[at[n]] = rows[n]   rows: (count, C)   dst: (any, C)   at: (count)
+// position_rows_unpack's copy: dst[at[n]] = rows[n]   rows: (count, C)   dst: (any, C)   at: (count)
 __global__ static void scatter_rows_kernel(floatX *dst, const floatX *rows, const int *at, int count, int C) {
     size_t idx = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (idx >= (size_t)count * C) { return; }
@@ -79,38 +79,47 @@ __global__ static void scatter_rows_kernel(floatX *dst, const floatX *rows, cons
     dst[(size_t)at[n] * C + c] = rows[idx];
 }
 
+// position_table_exchange on the device, after position_table_plan of the batch:
+// src ((tokens, C) dout towards the owners, (room, C) the weights' floatX copy
+// towards the tokens), send_rows and recv_rows ((tokens, C) dead scratch) in
+// device memory, floatX. Towards the owners the rows are added into dwpe ((room,
+// C) fp32) with the encoder's token buckets; towards the tokens they are copied
+// into rows ((tokens, C) floatX). The lists go up on the compute stream, so each
+// kernel reads its round's.
+static void position_table_exchange_cuda(PositionTableCuda *pt, int towards_owners, const floatX *src,
+                                         floatX *send_rows, floatX *recv_rows, float *dwpe, floatX *rows) {
+    PositionTable *h = &pt->host;
+    int C = h->C;
+    position_table_cuda_reserve(pt, h->tokens);
+    int *d_send_at = towards_owners ? pt->d_send_tokens : pt->d_positions;
+    for (int k = 1; k < h->group->size; k++) {
+        PositionRound r = position_table_round(h, k, towards_owners);
+        if (r.sends > 0) {
+            cuda_upload(d_send_at, r.send_at, (size_t)r.sends * sizeof(int));
+            size_t n = (size_t)r.sends * C;
+            pack_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(send_rows, src, d_send_at, r.send_first,
+                                                                           r.sends, C);
+            cudaCheckLaunch();
+        }
+        position_table_send_round(h, send_rows, recv_rows, (size_t)C * sizeof(floatX));
+        if (towards_owners) {
+            embedding_backward_cuda(dwpe, recv_rows, &pt->received, r.recv_at, r.receives, h->begin, h->end, C);
+        } else if (r.receives > 0) {
+            cuda_upload(pt->d_send_tokens, r.recv_at, (size_t)r.receives * sizeof(int));
+            size_t n = (size_t)r.receives * C;
+            scatter_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(rows, recv_rows, pt->d_send_tokens,
+                                                                              r.receives, C);
+            cudaCheckLaunch();
+        }
+    }
+}
+
 // position_table_fetch_rows on the device, after position_table_plan of the
 // batch: wpe ((room, C), this rank's rows of the weights' floatX copy), rows
 // ((tokens, C)) and scratch ((2 tokens, C), dead) in device memory, floatX.
 static void position_table_fetch_rows_cuda(PositionTableCuda *pt, const floatX *wpe, floatX *rows, floatX *scratch) {
-    PositionTable *h = &pt->host;
-    Comm *g = h->group;
-    int P = g->size, C = h->C;
-    position_table_cuda_reserve(pt, h->tokens);
-    floatX *send_rows = scratch, *recv_rows = scratch + (size_t)h->pass_tokens * C;
-    int *counts = (int *)callocCheck(3 * (size_t)P, sizeof(int)), *zeros = counts, *send_n = counts + P,
-        *recv_n = counts + 2 * P;
-    for (int k = 1; k < P; k++) {
-        int owner, user;
-        position_table_round(h, k, 0, &owner, &user, send_n, recv_n);
-        if (send_n[user] > 0) {
-            cuda_upload(pt->d_positions, h->recv_positions + h->recv_start[user], (size_t)send_n[user] * sizeof(int));
-            size_t n = (size_t)send_n[user] * C;
-            pack_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(send_rows, wpe, pt->d_positions, h->begin,
-                                                                           send_n[user], C);
-            cudaCheckLaunch();
-        }
-        g->all_to_all_v_wait(g, position_table_post(h, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,
-                                                    (size_t)C * sizeof(floatX)));
-        if (recv_n[owner] > 0) {
-            cuda_upload(pt->d_send_tokens, h->send_tokens + h->send_start[owner], (size_t)recv_n[owner] * sizeof(int));
-            size_t n = (size_t)recv_n[owner] * C;
-            scatter_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(rows, recv_rows, pt->d_send_tokens,
-                                                                              recv_n[owner], C);
-            cudaCheckLaunch();
-        }
-    }
-    free(counts);
+    floatX *recv_rows = scratch + (size_t)pt->host.pass_tokens * pt->host.C;
+    position_table_exchange_cuda(pt, 0, wpe, scratch, recv_rows, NULL, rows);
 }
 
 static void position_table_fetch_rows_cuda_verb(void *table, const floatX *wpe_rows, floatX *rows, floatX *scratch) {
@@ -127,28 +136,7 @@ static EncoderRowsVerbCuda position_table_rows_verb_cuda(PositionTableCuda *pt) 
 // ((tokens, C) floatX, dead scratch) in device memory.
 static void position_table_send_gradients_cuda(PositionTableCuda *pt, float *dwpe, const floatX *dout,
                                                floatX *send_rows, floatX *recv_rows) {
-    PositionTable *h = &pt->host;
-    Comm *g = h->group;
-    int P = g->size, C = h->C;
-    position_table_cuda_reserve(pt, h->tokens);
-    int *scratch = (int *)callocCheck(3 * (size_t)P, sizeof(int)), *zeros = scratch, *send_n = scratch + P,
-        *recv_n = scratch + 2 * P;
-    for (int k = 1; k < P; k++) {
-        int to, from;
-        position_table_round(h, k, 1, &to, &from, send_n, recv_n);
-        if (send_n[to] > 0) {
-            cuda_upload(pt->d_send_tokens, h->send_tokens + h->send_start[to], (size_t)send_n[to] * sizeof(int));
-            size_t n = (size_t)send_n[to] * C;
-            pack_rows_kernel<<<grid_for(n, 256), 256, 0, cuda_ctx.stream>>>(send_rows, dout, pt->d_send_tokens, 0,
-                                                                           send_n[to], C);
-            cudaCheckLaunch();
-        }
-        g->all_to_all_v_wait(g, position_table_post(h, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,
-                                                    (size_t)C * sizeof(floatX)));
-        embedding_backward_cuda(dwpe, recv_rows, &pt->received, h->recv_positions + h->recv_start[from], recv_n[from],
-                                h->begin, h->end, C);
-    }
-    free(scratch);
+    position_table_exchange_cuda(pt, 1, dout, send_rows, recv_rows, dwpe, NULL);
 }
 
 // position_table_sum_gradients on the device: grads (n) device; the squared norm

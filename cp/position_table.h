@@ -86,6 +86,7 @@ typedef struct {
     int *recv_positions; // (recv_room) the positions of the rows that come, by sender, in its token order
     int recv_room;
     int *send_count, *send_start, *recv_count, *recv_start; // (group size) each, by peer
+    int *round_send, *round_recv, *zeros; // (group size) each: an exchange round's counts by peer, its offsets
     size_t *bytes;       // (4 group size) an all-to-all-v's counts and offsets
 } PositionTable;
 
@@ -112,10 +113,13 @@ static void position_table_init(PositionTable *pt, Comm *group, Comm *group_host
     position_table_reserve(pt, tokens);
     if (group->size > 1) {
         size_t P = (size_t)group->size;
-        pt->send_count = (int *)mallocCheck(4 * P * sizeof(int));
+        pt->send_count = (int *)callocCheck(7 * P, sizeof(int));
         pt->send_start = pt->send_count + P;
         pt->recv_count = pt->send_count + 2 * P;
         pt->recv_start = pt->send_count + 3 * P;
+        pt->round_send = pt->send_count + 4 * P;
+        pt->round_recv = pt->send_count + 5 * P;
+        pt->zeros = pt->send_count + 6 * P;
         pt->bytes = (size_t *)mallocCheck(4 * P * sizeof(size_t));
     }
 }
@@ -203,30 +207,50 @@ static void position_table_plan(PositionTable *pt, const int *pos, int tokens) {
     }
 }
 
-// Round k of an exchange between the tokens and the owners of their positions:
-// this rank meets `owner`, the rank k after it, which owns the positions of some
-// of this rank's tokens (send_count[owner] of them), and `user`, the rank k
-// before it, some of whose tokens sit at positions this rank owns
-// (recv_count[user]). The round's counts by peer: towards the owners (a
-// gradient's rows) this rank sends to owner and receives from user; towards the
-// tokens (the weights' rows) it sends to user and receives from owner. Every
-// other peer's part is empty, so each round's receive holds one rank's rows only
-// (and the exchange's offsets are the caller's zeros: each round's one part
-// starts at its buffer's start).
-static void position_table_round(const PositionTable *pt, int k, int towards_owners, int *owner, int *user,
-                                 int *send_n, int *recv_n) {
-    int P = pt->group->size;
-    *owner = (pt->group->rank + k) % P;
-    *user = (pt->group->rank - k + P) % P;
-    memset(send_n, 0, (size_t)P * sizeof(int));
-    memset(recv_n, 0, (size_t)P * sizeof(int));
+// Round k (1 .. P - 1) of an exchange between the tokens and the owners of their
+// positions: this rank meets `owner`, the rank k after it, which owns the
+// positions of some of this rank's tokens (send_count[owner] of them), and
+// `user`, the rank k before it, some of whose tokens sit at positions this rank
+// owns (recv_count[user]). Towards the owners (a gradient's rows) this rank sends
+// its tokens' rows to owner and receives user's rows at its positions; towards
+// the tokens (the weights' rows) it sends the rows of user's positions and
+// receives its tokens' rows from owner. A round's lists: the rows this rank packs
+// and where the rows it receives go, each by index less a first row (0 for a
+// token, begin for an owned position).
+typedef struct {
+    int sends, receives;          // rows that go, rows that come
+    const int *send_at, *recv_at; // (sends), (receives): tokens or positions
+    int send_first, recv_first;
+} PositionRound;
+
+// Sets the round's counts by peer (round_send, round_recv: every other peer's
+// part empty, so each part starts at its buffer's start) and returns its lists.
+static PositionRound position_table_round(PositionTable *pt, int k, int towards_owners) {
+    int P = pt->group->size, owner = (pt->group->rank + k) % P, user = (pt->group->rank - k + P) % P;
+    const int *tokens = pt->send_tokens + pt->send_start[owner], *positions = pt->recv_positions + pt->recv_start[user];
+    PositionRound r;
+    memset(pt->round_send, 0, (size_t)P * sizeof(int));
+    memset(pt->round_recv, 0, (size_t)P * sizeof(int));
     if (towards_owners) {
-        send_n[*owner] = pt->send_count[*owner];
-        recv_n[*user] = pt->recv_count[*user];
+        r = (PositionRound){.sends = pt->send_count[owner], .receives = pt->recv_count[user], .send_at = tokens,
+                            .recv_at = positions, .send_first = 0, .recv_first = pt->begin};
+        pt->round_send[owner] = r.sends;
+        pt->round_recv[user] = r.receives;
     } else {
-        send_n[*user] = pt->recv_count[*user];
-        recv_n[*owner] = pt->send_count[*owner];
+        r = (PositionRound){.sends = pt->recv_count[user], .receives = pt->send_count[owner], .send_at = positions,
+                            .recv_at = tokens, .send_first = pt->begin, .recv_first = 0};
+        pt->round_send[user] = r.sends;
+        pt->round_recv[owner] = r.receives;
     }
+    return r;
+}
+
+// Sends the round's packed rows (send_rows: (sends, C)) and waits for its
+// receive (recv_rows: (receives, C)); unit: a row's bytes.
+static void position_table_send_round(PositionTable *pt, const void *send_rows, void *recv_rows, size_t unit) {
+    Comm *g = pt->group;
+    g->all_to_all_v_wait(g, position_table_post(pt, g, send_rows, pt->zeros, pt->round_send, recv_rows, pt->zeros,
+                                                pt->round_recv, unit));
 }
 
 // rows: (n, C), row j a copy of src's row at[j] - first
@@ -236,19 +260,31 @@ static void position_rows_pack(float *rows, const float *src, const int *at, int
     }
 }
 
-// dst's row at[j] - first += row j of rows ((n, C)), for j in order
-static void position_rows_add(float *dst, const float *rows, const int *at, int first, int n, int C) {
+// dst's row at[j] - first gets row j of rows ((n, C)), for j in order: added
+// (add: a gradient's rows) or copied
+static void position_rows_unpack(float *dst, const float *rows, const int *at, int first, int n, int C, int add) {
     for (int j = 0; j < n; j++) {
         float *d = dst + (size_t)(at[j] - first) * C;
-        const float *add = rows + (size_t)j * C;
-        for (int i = 0; i < C; i++) { d[i] += add[i]; }
+        const float *row = rows + (size_t)j * C;
+        if (add) {
+            for (int i = 0; i < C; i++) { d[i] += row[i]; }
+        } else {
+            memcpy(d, row, (size_t)C * sizeof(float));
+        }
     }
 }
 
-// dst's row at[j] = row j of rows ((n, C))
-static void position_rows_scatter(float *dst, const float *rows, const int *at, int n, int C) {
-    for (int j = 0; j < n; j++) {
-        memcpy(dst + (size_t)at[j] * C, rows + (size_t)j * C, (size_t)C * sizeof(float));
+// One exchange of the planned batch, round by round: each round's rows of src
+// packed, sent, and unpacked into dst, added towards the owners and copied
+// towards the tokens. send_rows, recv_rows: (pass tokens, C) each, dead scratch.
+static void position_table_exchange(PositionTable *pt, int towards_owners, const float *src, float *dst,
+                                    float *send_rows, float *recv_rows) {
+    int C = pt->C;
+    for (int k = 1; k < pt->group->size; k++) {
+        PositionRound r = position_table_round(pt, k, towards_owners);
+        position_rows_pack(send_rows, src, r.send_at, r.send_first, r.sends, C);
+        position_table_send_round(pt, send_rows, recv_rows, (size_t)C * sizeof(float));
+        position_rows_unpack(dst, recv_rows, r.recv_at, r.recv_first, r.receives, C, towards_owners);
     }
 }
 
@@ -259,21 +295,7 @@ static void position_rows_scatter(float *dst, const float *rows, const int *at, 
 // ((room, C), row begin first); scratch: (2 tokens, C) floats dead at this point
 // (the model lends its backward's scratch).
 static void position_table_fetch_rows(PositionTable *pt, const float *wpe, float *rows, float *scratch) {
-    Comm *g = pt->group;
-    int P = g->size, C = pt->C;
-    float *send_rows = scratch, *recv_rows = scratch + (size_t)pt->pass_tokens * C;
-    int *counts = (int *)callocCheck(3 * (size_t)P, sizeof(int)), *zeros = counts, *send_n = counts + P,
-        *recv_n = counts + 2 * P;
-    for (int k = 1; k < P; k++) {
-        int owner, user;
-        position_table_round(pt, k, 0, &owner, &user, send_n, recv_n);
-        const int *positions = pt->recv_positions + pt->recv_start[user], *tokens = pt->send_tokens + pt->send_start[owner];
-        position_rows_pack(send_rows, wpe, positions, pt->begin, send_n[user], C);
-        g->all_to_all_v_wait(g, position_table_post(pt, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,
-                                                    (size_t)C * sizeof(float)));
-        position_rows_scatter(rows, recv_rows, tokens, recv_n[owner], C);
-    }
-    free(counts);
+    position_table_exchange(pt, 0, wpe, rows, scratch, scratch + (size_t)pt->pass_tokens * pt->C);
 }
 
 static void position_table_fetch_rows_verb(void *table, const float *wpe_rows, float *rows, float *scratch) {
@@ -311,20 +333,7 @@ static void position_table_first_rows(const PositionTable *pt, const float *wpe,
 // trainer lends the backward's gradient scratch).
 static void position_table_send_gradients(PositionTable *pt, float *dwpe, const float *dout, float *send_rows,
                                           float *recv_rows) {
-    Comm *g = pt->group;
-    int P = g->size, C = pt->C;
-    int *scratch = (int *)callocCheck(3 * (size_t)P, sizeof(int)), *zeros = scratch, *send_n = scratch + P,
-        *recv_n = scratch + 2 * P;
-    for (int k = 1; k < P; k++) {
-        int to, from;
-        position_table_round(pt, k, 1, &to, &from, send_n, recv_n);
-        const int *tokens = pt->send_tokens + pt->send_start[to], *positions = pt->recv_positions + pt->recv_start[from];
-        position_rows_pack(send_rows, dout, tokens, 0, send_n[to], C);
-        g->all_to_all_v_wait(g, position_table_post(pt, g, send_rows, zeros, send_n, recv_rows, zeros, recv_n,
-                                                    (size_t)C * sizeof(float)));
-        position_rows_add(dwpe, recv_rows, positions, pt->begin, recv_n[from], C);
-    }
-    free(scratch);
+    position_table_exchange(pt, 1, dout, dwpe, send_rows, recv_rows);
 }
 
 // The squared norm of the whole gradient: `replicated` (the same on every rank of
