@@ -52,10 +52,14 @@ reads best beside them.
 
 // MPI counts are int: move big buffers in pieces of at most 1 GiB
 #define COMM_MPI_MAX_BYTES ((size_t)1 << 30)
-// MPI's non-blocking all-reduce (Open MPI's libnbc) allocates a scratch buffer of
-// the whole message, which the ranks that receive in its tree write: the gradient
-// all-reduce goes in pieces of at most this, so that the scratch stays small
-#define COMM_MPI_REDUCE_PIECE_BYTES ((size_t)64 << 20)
+// MPI's non-blocking all-reduce (Open MPI's libnbc) mallocs a scratch buffer of
+// the whole message at every call and frees it at its end: the gradient all-reduce
+// goes in pieces of at most this, so that the scratch stays small, and below the
+// CPU trainer's mmap threshold (1 MiB, train_gpt2cp_cpu.c), so that every call
+// reuses the same heap memory. A scratch of its own mmap would be faulted in page
+// by page at every call: with 64 MiB pieces a -e d12 step at cp 2 took 6.6-7.3 s
+// instead of 4.9-5.0 s (dev/bench/README.md).
+#define COMM_MPI_REDUCE_PIECE_BYTES ((size_t)512 << 10)
 
 typedef struct {
     MPI_Comm comm;
