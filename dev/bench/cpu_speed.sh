@@ -5,7 +5,9 @@
 #   2. `-e d12 -b 1` at each T of -t: ms per step, tok/s, and the rate of the FLOPs
 #      the model needs, as a share of sgemm's. FLOPs per token, causal attention's
 #      visible half: 6 (12 L C^2 + V C) + 6 L C T, V = 50257 (the padding is not
-#      needed), whatever the code happens to compute besides;
+#      needed), whatever the code happens to compute besides; with -r R, at cp R
+#      over R ranks (mpirun), the threads shared among them (THREADS / R each): the
+#      gradient's all-reduce joins the step;
 #   3. with -c 1, the four shapes of the PyTorch comparison, ours and
 #      dev/bench/gpt2_torch.py -d cpu (Debian's torch, same threads) side by side:
 #      tiny (1 layer, C 64, a vocabulary of 512, B 4, T 256), d2 (B 4, T 1024),
@@ -17,7 +19,7 @@
 #      faults are dear it spent 30% of its time faulting them in (d2 ran 2.9x
 #      faster with huge pages; ours, whose buffers are allocated once, 2%).
 #
-#   bash dev/bench/cpu_speed.sh [-t "1024 8192"] [-x STEPS] [-n THREADS] [-c 0|1] [-p TRAINER]
+#   bash dev/bench/cpu_speed.sh [-t "1024 8192"] [-x STEPS] [-n THREADS] [-r RANKS] [-c 0|1] [-p TRAINER]
 #   bash dev/bench/cpu_speed.sh -t "" -c 1          (the PyTorch comparison alone)
 #
 # A trainer's time is the mean of its steps after the first (the first touches every
@@ -27,25 +29,28 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/script_lib.sh # value_flags
-Ts="1024 8192" steps=3 threads=2 compare=0 trainer=./train_gpt2cp_cpu
-usage() { echo "usage: $0 [-t \"T ...\"] [-x STEPS (>= 2)] [-n THREADS] [-c 0|1] [-p TRAINER]" >&2; exit 1; }
-value_flags -t Ts -x steps -n threads -c compare -p trainer -- "$@"
-[[ $steps =~ ^[0-9]+$ && $steps -ge 2 && $threads =~ ^[1-9][0-9]*$ && $compare =~ ^[01]$ ]] || usage
+Ts="1024 8192" steps=3 threads=2 ranks=1 compare=0 trainer=./train_gpt2cp_cpu
+usage() { echo "usage: $0 [-t \"T ...\"] [-x STEPS (>= 2)] [-n THREADS] [-r RANKS (divides THREADS)] [-c 0|1] [-p TRAINER]" >&2; exit 1; }
+value_flags -t Ts -x steps -n threads -r ranks -c compare -p trainer -- "$@"
+[[ $steps =~ ^[0-9]+$ && $steps -ge 2 && $threads =~ ^[1-9][0-9]*$ && $ranks =~ ^[1-9][0-9]*$ &&
+   $((threads % ranks)) -eq 0 && $compare =~ ^[01]$ ]] || usage
 make -s train_gpt2cp_cpu bench_sgemm
 [ -x "$trainer" ] || { echo "error: trainer '$trainer' is not an executable" >&2; exit 1; }
+source scripts/default_config.sh # MPIRUN_FLAGS, for -r
 export OMP_NUM_THREADS=$threads
+launch=()
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 load() { cut -d' ' -f1-3 /proc/loadavg; }
-echo "load average before: $(load); $threads thread(s); trainer $trainer"
+echo "load average before: $(load); $threads thread(s) over $ranks rank(s) at the d12 rows; trainer $trainer"
 
 line=$(./bench_sgemm)
 echo "$line"
 sgemm=$(awk '{ print $4 }' <<< "$line")
 
-# train FLAGS...: the mean ms of the steps after the first ("-" when the run failed)
+# train FLAGS...: the run (under launch: mpirun and its flags, or nothing), the mean ms of the steps after the first ("-" when the run failed)
 train() {
-    "$trainer" "$@" -x "$steps" -v 0 -s 0 > "$work/run.out" 2>&1 || { echo "-"; return; }
+    "${launch[@]}" "$trainer" "$@" -x "$steps" -v 0 -s 0 > "$work/run.out" 2>&1 || { echo "-"; return; }
     awk '$1 == "step" && ++n > 1 { s += $13; k++ } END { if (k) printf "%.1f", s / k; else print "-" }' "$work/run.out"
 }
 
@@ -54,7 +59,12 @@ if [ -n "$Ts" ]; then
     echo "| T | ms per step | tok/s | MFLOP per token | GFLOP/s | of sgemm's $sgemm GFLOP/s |"
     echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
     for T in $Ts; do
-        ms=$(train -e d12 -b 1 -t "$T")
+        if [ "$ranks" -gt 1 ]; then
+            ms=$(launch=(mpirun "${MPIRUN_FLAGS[@]}" -np "$ranks"); OMP_NUM_THREADS=$((threads / ranks))
+                 train -e d12 -b 1 -t "$T" -cp "$ranks")
+        else
+            ms=$(train -e d12 -b 1 -t "$T")
+        fi
         awk -v T="$T" -v ms="$ms" -v peak="$sgemm" 'BEGIN {
             L = 12; C = 768; V = 50257
             flop = 6 * (12 * L * C * C + V * C) + 6 * L * C * T
