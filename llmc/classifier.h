@@ -6,7 +6,7 @@ Why chunks: a token's logits are Vp floats (201 KB at GPT-2's vocabulary, more
 than all the layers of a small model keep per token), so holding the logits of
 every local token would make the classifier the largest activation and grow it
 with T. Instead the tokens go through in chunks of chunk_rows rows (at most 32 MiB
-of logits, classifier_chunk_rows: 166 rows at GPT-2's vocabulary), and only one
+of logits, classifier_chunk_rows: 160 rows at GPT-2's vocabulary), and only one
 chunk's logits exist at a time. The size is a trade: the chunk's three matmuls get
 thinner and OpenBLAS runs them slower (on an idle machine, 2 threads, T 1024: 166
 rows took 1.22x the unchunked classifier's time at C 768 and 1.32x at C 128; 332
@@ -51,10 +51,19 @@ lanes' sums are added in double. The loss is log(sum) - (logit[target] - max).
 #define CLASSIFIER_CHUNK_BYTES ((size_t)32 << 20)
 #define SOFTMAX_LANES 16
 
-// Rows per chunk for a vocabulary of Vp: as many as fit CLASSIFIER_CHUNK_BYTES, at
+// Chunks of rows are rounded down to a multiple of this: OpenBLAS's threaded sgemm
+// gives each thread a share of the chunk's rows and runs its kernel on 4 at a time,
+// the rest by a slower edge path. At 166 rows (two threads of 83) the logits and
+// dlnf products ran at 163 and 159 GFLOP/s, at 160 rows at 178 and 177 (C 768,
+// OpenBLAS 0.3.21, Haswell kernels); with 32, up to 8 threads get whole blocks.
+#define CLASSIFIER_CHUNK_ALIGN 32
+
+// Rows per chunk for a vocabulary of Vp: as many as fit CLASSIFIER_CHUNK_BYTES,
+// rounded down to a multiple of CLASSIFIER_CHUNK_ALIGN where that leaves any, at
 // least one, and no more than the N tokens there are.
 static int classifier_chunk_rows(int Vp, size_t N) {
     size_t rows = CLASSIFIER_CHUNK_BYTES / ((size_t)Vp * sizeof(float));
+    if (rows >= CLASSIFIER_CHUNK_ALIGN) { rows -= rows % CLASSIFIER_CHUNK_ALIGN; }
     if (rows < 1) { rows = 1; }
     if (rows > N) { rows = N; }
     return (int)rows;

@@ -5,7 +5,7 @@
 # for bit: the main.log train lines and every step's per-token losses (-tl), over
 # 3 steps (the losses of steps 1 and 2 depend on the gradients of the steps before).
 # d2: two layers, so that the buffers the layers share under -r are really shared.
-# B 2 x T 200 = 400 tokens per rank at cp 1: the classifier's chunks of 166 rows at
+# B 2 x T 200 = 400 tokens per rank at cp 1: the classifier's chunks of 160 rows at
 # GPT-2's vocabulary then end in a short one. Then -r 2 against -r 0 at cp 2
 # round_robin, and -r 1 against -r 0 at cp 3 under group-cast in 2 stages.
 #

@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++) { targets[i] = (int)(rng_uniform(&rng) * V) % V; }
     printf("# N %d tokens, C %d, V %d (Vp %d); best of %d\n", N, C, V, VP, REPEATS);
     printf("# %6s %12s %15s %12s\n", "rows", "logits MiB", "classifier ms", "softmax ms");
-    const int chunks[] = {41, 83, 166, 332, 1024, 4096};
+    const int chunks[] = {40, 80, 160, 166, 320, 1024, 4096};
     for (size_t k = 0; k < sizeof(chunks) / sizeof(chunks[0]); k++) {
         int rows = chunks[k] < N ? chunks[k] : N;
         float *logits = (float *)mallocCheck((size_t)rows * VP * sizeof(float));

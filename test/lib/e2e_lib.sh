@@ -8,8 +8,8 @@ REPO_ROOT=${REPO_ROOT:-$(pwd)}
 MPIRUN=${MPIRUN:-mpirun}
 BUILD_DIR=${BUILD_DIR:-$REPO_ROOT/build}
 export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-# no X display probing at MPI start (test/CMakeLists.txt's TEST_ENV says why)
-export HWLOC_COMPONENTS=${HWLOC_COMPONENTS:--gl}
+# no X display probing, no PCI discovery at MPI start (test/CMakeLists.txt's TEST_ENV says why)
+export HWLOC_COMPONENTS=${HWLOC_COMPONENTS:--gl,-pci,-linuxio}
 TRAINER=$REPO_ROOT/train_gpt2cp_cpu
 WORK=$BUILD_DIR/${E2E_NAME:?set E2E_NAME before sourcing e2e_lib.sh}
 LAUNCH=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none)
