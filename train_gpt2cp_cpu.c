@@ -152,6 +152,13 @@ static int model_file_version(void) {
     return test_hook_bf16_model_file() ? CHECKPOINT_VERSION_BF16 : CHECKPOINT_VERSION_FP32;
 }
 
+// glibc's mmap threshold in this trainer (main says why). The gradient all-reduce's
+// pieces stay below it, so that MPI's scratch for a piece is heap memory reused at
+// every call, not a fresh mapping faulted in at every step (cp/comm_mpi.h).
+#define CPU_MMAP_THRESHOLD_BYTES (1 << 20)
+_Static_assert(COMM_MPI_REDUCE_PIECE_BYTES < CPU_MMAP_THRESHOLD_BYTES,
+               "the all-reduce's pieces must stay below the mmap threshold");
+
 int main(int argc, char **argv) {
     train_runtime_init(&argc, &argv);
     // Every block of a MiB and more from its own mmap: then calloc's pages stay
@@ -159,7 +166,7 @@ int main(int argc, char **argv) {
     // threshold rises past a large block once one is freed (the start-up probe's, a
     // step's), and a later calloc (the sampler's activations, 14 MiB at -g 64) then
     // reuses heap memory and clears all of it: 16 MiB above the estimate at d2, T 4096.
-    mallopt(M_MMAP_THRESHOLD, 1 << 20);
+    mallopt(M_MMAP_THRESHOLD, CPU_MMAP_THRESHOLD_BYTES);
     // OpenBLAS's threaded sgemm mallocs and frees a 512 KiB job table at every call.
     // With glibc's default trim threshold (128 KiB) each free gave it back to the
     // kernel (brk, a TLB flush) and each malloc faulted it in again: 12% of a step

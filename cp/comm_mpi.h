@@ -55,7 +55,7 @@ reads best beside them.
 // MPI's non-blocking all-reduce (Open MPI's libnbc) mallocs a scratch buffer of
 // the whole message at every call and frees it at its end: the gradient all-reduce
 // goes in pieces of at most this, so that the scratch stays small, and below the
-// CPU trainer's mmap threshold (1 MiB, train_gpt2cp_cpu.c), so that every call
+// CPU trainer's mmap threshold (1 MiB, train_gpt2cp_cpu.c, which checks it), so that every call
 // reuses the same heap memory. A scratch of its own mmap would be faulted in page
 // by page at every call: with 64 MiB pieces a -e d12 step at cp 2 took 6.6-7.3 s
 // instead of 4.9-5.0 s (dev/bench/README.md).

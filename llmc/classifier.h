@@ -8,9 +8,9 @@ every local token would make the classifier the largest activation and grow it
 with T. Instead the tokens go through in chunks of chunk_rows rows (at most 32 MiB
 of logits, classifier_chunk_rows: 160 rows at GPT-2's vocabulary), and only one
 chunk's logits exist at a time. The size is a trade: the chunk's three matmuls get
-thinner and OpenBLAS runs them slower (on an idle machine, 2 threads, T 1024: 166
-rows took 1.22x the unchunked classifier's time at C 768 and 1.32x at C 128; 332
-rows, 64 MiB, 1.06x and 1.12x; 41 rows about 1.6x; dev/bench/README.md), while a
+thinner and OpenBLAS runs them slower (on an idle machine, 2 threads, T 1024: 160
+rows took 1.09-1.15x the unchunked classifier's time at C 768 and 1.10x at C 128;
+320 rows, 64 MiB, 1.02-1.06x and 1.04x; 40 rows about 1.8x; dev/bench/README.md), while a
 larger chunk is filled only from more local tokens, so below them the classifier's
 memory grows with T / cp (at 64 MiB, a cp 4 rank of T 1024 would hold 256 rows).
 

@@ -16,7 +16,7 @@ E2E_NAME=e2e_documents
 source "$(dirname "$0")/lib/e2e_lib.sh"
 source "$(dirname "$0")/lib/binary_files.sh" # short_documents
 
-STEPS=20 B=2 T=100
+STEPS=10 B=2 T=100
 # rows of several short documents over the span the runs read
 DOCS=$WORK/short_documents.bin
 short_documents "$DOCS" $((STEPS * B * T + 1))

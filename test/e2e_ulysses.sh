@@ -19,7 +19,7 @@ E2E_NAME=e2e_ulysses
 source "$(dirname "$0")/lib/e2e_lib.sh"
 source "$(dirname "$0")/lib/binary_files.sh" # put_i32, short_documents
 
-STEPS=20 B=2 T=50
+STEPS=10 B=2 T=50
 COMMON=(-b $B -t $T -x $STEPS -l 1e-3 -v 0 -s 0)
 MODEL=$WORK/d1_4heads.bin
 train d1 1 -e d1 -x 0 -n 1 -o "$WORK/d1"

@@ -44,7 +44,11 @@ trap 'rm -rf "$work"' EXIT
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 echo "load average before: $(load); $threads thread(s) over $ranks rank(s) at the d12 rows; trainer $trainer"
 
-line=$(./bench_sgemm)
+# OPENBLAS_VERBOSE=2: the library names the kernels it picked (its guess of the CPU,
+# or the environment's OPENBLAS_CORETYPE), which set both the bar and the trainer's rate
+out=$(OPENBLAS_VERBOSE=2 ./bench_sgemm 2>&1)
+echo "OpenBLAS kernels: $(grep -m1 '^Core:' <<< "$out" | cut -d' ' -f2-) (OPENBLAS_CORETYPE ${OPENBLAS_CORETYPE:-not set})"
+line=$(grep -m1 '^sgemm' <<< "$out")
 echo "$line"
 sgemm=$(awk '{ print $4 }' <<< "$line")
 
@@ -58,13 +62,11 @@ if [ -n "$Ts" ]; then
     echo
     echo "| T | ms per step | tok/s | MFLOP per token | GFLOP/s | of sgemm's $sgemm GFLOP/s |"
     echo "| ---: | ---: | ---: | ---: | ---: | ---: |"
+    # the d12 rows at -r RANKS: mpirun, the threads shared among the ranks
+    rank_launch=()
+    if [ "$ranks" -gt 1 ]; then rank_launch=(mpirun "${MPIRUN_FLAGS[@]}" -np "$ranks"); fi
     for T in $Ts; do
-        if [ "$ranks" -gt 1 ]; then
-            ms=$(launch=(mpirun "${MPIRUN_FLAGS[@]}" -np "$ranks"); OMP_NUM_THREADS=$((threads / ranks))
-                 train -e d12 -b 1 -t "$T" -cp "$ranks")
-        else
-            ms=$(train -e d12 -b 1 -t "$T")
-        fi
+        ms=$(launch=("${rank_launch[@]}"); OMP_NUM_THREADS=$((threads / ranks)) train -e d12 -b 1 -t "$T" -cp "$ranks")
         awk -v T="$T" -v ms="$ms" -v peak="$sgemm" 'BEGIN {
             L = 12; C = 768; V = 50257
             flop = 6 * (12 * L * C * C + V * C) + 6 * L * C * T
