@@ -244,7 +244,7 @@ static void activations_init(Activations *acts, GPT2Config c, int B, int T, int 
     acts->recompute = recompute;
     acts->chunk_rows = classifier_chunk_rows(c.padded_vocab_size, (size_t)B * T);
     acts->num_bytes = fill_in_activation_bytes(bytes, c, B, T, recompute, sizeof(float));
-    acts->memory = callocCheck(acts->num_bytes, 1);
+    acts->memory = calloc_huge_pages(acts->num_bytes, 1);
     point_views(&acts->t, acts->memory, bytes, NUM_ACTIVATION_BUFFERS);
 }
 
@@ -353,11 +353,11 @@ static void gpt2_allocate_trained(GPT2 *model) {
     free(model->m_memory);
     free(model->v_memory);
     size_t n = model->num_trained;
-    model->grads_memory = (float *)callocCheck(n, sizeof(float));
+    model->grads_memory = (float *)calloc_huge_pages(n, sizeof(float));
     model->opt_begin = 0;
     model->opt_end = n;
-    model->m_memory = (float *)callocCheck(n, sizeof(float));
-    model->v_memory = (float *)callocCheck(n, sizeof(float));
+    model->m_memory = (float *)calloc_huge_pages(n, sizeof(float));
+    model->v_memory = (float *)calloc_huge_pages(n, sizeof(float));
     point_parameters(&model->grads, model->grads_memory, model->grad_sizes);
 }
 
@@ -365,7 +365,7 @@ static void gpt2_allocate(GPT2 *model, GPT2Config config) {
     model->config = config;
     fill_in_parameter_sizes(model->param_sizes, config);
     model->num_parameters = gpt2_num_parameters(config);
-    model->params_memory = (float *)callocCheck(model->num_parameters, sizeof(float));
+    model->params_memory = (float *)calloc_huge_pages(model->num_parameters, sizeof(float));
     point_parameters(&model->params, model->params_memory, model->param_sizes);
     model->wpe_begin = 0;
     model->wpe_end = (size_t)config.max_seq_len;
@@ -401,7 +401,7 @@ static void gpt2_position_weights(GPT2 *model, EncoderRowsVerb other_rows) {
     if (model->wpe_rows_only) { return; }
     size_t C = model->config.channels, wte = model->param_sizes[0], table = model->param_sizes[1];
     size_t rows = (model->wpe_end - model->wpe_begin) * C, after = model->num_parameters - wte - table;
-    float *held = (float *)callocCheck(model->num_trained, sizeof(float));
+    float *held = (float *)calloc_huge_pages(model->num_trained, sizeof(float));
     memcpy(held, model->params_memory, wte * sizeof(float));
     memcpy(held + wte, model->params_memory + wte + model->wpe_begin * C, rows * sizeof(float));
     memcpy(held + wte + model->grad_sizes[1], model->params_memory + wte + table, after * sizeof(float));
@@ -454,8 +454,8 @@ static void gpt2_optimizer_range(GPT2 *model, size_t begin, size_t end) {
     free(model->v_memory);
     model->opt_begin = begin;
     model->opt_end = end;
-    model->m_memory = (float *)callocCheck(end - begin > 0 ? end - begin : 1, sizeof(float));
-    model->v_memory = (float *)callocCheck(end - begin > 0 ? end - begin : 1, sizeof(float));
+    model->m_memory = (float *)calloc_huge_pages(end - begin > 0 ? end - begin : 1, sizeof(float));
+    model->v_memory = (float *)calloc_huge_pages(end - begin > 0 ? end - begin : 1, sizeof(float));
 }
 
 // The part of tensor i (llm.c's order) of a flat vector laid out by `sizes` inside

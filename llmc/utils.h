@@ -21,6 +21,7 @@ abort banner over the one line.
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -274,6 +275,26 @@ static void *mallocCheck(size_t size) {
 static void *callocCheck(size_t nmemb, size_t size) {
     void *ptr = calloc(nmemb == 0 ? 1 : nmemb, size == 0 ? 1 : size);
     if (ptr == NULL) { fatal("out of memory: cannot allocate %zu x %zu bytes", nmemb, size); }
+    return ptr;
+}
+
+// callocCheck for the model's large buffers (weights, gradients, moments,
+// activations), whose whole 2 MiB extents are asked to be backed by huge pages
+// (madvise, the kernel's "transparent huge pages" where they are on request only,
+// as on most distributions). Such a buffer is written page by page at its first
+// step, and on a virtual machine a page fault is dear: a d1 run's start-up took
+// 28,000 faults and 0.8 s, with huge pages 8,600 and 0.5 s. glibc gives a block
+// this large its own mapping, untouched until written, so only what is written
+// becomes resident (in 2 MiB pieces). Freed with free(). The advice is a hint:
+// where the kernel ignores it, or has no such pages, nothing changes.
+#define HUGE_PAGE_BYTES ((size_t)2 << 20)
+static void *calloc_huge_pages(size_t nmemb, size_t size) {
+    void *ptr = callocCheck(nmemb, size);
+#ifdef MADV_HUGEPAGE
+    uintptr_t begin = ((uintptr_t)ptr + HUGE_PAGE_BYTES - 1) & ~(uintptr_t)(HUGE_PAGE_BYTES - 1);
+    uintptr_t end = ((uintptr_t)ptr + nmemb * size) & ~(uintptr_t)(HUGE_PAGE_BYTES - 1);
+    if (end > begin) { (void)madvise((void *)begin, end - begin, MADV_HUGEPAGE); }
+#endif
     return ptr;
 }
 
