@@ -59,7 +59,7 @@ static void train_run_start(TrainRun *run, GPT2 *model, const TrainConfig *cfg, 
     MemoryEstimate memory = estimate_rank_memory(tm, cfg, c, local_T, mesh->dp_size,
                                                  (CpAttentionKind)cp_attention_from_name(cfg->attention));
     check_memory_fits(tm, &memory, cfg);
-    init_model_host(model, cfg, resume_step, c);
+    init_model_host(model, cfg, resume_step, c, mesh->world_rank);
     if (position_table_split(tm, cfg)) { // this rank's rows of the position table (cp/position_table.h)
         int begin, end;
         position_slice(c.max_seq_len, mesh->cp_size, mesh->cp_rank, &begin, &end);

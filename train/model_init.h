@@ -41,15 +41,19 @@ static GPT2Config run_model_config(const TrainConfig *cfg, int resume_step, char
 
 // The model of configuration c (run_model_config) into host memory: the weights of
 // the checkpoint resumed from, else -e (an llm.c checkpoint, or llm.c's random init
-// of a descriptor's model). Every rank builds the same weights (the trainers
-// broadcast rank 0's all the same).
-static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step, GPT2Config c) {
+// of a descriptor's model). Every rank reads the same checkpoint (each checks the
+// file it was given); the random init is drawn on world rank 0 only, since the
+// trainers broadcast rank 0's weights to every rank before the first step (at d12,
+// 124M normals: seconds of every other rank's start-up), and the other ranks'
+// weights stay zero until then.
+static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step, GPT2Config c, int world_rank) {
     if (resume_step >= 0) {
         char path[4096];
         model_path(path, sizeof(path), cfg->output_dir, resume_step);
         gpt2_load_checkpoint(model, path);
     } else if (!init_is_checkpoint_file(cfg->init)) {
-        gpt2_init_random(model, c, RANDOM_INIT_SEED);
+        if (world_rank == 0) { gpt2_init_random(model, c, RANDOM_INIT_SEED); }
+        else { gpt2_allocate(model, c); }
     } else {
         gpt2_load_checkpoint(model, cfg->init);
     }
