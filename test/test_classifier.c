@@ -14,8 +14,12 @@ each checked for
     V..Vp must keep those values exactly: their logits get gradient 0)
   - the forward pass without gradient gives the same losses bit for bit and
     leaves dwte alone
-Then classifier_logits of one row against the reference logits, and vec_expf
-against libm's exp.
+Then classifier_logits of one row against the reference logits, vec_expf
+against libm's exp, and classifier_chunk_rows against what it promises: the
+chunk's logits fit CLASSIFIER_CHUNK_BYTES, its rows are a whole number of
+CLASSIFIER_CHUNK_ALIGN where that many fit, one block more would not fit, and
+never more rows than tokens; at GPT-2's vocabulary (Vp 50304) 32 MiB hold
+33554432 / (50304 * 4) = 166.8 rows, so 160 = 5 * 32.
 
 Tolerances: fp32 against double, sums of 24 (matmuls) and 67 (softmax) terms of
 size ~1: rounding ~1e-6 relative; atol 1e-5 + rtol 1e-4 leaves a margin of ten.
@@ -76,6 +80,35 @@ static void check_close(const char *what, int chunk, const float *got, const dou
     close_begin(&cc, ATOL, RTOL, "%s, chunks of %d rows", what, chunk);
     for (size_t i = 0; i < n; i++) { close_add(&cc, i, got[i], expected[i]); }
     close_end(&cc);
+}
+
+// classifier_chunk_rows over vocabularies from GPT-2's to one whose single row
+// passes the budget, and token counts below and above the chunk
+static void check_chunk_rows(void) {
+    CHECK(classifier_chunk_rows(50304, 1024) == 160, "GPT-2's vocabulary: %d rows a chunk, expected 160",
+          classifier_chunk_rows(50304, 1024));
+    const int vocabs[] = {512, 50257, 50304, 65536, 200000, 1 << 20, 3 << 20, 1 << 23, (1 << 23) + 16};
+    const size_t tokens[] = {1, 7, 100, 1024, 1 << 20};
+    for (size_t i = 0; i < sizeof(vocabs) / sizeof(vocabs[0]); i++) {
+        size_t row_bytes = (size_t)vocabs[i] * sizeof(float), fit = CLASSIFIER_CHUNK_BYTES / row_bytes;
+        for (size_t j = 0; j < sizeof(tokens) / sizeof(tokens[0]); j++) {
+            size_t n = tokens[j], rows = (size_t)classifier_chunk_rows(vocabs[i], n);
+            CHECK(rows >= 1 && rows <= n, "Vp %d, N %zu: %zu rows, outside [1, N]", vocabs[i], n, rows);
+            CHECK(rows == 1 || rows * row_bytes <= CLASSIFIER_CHUNK_BYTES, "Vp %d, N %zu: %zu rows take %zu bytes",
+                  vocabs[i], n, rows, rows * row_bytes);
+            if (rows == n) { continue; } // every token in one chunk, within the budget
+            if (fit >= CLASSIFIER_CHUNK_ALIGN) {
+                CHECK(rows % CLASSIFIER_CHUNK_ALIGN == 0, "Vp %d, N %zu: %zu rows, not a multiple of %d", vocabs[i], n,
+                      rows, CLASSIFIER_CHUNK_ALIGN);
+                CHECK((rows + CLASSIFIER_CHUNK_ALIGN) * row_bytes > CLASSIFIER_CHUNK_BYTES,
+                      "Vp %d, N %zu: %zu rows, where %zu would fit", vocabs[i], n, rows, rows + CLASSIFIER_CHUNK_ALIGN);
+            } else {
+                CHECK(rows == (fit > 0 ? fit : 1), "Vp %d, N %zu: %zu rows, where %zu fit", vocabs[i], n, rows, fit);
+            }
+        }
+    }
+    printf("classifier_chunk_rows: within the budget, whole blocks of %d rows, 160 at GPT-2's vocabulary\n",
+           CLASSIFIER_CHUNK_ALIGN);
 }
 
 int main(void) {
@@ -140,6 +173,8 @@ int main(void) {
           "vec_expf: %g at NaN (expected NaN), %g at +inf, %g at -inf, %g at 89", vec_expf(NAN), vec_expf(INFINITY),
           vec_expf(-INFINITY), vec_expf(89.0f));
     printf("vec_expf: worst relative error %.3g over [-87, 88]\n", worst);
+
+    check_chunk_rows();
 
     free(lnf); free(wte); free(dwte_start);
     printf("test_classifier: OK\n");
