@@ -7,9 +7,10 @@
 REPO_ROOT=${REPO_ROOT:-$(pwd)}
 MPIRUN=${MPIRUN:-mpirun}
 BUILD_DIR=${BUILD_DIR:-$REPO_ROOT/build}
-export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-# no X display probing, no PCI discovery at MPI start (test/CMakeLists.txt's TEST_ENV says why)
-export HWLOC_COMPONENTS=${HWLOC_COMPONENTS:--gl,-pci,-linuxio}
+# the tests' MPI environment (test/lib/mpi_test_env says why), where not set already
+while IFS='=' read -r name value; do
+    [[ -n ${!name+set} ]] || export "$name=$value"
+done < <(grep -E '^[A-Za-z_][A-Za-z0-9_]*=' "$REPO_ROOT/test/lib/mpi_test_env")
 TRAINER=$REPO_ROOT/train_gpt2cp_cpu
 WORK=$BUILD_DIR/${E2E_NAME:?set E2E_NAME before sourcing e2e_lib.sh}
 LAUNCH=("$MPIRUN" --allow-run-as-root --oversubscribe --bind-to none)
