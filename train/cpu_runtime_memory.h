@@ -23,7 +23,11 @@ buffer as the run will fill it.
 // BLAS_PROBE_ROWS floats packing takes (the library's own start-up is a few MiB),
 // the library packs, and the rest of the operand's rows are counted. (The other
 // products' operands are smaller: their rows are at most 4 C, far fewer than Vp.)
-#define BLAS_PROBE_ROWS 32768
+// Every rank runs the probe at its start, so it is kept small: at 8192 rows the
+// second product grew the process by 3.75-3.82 MiB where the library packs and by
+// 0.00-0.06 MiB where it does not (K 160, C 64 to 768, one and two threads), the
+// same verdicts as 32768 rows gave, in 0.03 s instead of 0.10 at C 64.
+#define BLAS_PROBE_ROWS 8192
 
 // n floats with every page written before the probe measures: with ones, since a
 // memset of zeros after calloc is dropped by the compiler as redundant (calloc's
