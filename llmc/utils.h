@@ -283,7 +283,8 @@ static void *callocCheck(size_t nmemb, size_t size) {
 // (madvise, the kernel's "transparent huge pages" where they are on request only,
 // as on most distributions). Such a buffer is written page by page at its first
 // step, and on a virtual machine a page fault is dear: a d1 run's start-up took
-// 28,000 faults and 0.8 s, with huge pages 8,600 and 0.5 s. glibc gives a block
+// 28,000 faults and 0.8 s, with these buffers on huge pages 12,700 and 0.6 s
+// (dev/bench/README.md). glibc gives a block
 // this large its own mapping, untouched until written, so only what is written
 // becomes resident (in 2 MiB pieces). Freed with free(). The advice is a hint:
 // where the kernel ignores it, or has no such pages, nothing changes.

@@ -44,7 +44,7 @@ static GPT2Config run_model_config(const TrainConfig *cfg, int resume_step, char
 // of a descriptor's model). Every rank reads the same checkpoint (each checks the
 // file it was given); the random init is drawn on world rank 0 only, since the
 // trainers broadcast rank 0's weights to every rank before the first step (at d12,
-// 124M normals: seconds of every other rank's start-up), and the other ranks'
+// 124M normals: about 2 s of every other rank's start-up), and the other ranks'
 // weights stay zero until then.
 static void init_model_host(GPT2 *model, const TrainConfig *cfg, int resume_step, GPT2Config c, int world_rank) {
     if (resume_step >= 0) {
