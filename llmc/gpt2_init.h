@@ -72,7 +72,7 @@ static int gpt2_config_from_descriptor(const char *init, GPT2Config *c, char *wh
 // rows), wpe, then layer by layer that layer's qkvw, attprojw, fcw and fcprojw, all
 // N(0, 0.02) except the two projections into the residual stream, N(0, 0.02 /
 // sqrt(2L)). Biases and the padded vocabulary rows are 0, layernorm weights 1.
-// Same seed on every rank, same weights.
+// Same seed, same weights (the trainers draw them on rank 0 and broadcast them).
 static void gpt2_init_random(GPT2 *model, GPT2Config config, uint32_t seed) {
     gpt2_allocate(model, config);
     Mt19937 mt;
