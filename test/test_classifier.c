@@ -82,7 +82,7 @@ static void check_close(const char *what, int chunk, const float *got, const dou
     close_end(&cc);
 }
 
-// classifier_chunk_rows over vocabularies from GPT-2's to one whose single row
+// classifier_chunk_rows over vocabularies from 512 to one whose single row
 // passes the budget, and token counts below and above the chunk
 static void check_chunk_rows(void) {
     CHECK(classifier_chunk_rows(50304, 1024) == 160, "GPT-2's vocabulary: %d rows a chunk, expected 160",
