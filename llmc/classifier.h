@@ -40,7 +40,6 @@ lanes' sums are added in double. The loss is log(sum) - (logit[target] - max).
 
 #include <math.h>
 #include <stddef.h>
-#include <string.h>
 #include "matmul.h"
 #include "vec_exp.h"
 
@@ -133,7 +132,6 @@ static void classifier_forward(float *losses, float *dlnf, float *dwte, float *l
         softmax_crossentropy_rows(logits, losses + start, targets + start, n, V, Vp, dloss, dlnf != NULL);
         if (dlnf != NULL) {
             float *dx = dlnf + (size_t)start * C;
-            memset(dx, 0, (size_t)n * C * sizeof(float));
             matmul_backward(dx, dwte, NULL, logits, x, wte, 1, n, C, Vp);
         }
     }

@@ -571,8 +571,15 @@ static const float *gpt2_logits(GPT2 *model, Activations *acts, size_t row) {
     return acts->t.logits;
 }
 
+// the gradient zeroed in pieces over the threads: one core alone zeroes GPT-2 124M's
+// 500 MB at about half the rate two do
+#define ZERO_GRAD_PIECE ((size_t)1 << 20) // floats
 static void gpt2_zero_grad(GPT2 *model) {
-    memset(model->grads_memory, 0, model->num_trained * sizeof(float));
+    size_t n = model->num_trained;
+    #pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i += ZERO_GRAD_PIECE) {
+        memset(model->grads_memory + i, 0, (n - i < ZERO_GRAD_PIECE ? n - i : ZERO_GRAD_PIECE) * sizeof(float));
+    }
 }
 
 // Accumulates the rest of the gradient of (sum of this rank's token losses) * dloss
@@ -604,21 +611,17 @@ static void gpt2_backward(GPT2 *model, Activations *acts, const int *inputs, con
         }
         if (acts->recompute >= 1) { gelu_forward(v.fch_gelu, v.fch, BT * 4 * C); }
         // MLP: residual3 = residual2 + fcproj(gelu(fc(ln2(residual2))))
-        memset(dfch, 0, BT * 4 * C * sizeof(float));
         matmul_backward(dfch, g.fcprojw + l * C * 4 * C, g.fcprojb + l * C, a.dresidual, v.fch_gelu,
                         p.fcprojw + l * C * 4 * C, B, T, 4 * C, C);
         gelu_backward(dfch, v.fch, dfch, BT * 4 * C);
-        memset(a.dbtc, 0, BT * C * sizeof(float));
         matmul_backward(a.dbtc, g.fcw + l * 4 * C * C, g.fcb + l * 4 * C, dfch, v.ln2, p.fcw + l * 4 * C * C,
                         B, T, C, 4 * C);
         layernorm_backward(a.dresidual, g.ln2w + l * C, g.ln2b + l * C, a.dbtc, v.residual2, p.ln2w + l * C,
                            v.ln2_mean, v.ln2_rstd, B, T, C);
         // attention: residual2 = residual + attproj(attention(qkv(ln1(residual))))
-        memset(a.dbtc, 0, BT * C * sizeof(float));
         matmul_backward(a.dbtc, g.attprojw + l * C * C, g.attprojb + l * C, a.dresidual, v.atty,
                         p.attprojw + l * C * C, B, T, C, C);
         attn->backward(attn->ctx, dqkv, a.dbtc, v.qkv, v.atty, v.att_lse);
-        memset(a.dbtc, 0, BT * C * sizeof(float));
         matmul_backward(a.dbtc, g.qkvw + l * 3 * C * C, g.qkvb + l * 3 * C, dqkv, v.ln1, p.qkvw + l * 3 * C * C,
                         B, T, C, 3 * C);
         layernorm_backward(a.dresidual, g.ln1w + l * C, g.ln1b + l * C, a.dbtc, v.residual, p.ln1w + l * C,

@@ -9,7 +9,6 @@ builds the plain loops below instead, which are the readable definition.
 #define LLMC_MATMUL_H
 
 #include <stddef.h>
-#include <string.h>
 #ifndef NO_BLAS
 #include <cblas.h>
 #endif
@@ -43,14 +42,16 @@ static void matmul_forward(float *out, const float *inp, const float *weight, co
 #endif
 }
 
-// Accumulates into dinp (B, T, C), dweight (OC, C) and dbias (OC) (dbias may be NULL).
+// dinp (B, T, C) overwritten with the input's gradient (each call's dinp is a fresh
+// buffer, and writing it spares a memset and sgemm's read of it); the gradients
+// accumulate into dweight (OC, C) and dbias (OC) (dbias may be NULL).
 static void matmul_backward(float *dinp, float *dweight, float *dbias, const float *dout,
                             const float *inp, const float *weight, int B, int T, int C, int OC) {
     int BT = B * T;
 #ifndef NO_BLAS
-    // dinp += dout @ weight:  (BT, OC) x (OC, C)
+    // dinp = dout @ weight:  (BT, OC) x (OC, C)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, BT, C, OC,
-                1.0f, dout, OC, weight, C, 1.0f, dinp, C);
+                1.0f, dout, OC, weight, C, 0.0f, dinp, C);
     // dweight += dout^T @ inp:  (OC, BT) x (BT, C)
     cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, OC, C, BT,
                 1.0f, dout, OC, inp, C, 1.0f, dweight, C);
@@ -59,6 +60,7 @@ static void matmul_backward(float *dinp, float *dweight, float *dbias, const flo
     for (int bt = 0; bt < BT; bt++) {
         const float *d = dout + (size_t)bt * OC;
         float *dx = dinp + (size_t)bt * C;
+        for (int i = 0; i < C; i++) { dx[i] = 0.0f; }
         for (int j = 0; j < OC; j++) {
             const float *w = weight + (size_t)j * C;
             float dj = d[j];

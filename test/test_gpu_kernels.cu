@@ -654,7 +654,7 @@ static void test_matmul(int b, int t, int c, int oc, int with_bias) {
     floatX *d_dout = device_copy_x(dout, bt * oc), *d_dinp = device_alloc_x(bt * c);
     float *d_dw = (float *)cudaMallocCheck((size_t)oc * c * sizeof(float));
     float *d_db = with_bias ? (float *)cudaMallocCheck(oc * sizeof(float)) : NULL;
-    matmul_backward(dinp, dw, db, dout, inp, w, b, t, c, oc); // dinp from 0: the GPU overwrites it
+    matmul_backward(dinp, dw, db, dout, inp, w, b, t, c, oc); // dinp overwritten, as the GPU does
 #ifdef CUDA_EMU
     int paths = 2;
 #else
@@ -876,7 +876,6 @@ static void classifier_reference(float *losses, float *dlnf, float *dwte, float 
     size_t n = (size_t)BT * VP;
     matmul_forward(logits, lnf, wte, NULL, 1, BT, C, VP);
     softmax_crossentropy_rows(round_to_storage(logits, n), losses, targets, BT, V, VP, dloss, 1);
-    memset(dlnf, 0, (size_t)BT * C * sizeof(float));
     matmul_backward(dlnf, dwte, NULL, round_to_storage(logits, n), lnf, wte, 1, BT, C, VP);
 }
 

@@ -17,9 +17,10 @@
 #      where the kernel gives them only on request (THP mode madvise, as here):
 #      PyTorch allocates its activations afresh every step, and on a VM whose page
 #      faults are dear it spent 30% of its time faulting them in (d2 ran 2.9x
-#      faster with huge pages; ours, whose buffers are allocated once, 2%).
+#      faster with huge pages; ours, whose buffers are allocated once, 2%). -g 0
+#      leaves malloc as installed on both sides (ours still advises its own buffers).
 #
-#   bash dev/bench/cpu_speed.sh [-t "1024 8192"] [-x STEPS] [-n THREADS] [-r RANKS] [-c 0|1] [-p TRAINER]
+#   bash dev/bench/cpu_speed.sh [-t "1024 8192"] [-x STEPS] [-n THREADS] [-r RANKS] [-c 0|1] [-g 0|1] [-p TRAINER]
 #   bash dev/bench/cpu_speed.sh -t "" -c 1          (the PyTorch comparison alone)
 #
 # A trainer's time is the mean of its steps after the first (the first touches every
@@ -29,11 +30,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/script_lib.sh # value_flags
-Ts="1024 8192" steps=3 threads=2 ranks=1 compare=0 trainer=./train_gpt2cp_cpu
-usage() { echo "usage: $0 [-t \"T ...\"] [-x STEPS (>= 2)] [-n THREADS] [-r RANKS (divides THREADS)] [-c 0|1] [-p TRAINER]" >&2; exit 1; }
-value_flags -t Ts -x steps -n threads -r ranks -c compare -p trainer -- "$@"
+Ts="1024 8192" steps=3 threads=2 ranks=1 compare=0 hugepages=1 trainer=./train_gpt2cp_cpu
+usage() { echo "usage: $0 [-t \"T ...\"] [-x STEPS (>= 2)] [-n THREADS] [-r RANKS (divides THREADS)] [-c 0|1] [-g 0|1] [-p TRAINER]" >&2; exit 1; }
+value_flags -t Ts -x steps -n threads -r ranks -c compare -g hugepages -p trainer -- "$@"
 [[ $steps =~ ^[0-9]+$ && $steps -ge 2 && $threads =~ ^[1-9][0-9]*$ && $ranks =~ ^[1-9][0-9]*$ &&
-   $((threads % ranks)) -eq 0 && $compare =~ ^[01]$ ]] || usage
+   $((threads % ranks)) -eq 0 && $compare =~ ^[01]$ && $hugepages =~ ^[01]$ ]] || usage
 make -s train_gpt2cp_cpu bench_sgemm
 [ -x "$trainer" ] || { echo "error: trainer '$trainer' is not an executable" >&2; exit 1; }
 source scripts/default_config.sh # MPIRUN_FLAGS, for -r
@@ -84,7 +85,8 @@ if [ "$compare" = 1 ]; then
         "$torch_python" -c "import torch" 2> /dev/null && { have_torch=1; break; }
     done
     [ $have_torch = 1 ] || echo "(no torch in python3 or /usr/bin/python3: PyTorch left out; apt-get install python3-torch)"
-    export GLIBC_TUNABLES=glibc.malloc.hugetlb=1
+    if [ "$hugepages" = 1 ]; then export GLIBC_TUNABLES=glibc.malloc.hugetlb=1; fi
+    echo "malloc's large blocks on huge pages, both sides: $([ "$hugepages" = 1 ] && echo yes || echo "no (-g 0)")"
     # the tiny model: d1's random init cut to a vocabulary of 512 and its data mapped to it
     "$trainer" -e d1 -x 0 -n 1 -v 0 -s 0 -o "$work/d1" > /dev/null
     python3 test/lib/llmc_files.py small "$work/d1/model_00000000.bin" "$work/tiny.bin" \
